@@ -33,6 +33,8 @@ class MLP(nn.Module):
   dropout: float = 0.0
   residual: bool = False
   dtype: jnp.dtype = jnp.float32
+  # Set to the pmap axis name so BatchNorm averages its statistics across devices.
+  bn_axis_name: str | None = None
 
   @nn.compact
   def __call__(self, x, *, train: bool):
@@ -42,7 +44,7 @@ class MLP(nn.Module):
       h_BxH = nn.Dense(width, dtype=self.dtype, name=f"dense_{i}")(x_BxD)
       if self.norm == "batch":
         h_BxH = nn.BatchNorm(use_running_average=not train, momentum=0.9,
-                             name=f"norm_{i}")(h_BxH)
+                             axis_name=self.bn_axis_name, name=f"norm_{i}")(h_BxH)
       elif self.norm == "layer":
         h_BxH = nn.LayerNorm(name=f"norm_{i}")(h_BxH)
       elif self.norm == "rms":
