@@ -1,0 +1,288 @@
+"""Building blocks shared by the model families: initializers, norms and attention by name.
+
+Shapes: B batch, T query length, S key length, D model width, H heads, K head width (D = H K).
+
+Initializers (`get_initializer`), all `jax.nn.initializers` variance scalings; biases start at 0:
+  xavier / glorot   Var(W) = 2 / (n_in + n_out)   (uniform or normal)
+  he / kaiming      Var(W) = 2 / n_in
+  lecun             Var(W) = 1 / n_in
+  gpt2              std 0.02; residual output projections std 0.02 / sqrt(N), N residual layers
+  zeros             every unit the same: kept to show the symmetry failure
+
+Attention: softmax(Q K^T / sqrt(K) + mask) V. `attention_reference` is the readable path that can
+return the weights; the fast path calls `jax.nn.dot_product_attention` (cuDNN flash attention
+on GPU for bf16/fp16 with causal-or-no mask, XLA elsewhere). A mask is boolean, True = attend.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import chex
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+Dtype = Any
+
+# ---------------------------------------------------------------------------------------------
+# Initializers and activations by name.
+
+_INIT = jax.nn.initializers
+INITIALIZERS: dict[str, Callable[[], Callable]] = {
+    "xavier_uniform": lambda: _INIT.variance_scaling(1.0, "fan_avg", "uniform"),
+    "xavier_normal": lambda: _INIT.variance_scaling(1.0, "fan_avg", "normal"),
+    "he_normal": lambda: _INIT.variance_scaling(2.0, "fan_in", "normal"),
+    "he_uniform": lambda: _INIT.variance_scaling(2.0, "fan_in", "uniform"),
+    "lecun_normal": lambda: _INIT.variance_scaling(1.0, "fan_in", "normal"),
+    "lecun_uniform": lambda: _INIT.variance_scaling(1.0, "fan_in", "uniform"),
+    "gpt2": lambda: _INIT.normal(0.02),
+    "zeros": lambda: _INIT.zeros,
+}
+_INIT_ALIASES = {"xavier": "xavier_uniform", "glorot": "xavier_uniform",
+                 "glorot_uniform": "xavier_uniform", "glorot_normal": "xavier_normal",
+                 "he": "he_normal", "kaiming": "he_normal", "kaiming_normal": "he_normal",
+                 "kaiming_uniform": "he_uniform", "lecun": "lecun_normal",
+                 "default": "lecun_normal"}
+INIT_NAMES = sorted(INITIALIZERS) + sorted(_INIT_ALIASES)
+
+
+def get_initializer(name: str) -> Callable:
+  """Kernel initializer by name (see the module docstring for the variances)."""
+  key = _INIT_ALIASES.get(name, name)
+  if key not in INITIALIZERS:
+    raise ValueError(f"init: unknown initializer {name!r}; expected one of {INIT_NAMES}")
+  return INITIALIZERS[key]()
+
+
+def residual_out_init(name: str, num_residual_layers: int) -> Callable:
+  """Init of the output projection closing a residual branch.
+
+  With 'gpt2' the std is 0.02 / sqrt(N), N = number of residual layers (two per transformer
+  block: attention and MLP), so the residual stream's variance does not grow with depth.
+  Other names are returned unchanged.
+  """
+  if _INIT_ALIASES.get(name, name) == "gpt2":
+    return _INIT.normal(0.02 / math.sqrt(num_residual_layers))
+  return get_initializer(name)
+
+
+ACTIVATIONS: dict[str, Callable] = {
+    "relu": nn.relu, "gelu": nn.gelu, "gelu_exact": lambda x: nn.gelu(x, approximate=False),
+    "tanh": jnp.tanh, "silu": nn.silu, "sigmoid": nn.sigmoid, "identity": lambda x: x,
+}
+
+
+def get_activation(name: str) -> Callable:
+  if name not in ACTIVATIONS:
+    raise ValueError(f"activation: unknown {name!r}; expected one of {sorted(ACTIVATIONS)}")
+  return ACTIVATIONS[name]
+
+
+def to_dtype(name_or_dtype) -> jnp.dtype:
+  """'float32' | 'bfloat16' | 'float16' | a dtype -> a jnp dtype."""
+  if isinstance(name_or_dtype, str):
+    table = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+    name_or_dtype = table.get(name_or_dtype, name_or_dtype)
+    if name_or_dtype not in ("float32", "bfloat16", "float16", "float64"):
+      raise ValueError(f"dtype: unknown {name_or_dtype!r}; expected float32/bfloat16/float16")
+  return jnp.dtype(name_or_dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Norms by name.
+
+NORM_NAMES = ("none", "batch", "layer", "rms", "group")
+# Under `pmap` (or shard_map) with this axis bound, BatchNorm averages statistics over it.
+PMAP_AXIS = "batch"
+
+
+class RMSNorm(nn.Module):
+  """y = gamma * x / sqrt(mean(x^2) + eps) over the last axis: no mean, no beta."""
+
+  epsilon: float = 1e-6
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    scale = self.param("scale", nn.initializers.ones, (x.shape[-1],), self.param_dtype)
+    x32 = x.astype(jnp.float32)  # the mean of squares in fp32 even under bf16
+    y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.epsilon)
+    return (y * scale.astype(jnp.float32)).astype(self.dtype)
+
+
+def _axis_is_bound(axis_name: str) -> bool:
+  try:
+    jax.lax.axis_index(axis_name)
+    return True
+  except NameError:
+    return False
+
+
+def make_norm(kind: str, *, train: bool, name: str | None = None, dtype: Dtype = jnp.float32,
+              param_dtype: Dtype = jnp.float32, momentum: float = 0.9, epsilon: float = 1e-5,
+              num_groups: int = 8) -> Callable:
+  """A norm layer by name; call inside a compact method. 'none' gives the identity.
+
+  'batch': batch statistics when `train`, running averages otherwise; running average
+  r <- momentum r + (1 - momentum) batch (0.9 here is PyTorch's momentum 0.1). Under pmap with
+  axis `PMAP_AXIS` bound, the statistics are averaged across devices.
+  """
+  if kind == "none":
+    return lambda x: x
+  if kind == "batch":
+    axis = PMAP_AXIS if _axis_is_bound(PMAP_AXIS) else None
+    return nn.BatchNorm(use_running_average=not train, momentum=momentum, epsilon=epsilon,
+                        axis_name=axis, dtype=dtype, param_dtype=param_dtype, name=name)
+  if kind == "layer":
+    return nn.LayerNorm(epsilon=epsilon, dtype=dtype, param_dtype=param_dtype, name=name)
+  if kind == "rms":
+    return RMSNorm(epsilon=epsilon, dtype=dtype, param_dtype=param_dtype, name=name)
+  if kind == "group":
+    return nn.GroupNorm(num_groups=num_groups, epsilon=epsilon, dtype=dtype,
+                        param_dtype=param_dtype, name=name)
+  raise ValueError(f"norm: unknown {kind!r}; expected one of {list(NORM_NAMES)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention.
+
+ATTN_IMPLS = ("reference", "xla", "cudnn", "auto")
+
+
+def causal_mask(t: int, s: int | None = None, offset=0) -> jax.Array:
+  """Bool (T, S): query i (at absolute position offset + i) may see key j iff j <= offset + i."""
+  s = t if s is None else s
+  return jnp.arange(s)[None, :] <= (offset + jnp.arange(t))[:, None]
+
+
+def attention_reference(q_BxTxHxK, k_BxSxHxK, v_BxSxHxK, mask=None, *, causal=False,
+                        dropout_rate=0.0, dropout_rng=None):
+  """Readable path: returns (out BxTxHxK, weights BxHxTxS); softmax in fp32."""
+  scale = 1.0 / math.sqrt(q_BxTxHxK.shape[-1])
+  logits_BxHxTxS = jnp.einsum("bthk,bshk->bhts", q_BxTxHxK, k_BxSxHxK,
+                              preferred_element_type=jnp.float32) * scale
+  t, s = logits_BxHxTxS.shape[-2:]
+  if causal:
+    mask = causal_mask(t, s) if mask is None else jnp.logical_and(mask, causal_mask(t, s))
+  if mask is not None:
+    logits_BxHxTxS = jnp.where(mask, logits_BxHxTxS, jnp.finfo(jnp.float32).min)
+  w_BxHxTxS = jax.nn.softmax(logits_BxHxTxS, axis=-1)
+  w_drop = w_BxHxTxS
+  if dropout_rate > 0.0 and dropout_rng is not None:
+    keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, w_BxHxTxS.shape)
+    w_drop = jnp.where(keep, w_BxHxTxS / (1.0 - dropout_rate), 0.0)
+  out = jnp.einsum("bhts,bshk->bthk", w_drop.astype(v_BxSxHxK.dtype), v_BxSxHxK)
+  return out, w_BxHxTxS
+
+
+def dot_product_attention(q_BxTxHxK, k_BxSxHxK, v_BxSxHxK, mask=None, *, causal=False,
+                          impl: str = "auto", return_weights=False, dropout_rate=0.0,
+                          dropout_rng=None):
+  """softmax(Q K^T / sqrt(K)) V. Returns out BxTxHxK, or (out, weights BxHxTxS).
+
+  impl: 'reference' (einsum + softmax), 'xla' / 'cudnn' (`jax.nn.dot_product_attention`), or
+  'auto' (cuDNN on GPU for bf16/fp16 inputs with no explicit mask, XLA otherwise). Returned
+  weights and attention dropout need the reference path.
+  """
+  if impl not in ATTN_IMPLS:
+    raise ValueError(f"attn_impl: unknown {impl!r}; expected one of {list(ATTN_IMPLS)}")
+  chex.assert_rank([q_BxTxHxK, k_BxSxHxK, v_BxSxHxK], 4)
+  chex.assert_equal_shape_prefix([k_BxSxHxK, v_BxSxHxK], 3)
+  if return_weights or impl == "reference" or (dropout_rate > 0.0 and dropout_rng is not None):
+    out, w = attention_reference(q_BxTxHxK, k_BxSxHxK, v_BxSxHxK, mask, causal=causal,
+                                 dropout_rate=dropout_rate, dropout_rng=dropout_rng)
+    return (out, w) if return_weights else out
+  if impl == "auto":
+    on_gpu = jax.default_backend() == "gpu"
+    half = q_BxTxHxK.dtype in (jnp.bfloat16, jnp.float16)
+    impl = "cudnn" if on_gpu and half and mask is None else "xla"
+  return jax.nn.dot_product_attention(q_BxTxHxK, k_BxSxHxK, v_BxSxHxK, mask=mask,
+                                      is_causal=causal, implementation=impl)
+
+
+def apply_rope(x_BxTxHxK, positions_T, base: float = 10000.0):
+  """Rotary position embedding: rotates feature pairs (i, i + K/2) by angle pos * base^(-2i/K)."""
+  k = x_BxTxHxK.shape[-1]
+  if k % 2:
+    raise ValueError(f"rope needs an even head width, got {k}")
+  inv_freq = base ** (-jnp.arange(0, k // 2, dtype=jnp.float32) * 2.0 / k)
+  ang_TxK2 = positions_T.astype(jnp.float32)[:, None] * inv_freq[None, :]
+  cos, sin = jnp.cos(ang_TxK2)[None, :, None, :], jnp.sin(ang_TxK2)[None, :, None, :]
+  x1, x2 = jnp.split(x_BxTxHxK.astype(jnp.float32), 2, axis=-1)
+  out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+  return out.astype(x_BxTxHxK.dtype)
+
+
+class MultiHeadAttention(nn.Module):
+  """Multi-head self- or cross-attention with output projection W_O.
+
+  Self-attention uses one fused projection `c_attn` (D -> 3D, the GPT-2 layout); cross-attention
+  projects queries with `q_proj` and keys/values from `context` with `kv_proj`. `c_proj` is W_O.
+
+  Call: `y = mha(x, context=None, *, train, mask=None)`. With `return_weights=True` or a `cache`
+  it returns `(y, aux)` with aux = {'weights': BxHxTxS | None, 'cache': {'k','v'} | None}.
+  A cache holds keys/values BxSmaxxHxK; the T new tokens sit at positions pos .. pos + T - 1.
+  """
+
+  num_heads: int
+  causal: bool = False
+  qk_norm: bool = False
+  rope: bool = False
+  use_bias: bool = True
+  attn_dropout: float = 0.0
+  impl: str = "auto"
+  kernel_init: Callable = nn.initializers.lecun_normal()
+  out_init: Callable = nn.initializers.lecun_normal()
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BxTxD, context=None, *, train: bool, mask=None, cache=None, pos=0,
+               return_weights=False):
+    b, t, d = x_BxTxD.shape
+    if d % self.num_heads:
+      raise ValueError(f"{self.name}: width {d} is not divisible by num_heads {self.num_heads}")
+    h, k = self.num_heads, d // self.num_heads
+    dense = lambda n, name, init: nn.Dense(n, use_bias=self.use_bias, kernel_init=init,  # noqa: E731
+                                           dtype=self.dtype, param_dtype=self.param_dtype,
+                                           name=name)
+    if context is None:
+      qkv = dense(3 * d, "c_attn", self.kernel_init)(x_BxTxD).reshape(b, t, 3, h, k)
+      q, k_, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    else:
+      chex.assert_rank(context, 3)
+      q = dense(d, "q_proj", self.kernel_init)(x_BxTxD).reshape(b, t, h, k)
+      kv = dense(2 * d, "kv_proj", self.kernel_init)(context)
+      k_, v = kv.reshape(b, context.shape[1], 2, h, k)[:, :, 0], kv.reshape(
+          b, context.shape[1], 2, h, k)[:, :, 1]
+    if self.qk_norm:
+      q = RMSNorm(dtype=self.dtype, param_dtype=self.param_dtype, name="q_norm")(q)
+      k_ = RMSNorm(dtype=self.dtype, param_dtype=self.param_dtype, name="k_norm")(k_)
+    if self.rope:
+      positions = pos + jnp.arange(t)
+      q, k_ = apply_rope(q, positions), apply_rope(k_, positions)
+
+    causal = self.causal
+    new_cache = None
+    if cache is not None:
+      # Write the T new keys/values at pos; attend to every cached position <= the query's.
+      ck = jax.lax.dynamic_update_slice(cache["k"], k_.astype(cache["k"].dtype), (0, pos, 0, 0))
+      cv = jax.lax.dynamic_update_slice(cache["v"], v.astype(cache["v"].dtype), (0, pos, 0, 0))
+      new_cache = {"k": ck, "v": cv}
+      k_, v = ck.astype(self.dtype), cv.astype(self.dtype)
+      m = causal_mask(t, ck.shape[1], offset=pos)[None, None]
+      mask = m if mask is None else jnp.logical_and(mask, m)
+      causal = False
+
+    rng = self.make_rng("dropout") if (train and self.attn_dropout > 0.0) else None
+    res = dot_product_attention(q, k_, v, mask, causal=causal, impl=self.impl,
+                                return_weights=return_weights, dropout_rate=self.attn_dropout,
+                                dropout_rng=rng)
+    out, w = res if return_weights else (res, None)
+    y_BxTxD = dense(d, "c_proj", self.out_init)(out.reshape(b, t, d))
+    if return_weights or cache is not None:
+      return y_BxTxD, {"weights": w, "cache": new_cache}
+    return y_BxTxD
