@@ -1,0 +1,75 @@
+"""Which parameters get weight decay, chosen by parameter path.
+
+A parameter's path is its keys joined by '/', e.g. 'dense_0/kernel', 'norm_1/scale'.
+
+Default rule: decay weight matrices (leaves named 'kernel': Dense and Conv weights) and, when
+`optim.decay_embeddings` is true, embedding tables (leaves named 'embedding'); never biases,
+norm scales or offsets. `optim.decay_mask`, a list of regular expressions, replaces the default
+rule: a parameter is decayed iff `re.search` finds any pattern in its path.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+import jax
+import numpy as np
+
+
+def path_str(path) -> str:
+  """'a/b/c' from a jax key path (dict keys, attributes or sequence indices)."""
+  parts = []
+  for k in path:
+    for attr in ("key", "name", "idx"):
+      if hasattr(k, attr):
+        parts.append(str(getattr(k, attr)))
+        break
+    else:
+      parts.append(str(k))
+  return "/".join(parts)
+
+
+def make_path_predicate(optim_cfg) -> Callable[[str], bool]:
+  """`path -> decayed?` for the config's mask (patterns or the default rule)."""
+  patterns = optim_cfg.get("decay_mask")
+  if patterns is not None:
+    if isinstance(patterns, str):
+      patterns = [patterns]
+    try:
+      compiled = [re.compile(p) for p in patterns]
+    except re.error as e:
+      raise ValueError(f"optim.decay_mask: bad regular expression ({e}); "
+                       "expected a list of Python regexes matched against paths "
+                       "like 'dense_0/kernel'") from e
+    return lambda p: any(c.search(p) for c in compiled)
+  names = {"kernel"} | ({"embedding"} if optim_cfg.get("decay_embeddings", False) else set())
+  return lambda p: p.rsplit("/", 1)[-1] in names
+
+
+def decay_mask(optim_cfg) -> Callable:
+  """`params -> pytree of bool` (True = decayed), usable as an optax `mask`."""
+  pred = make_path_predicate(optim_cfg)
+
+  def mask_fn(params):
+    return jax.tree_util.tree_map_with_path(lambda p, _: pred(path_str(p)), params)
+
+  return mask_fn
+
+
+def decay_table(params, optim_cfg) -> str:
+  """A text table of every parameter: path, shape, size, decayed; totals at the bottom."""
+  pred = make_path_predicate(optim_cfg)
+  leaves = jax.tree_util.tree_leaves_with_path(params)
+  rows = [(path_str(p), tuple(np.shape(x)), int(np.size(x)), pred(path_str(p)))
+          for p, x in leaves]
+  width = max([len(r[0]) for r in rows] + [9])
+  lines = [f"{'parameter':<{width}}  {'shape':<16} {'size':>10}  decayed"]
+  for path, shape, size, dec in rows:
+    lines.append(f"{path:<{width}}  {str(shape):<16} {size:>10,}  {'yes' if dec else 'no'}")
+  n_dec = sum(r[2] for r in rows if r[3])
+  n_all = sum(r[2] for r in rows)
+  wd = optim_cfg.get("weight_decay", 0.0)
+  lines.append(f"decayed {n_dec:,} of {n_all:,} parameters "
+               f"({sum(r[3] for r in rows)} of {len(rows)} arrays), weight_decay={wd}")
+  return "\n".join(lines)
