@@ -1,0 +1,298 @@
+"""Embedded and user datasets as in-memory arrays; nothing is downloaded.
+
+Each builder takes the dataset's config as a plain dict (defaults filled in, values checked by
+`jaxdl.data.make_dataset`) and returns a `Source`: a train `Split`, an eval `Split` and the
+`info` dict. A `Split` knows its size and gathers a batch of examples from an index array, so the
+pipeline only ever moves small integer indices around (the iterator state stays tiny).
+
+Shapes: N examples, B batch rows, T context length, D feature dims.
+
+Datasets:
+  moons     sklearn make_moons: train = the exact draw (n, noise, random_state=data_seed),
+            eval = an independent draw with random_state data_seed + 1.        kind 'binary'
+  digits    sklearn load_digits, x = pixels / 16 in [0, 1] (or 2 x - 1 in [-1, 1] with
+            scale 'symmetric'), stratified 80/20 split with random_state 0.     kind 'classification'
+  toy2d     2-D generative targets (moons, 8gaussians, checkerboard, swissroll), each mapped by a
+            fixed affine so every coordinate has mean ~0 and std ~1.           kind 'generative'
+  text      bytes of the Python standard library's .py files (sorted, capped at max_bytes),
+            split by file: crc32(relative path) decides train or val.          kind 'lm'
+  textfile  a user text file, the last val_frac of its bytes held out.         kind 'lm'
+  npz       user arrays x, y (optional x_eval, y_eval, else a seeded eval_frac holdout).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import sysconfig
+import zlib
+from typing import Any, Callable
+
+import numpy as np
+
+KINDS = ("classification", "binary", "lm", "regression", "generative")
+TOY2D = ("moons", "8gaussians", "checkerboard", "swissroll")
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+  """`num` examples; `gather(idx_B) -> dict of (B, ...) numpy arrays`."""
+  num: int
+  gather: Callable[[np.ndarray], dict[str, np.ndarray]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+  train: Split
+  eval: Split
+  info: dict[str, Any]
+
+
+def _array_split(arrays: dict[str, np.ndarray]) -> Split:
+  num = len(next(iter(arrays.values())))
+  return Split(num, lambda idx_B: {k: v[idx_B] for k, v in arrays.items()})
+
+
+def _info(kind, train, eval_, input_shape, num_classes=None, vocab_size=None):
+  return dict(kind=kind, num_classes=num_classes, vocab_size=vocab_size,
+              input_shape=tuple(int(s) for s in input_shape), num_train=train.num,
+              num_eval=eval_.num)
+
+
+def _arrays_source(kind, train, eval_, num_classes=None, vocab_size=None) -> Source:
+  tr, ev = _array_split(train), _array_split(eval_)
+  return Source(tr, ev, _info(kind, tr, ev, train["x"].shape[1:], num_classes, vocab_size))
+
+
+# --- moons ------------------------------------------------------------------------------------
+
+def moons(cfg) -> Source:
+  from sklearn.datasets import make_moons  # pylint: disable=g-import-not-at-top
+  n_eval = cfg["n"] if cfg["n_eval"] is None else cfg["n_eval"]
+
+  def draw(n, seed):
+    x_NxD, y_N = make_moons(n_samples=n, noise=cfg["noise"], random_state=seed)
+    return {"x": x_NxD.astype(np.float32), "y": y_N.astype(np.float32)}
+
+  return _arrays_source("binary", draw(cfg["n"], cfg["data_seed"]),
+                        draw(n_eval, cfg["data_seed"] + 1), num_classes=2)
+
+
+# --- digits -----------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def digits_split() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+  """The fixed split: (x_train, y_train, x_test, y_test), x raw pixels 0..16 of shape (N, 8, 8)."""
+  from sklearn.datasets import load_digits  # pylint: disable=g-import-not-at-top
+  from sklearn.model_selection import train_test_split  # pylint: disable=g-import-not-at-top
+  d = load_digits()
+  x_tr, x_te, y_tr, y_te = train_test_split(
+      d.images, d.target, test_size=0.2, random_state=0, stratify=d.target)
+  return x_tr, y_tr, x_te, y_te
+
+
+def digits(cfg) -> Source:
+  x_tr, y_tr, x_te, y_te = digits_split()
+
+  def prep(x_Nx8x8, y_N):
+    x = (x_Nx8x8 / 16.0).astype(np.float32)[..., None]
+    if cfg["scale"] == "symmetric":
+      x = 2.0 * x - 1.0  # the diffusion convention: data in [-1, 1]
+    return {"x": x, "y": y_N.astype(np.int32)}
+
+  return _arrays_source("classification", prep(x_tr, y_tr), prep(x_te, y_te), num_classes=10)
+
+
+# --- toy 2-D distributions ---------------------------------------------------------------------
+
+# Per-coordinate (mean, std) of each raw distribution, measured on 400k samples and fixed here so
+# fresh draws from `sample_toy2d` use exactly the same affine map as the training set.
+_TOY2D_AFFINE = {
+    "moons": ((0.5, 0.25), (0.872, 0.504)),
+    "8gaussians": ((0.0, 0.0), (1.428, 1.428)),
+    "checkerboard": ((0.0, 0.0), (1.155, 1.155)),
+    "swissroll": ((2.0, 0.196), (6.648, 6.973)),
+}
+
+
+def _toy2d_raw(name: str, n: int, rng: np.random.Generator) -> np.ndarray:
+  if name == "moons":
+    from sklearn.datasets import make_moons  # pylint: disable=g-import-not-at-top
+    return make_moons(n, noise=0.1, random_state=int(rng.integers(2**31)))[0]
+  if name == "8gaussians":
+    # Eight isotropic Gaussians (std 0.2) with centres on a circle of radius 2.
+    ang_N = rng.integers(0, 8, n) * (np.pi / 4)
+    centre_Nx2 = 2.0 * np.stack([np.cos(ang_N), np.sin(ang_N)], axis=1)
+    return centre_Nx2 + 0.2 * rng.standard_normal((n, 2))
+  if name == "checkerboard":
+    # Uniform on the dark squares of a 4x4 board on [-2, 2]^2.
+    x1_N = rng.uniform(-2.0, 2.0, n)
+    x2_N = rng.uniform(0.0, 1.0, n) - 2.0 * rng.integers(0, 2, n) + np.floor(x1_N) % 2
+    return np.stack([x1_N, x2_N], axis=1)
+  if name == "swissroll":
+    from sklearn.datasets import make_swiss_roll  # pylint: disable=g-import-not-at-top
+    return make_swiss_roll(n, noise=0.5, random_state=int(rng.integers(2**31)))[0][:, [0, 2]]
+  raise ValueError(f"data.distribution: unknown 2-D distribution {name!r}; expected one of "
+                   f"{', '.join(TOY2D)}")
+
+
+def sample_toy2d(name: str, n: int, seed: int) -> np.ndarray:
+  """`n` fresh samples (float32, shape (n, 2)) of toy distribution `name`, standardized."""
+  x_Nx2 = _toy2d_raw(name, int(n), np.random.default_rng(seed))
+  mean, std = _TOY2D_AFFINE[name]
+  return ((x_Nx2 - np.asarray(mean)) / np.asarray(std)).astype(np.float32)
+
+
+def toy2d(cfg) -> Source:
+  n_eval = cfg["n"] if cfg["n_eval"] is None else cfg["n_eval"]
+  train = {"x": sample_toy2d(cfg["distribution"], cfg["n"], cfg["data_seed"])}
+  eval_ = {"x": sample_toy2d(cfg["distribution"], n_eval, cfg["data_seed"] + 1)}
+  return _arrays_source("generative", train, eval_)
+
+
+# --- byte-level text ---------------------------------------------------------------------------
+
+def decode(bytes_array) -> str:
+  """Bytes (any int array of values 0..255) -> str, undecodable bytes replaced."""
+  return bytes(np.asarray(bytes_array, dtype=np.uint8).reshape(-1).tolist()).decode(
+      "utf-8", errors="replace")
+
+
+@functools.lru_cache(maxsize=4)
+def stdlib_corpus(max_bytes: int, val_frac: float) -> tuple[np.ndarray, np.ndarray]:
+  """(train_bytes, val_bytes) as uint8 arrays from the stdlib's .py files.
+
+  Files are taken in sorted relative-path order until `max_bytes` is reached; a file goes to val
+  when crc32(relative path) / 2**32 < val_frac, so the split does not depend on the cap or on which
+  other files this Python build ships.
+  """
+  root = sysconfig.get_paths()["stdlib"]
+  paths = []
+  for dirpath, dirnames, filenames in os.walk(root):
+    # Installed packages are not the standard library.
+    dirnames[:] = [d for d in dirnames if d not in ("site-packages", "dist-packages",
+                                                      "__pycache__")]
+    paths += [os.path.join(dirpath, f) for f in filenames if f.endswith(".py")]
+  rel_paths = sorted(os.path.relpath(p, root) for p in paths)
+  parts = {"train": [], "val": []}
+  total = 0
+  for rel in rel_paths:
+    if total >= max_bytes:
+      break
+    try:
+      with open(os.path.join(root, rel), "rb") as f:
+        data = f.read(max_bytes - total)
+    except OSError:
+      continue
+    total += len(data)
+    val = zlib.crc32(rel.encode()) / 2**32 < val_frac
+    parts["val" if val else "train"].append(data)
+  train, val = (np.frombuffer(b"".join(parts[k]), dtype=np.uint8) for k in ("train", "val"))
+  return train, val
+
+
+def _windows_split(corpus_L: np.ndarray, starts_N: np.ndarray, t: int) -> Split:
+  offsets_T1 = np.arange(t + 1)
+
+  def gather(idx_B):
+    win_BxT1 = corpus_L[starts_N[idx_B][:, None] + offsets_T1].astype(np.int32)
+    return {"x": win_BxT1[:, :-1], "y": win_BxT1[:, 1:]}
+
+  return Split(len(starts_N), gather)
+
+
+def _lm_source(train_L, val_L, cfg, key) -> Source:
+  """Windows of T + 1 bytes (x = the first T, y = the last T, i.e. the next byte of each x).
+
+  Train windows start every T bytes (consecutive windows share one byte: the last target of one
+  is the first input of the next). Eval windows are at most max_eval_windows starts evenly spread
+  over the val bytes (all stride-T windows when max_eval_windows is 0).
+  """
+  t = cfg["context_length"]
+  for name, arr in (("train", train_L), ("val", val_L)):
+    if len(arr) < t + 1:
+      raise ValueError(f"data.{key}: the {name} split has {len(arr)} bytes, fewer than "
+                       f"context_length + 1 = {t + 1}")
+  train_starts = np.arange(0, len(train_L) - t, t)
+  val_starts = np.arange(0, len(val_L) - t, t)
+  if 0 < cfg["max_eval_windows"] < len(val_starts):
+    val_starts = np.linspace(0, len(val_L) - t - 1, cfg["max_eval_windows"]).astype(np.int64)
+  tr, ev = _windows_split(train_L, train_starts, t), _windows_split(val_L, val_starts, t)
+  return Source(tr, ev, _info("lm", tr, ev, (t,), vocab_size=256))
+
+
+def text(cfg) -> Source:
+  train_L, val_L = stdlib_corpus(cfg["max_bytes"], cfg["val_frac"])
+  return _lm_source(train_L, val_L, cfg, "max_bytes")
+
+
+def _read_path(cfg) -> str:
+  path = os.path.expanduser(cfg["path"])
+  if not path or not os.path.isfile(path):
+    raise ValueError(f"data.path: file not found: {cfg['path']!r}")
+  return path
+
+
+def textfile(cfg) -> Source:
+  with open(_read_path(cfg), "rb") as f:
+    corpus_L = np.frombuffer(f.read(), dtype=np.uint8)
+  cut = len(corpus_L) - int(round(cfg["val_frac"] * len(corpus_L)))
+  return _lm_source(corpus_L[:cut], corpus_L[cut:], cfg, "path")
+
+
+# --- user arrays -------------------------------------------------------------------------------
+
+def _cast_y(y, kind):
+  return y.astype(np.int32 if kind in ("classification", "lm") else np.float32)
+
+
+def npz(cfg) -> Source:
+  path, kind = _read_path(cfg), cfg["kind"]
+  try:
+    with np.load(path, allow_pickle=False) as f:
+      arrays = {k: np.asarray(f[k]) for k in f.files}
+  except (OSError, ValueError) as e:
+    raise ValueError(f"data.path: cannot read {path!r} as .npz: {e}") from e
+  if "x" not in arrays or ("y" not in arrays and kind != "generative"):
+    raise ValueError(f"data.path: {path!r} must hold arrays 'x' and 'y' (kind {kind!r}); "
+                     f"found {sorted(arrays)}")
+  keys = [k for k in ("x", "y") if k in arrays]
+  for k in keys:
+    if len(arrays[k]) != len(arrays["x"]):
+      raise ValueError(f"data.path: {path!r}: len({k}) = {len(arrays[k])} differs from "
+                       f"len(x) = {len(arrays['x'])}")
+  if "x_eval" in arrays:
+    train = {k: arrays[k] for k in keys}
+    eval_ = {k: arrays[k + "_eval"] for k in keys if k + "_eval" in arrays}
+    if set(eval_) != set(train):
+      raise ValueError(f"data.path: {path!r} has x_eval but not y_eval")
+  else:
+    # A seeded holdout: the same file and data_seed always give the same split.
+    n = len(arrays["x"])
+    n_eval = int(round(cfg["eval_frac"] * n))
+    if not 0 < n_eval < n:
+      raise ValueError(f"data.eval_frac: {cfg['eval_frac']} of {n} examples leaves an empty "
+                       "train or eval split")
+    perm_N = np.random.default_rng(cfg["data_seed"]).permutation(n)
+    train = {k: arrays[k][perm_N[n_eval:]] for k in keys}
+    eval_ = {k: arrays[k][perm_N[:n_eval]] for k in keys}
+  for split in (train, eval_):
+    if np.issubdtype(split["x"].dtype, np.floating):
+      split["x"] = split["x"].astype(np.float32)
+    elif kind == "lm":
+      split["x"] = split["x"].astype(np.int32)
+    if "y" in split:
+      split["y"] = _cast_y(split["y"], kind)
+  num_classes = vocab_size = None
+  if kind == "classification":
+    num_classes = int(max(train["y"].max(), eval_["y"].max())) + 1
+  elif kind == "binary":
+    num_classes = 2
+  elif kind == "lm":
+    vocab_size = int(max(train["x"].max(), train["y"].max())) + 1
+  return _arrays_source(kind, train, eval_, num_classes, vocab_size)
+
+
+BUILDERS = {"moons": moons, "digits": digits, "toy2d": toy2d, "text": text,
+            "textfile": textfile, "npz": npz}
