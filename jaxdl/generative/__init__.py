@@ -1,0 +1,11 @@
+"""Diffusion and flow matching as one Gaussian-path family: paths, losses, samplers, metrics.
+
+`paths` (schedules, conversions, exact fields), `losses` (denoising regressions, condition dropout),
+`samplers` (`make_sampler`: DDPM / DDIM / Euler / Heun as one `lax.scan`, classifier-free guidance),
+`metrics` (energy distance, exact W2), `tasks` (the 'flow_matching' and 'ddpm' training tasks).
+"""
+
+from jaxdl.generative import losses, metrics, paths, samplers  # noqa: F401
+from jaxdl.generative.samplers import make_sampler  # noqa: F401
+# Registers 'denoiser_mlp' / 'denoiser_unet' until jaxdl.models imports the module itself.
+from jaxdl.models import denoiser as _denoiser  # noqa: F401,E402

@@ -1,0 +1,264 @@
+"""Gaussian probability paths x_t = alpha_t x + sigma_t eps and conversions between network outputs.
+
+One family covers DDPM and rectified flow (Gao et al., 2024):
+
+- DDPM (`DDPMPath`): discrete t = 0..T with t = 0 the data; alpha_t = sqrt(alpha_bar_t),
+  sigma_t = sqrt(1 - alpha_bar_t). Schedules: linear beta 1e-4 -> 0.02 (Ho et al., 2020), with
+  alpha_bar_t = prod_{s<=t} (1 - beta_s), and the cosine alpha_bar (Nichol & Dhariwal, 2021).
+- Rectified flow (`FlowPath`): continuous t in [0, 1] with t = 0 the noise; alpha_t = t,
+  sigma_t = 1 - t; the network learns v = E[x - eps | x_t].
+
+A network predicts one of
+  'eps'      eps_hat = E[eps | x_t]
+  'x0'       x_hat   = E[x | x_t]
+  'v'        v_vp    = alpha eps - sigma x            (Salimans & Ho, 2022; variance-preserving paths)
+  'velocity' v_flow  = x - eps = d x_t / dt           (rectified flow, alpha + sigma = 1)
+and `to_x_eps` / `from_x_eps` convert between them through the pair (x_hat, eps_hat), using
+x_t = alpha x_hat + sigma eps_hat. The score follows from Tweedie: grad log p_t(x_t) = -eps_hat / sigma.
+
+Also here: closed-form fields used by tests and `jaxdl reproduce` (two-point data {-1, +1} and
+Gaussian data under the flow path).
+
+Shapes: B batch, N steps of a time grid; arrays with trailing data dims are written x_B... .
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+PREDICTIONS = ("eps", "x0", "v", "velocity")
+
+
+# ----------------------------------------------------------------------------- schedules
+
+
+def linear_beta_alpha_bar(T: int = 1000, beta_start: float = 1e-4, beta_end: float = 0.02):
+  """alpha_bar_t = prod_{s=1..t} (1 - beta_s), beta linear from beta_start to beta_end.
+
+  Returns a float64 numpy array of length T + 1 with alpha_bar_0 = 1 (t = 0 is the data).
+  """
+  betas_T = np.linspace(beta_start, beta_end, T, dtype=np.float64)
+  return np.concatenate([[1.0], np.cumprod(1.0 - betas_T)])
+
+
+def cosine_alpha_bar(T: int = 1000, s: float = 0.008, max_beta: float = 0.999):
+  """alpha_bar_t = f(t) / f(0), f(t) = cos^2(pi/2 (t/T + s)/(1 + s)), betas clipped at max_beta.
+
+  The clip keeps alpha_bar_T > 0 so that x_hat = (x_t - sigma eps)/alpha stays finite.
+  Returns a float64 numpy array of length T + 1 with alpha_bar_0 = 1.
+  """
+  t_T1 = np.arange(T + 1, dtype=np.float64) / T
+  f_T1 = np.cos(0.5 * math.pi * (t_T1 + s) / (1 + s)) ** 2
+  betas_T = np.minimum(1.0 - f_T1[1:] / f_T1[:-1], max_beta)
+  return np.concatenate([[1.0], np.cumprod(1.0 - betas_T)])
+
+
+SCHEDULES = {"linear": linear_beta_alpha_bar, "cosine": cosine_alpha_bar}
+
+
+# ----------------------------------------------------------------------------- paths
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class DDPMPath:
+  """Discrete variance-preserving path, t in {0, ..., T}; t = 0 is the data.
+
+  Attributes:
+    alpha_bar: float64 numpy array (T + 1,), alpha_bar[0] = 1, decreasing.
+  """
+
+  alpha_bar: np.ndarray
+  name: str = "ddpm"
+  continuous: bool = False
+
+  @property
+  def T(self) -> int:
+    return len(self.alpha_bar) - 1
+
+  def alpha_sigma(self, t):
+    """(alpha_t, sigma_t) = (sqrt(alpha_bar_t), sqrt(1 - alpha_bar_t)); t integer, numpy or jax."""
+    if isinstance(t, jax.Array):
+      ab = jnp.asarray(self.alpha_bar, jnp.float32)[t]
+      return jnp.sqrt(ab), jnp.sqrt(1.0 - ab)
+    ab = self.alpha_bar[np.asarray(t)]
+    return np.sqrt(ab), np.sqrt(1.0 - ab)
+
+  def model_time(self, t):
+    """The time fed to the network: t / T in [0, 1]."""
+    return t / self.T
+
+  def sample_train_time(self, rng, batch: int):
+    """t ~ uniform on {1, ..., T}."""
+    return jax.random.randint(rng, (batch,), 1, self.T + 1)
+
+  def time_grid(self, steps: int):
+    """Integer times from T down to 0 (noise -> data), steps + 1 distinct values.
+
+    steps = T is the full ancestral chain; fewer steps give an evenly spaced sub-sequence.
+    """
+    if not 1 <= steps <= self.T:
+      raise ValueError(f"steps={steps}: a DDPM path with T={self.T} takes 1 <= steps <= {self.T}")
+    return np.round(np.linspace(self.T, 0, steps + 1)).astype(np.int64)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class FlowPath:
+  """Rectified-flow path, t in [0, 1]; t = 0 is noise, x_t = t x + (1 - t) eps."""
+
+  name: str = "flow"
+  continuous: bool = True
+
+  def alpha_sigma(self, t):
+    return t, 1.0 - t
+
+  def d_alpha_sigma(self, t):
+    """(d alpha/dt, d sigma/dt) = (1, -1): the ODE velocity is x_hat - eps_hat."""
+    del t
+    return 1.0, -1.0
+
+  def model_time(self, t):
+    return t
+
+  def sample_train_time(self, rng, batch: int):
+    """t ~ U[0, 1]."""
+    return jax.random.uniform(rng, (batch,))
+
+  def time_grid(self, steps: int, t_end: float = 1.0):
+    """steps + 1 evenly spaced times from 0 (noise) to t_end (data)."""
+    if steps < 1:
+      raise ValueError(f"steps={steps}: the number of sampler steps must be >= 1")
+    return np.linspace(0.0, t_end, steps + 1)
+
+
+def make_path(name: str, *, T: int = 1000, schedule: str = "linear"):
+  """Builds a path by name: 'flow', or 'ddpm' with schedule 'linear' | 'cosine' and T steps."""
+  if name == "flow":
+    return FlowPath()
+  if name == "ddpm":
+    if schedule not in SCHEDULES:
+      raise ValueError(f"schedule={schedule!r}: expected one of {sorted(SCHEDULES)}")
+    return DDPMPath(alpha_bar=SCHEDULES[schedule](T))
+  raise ValueError(f"path={name!r}: expected 'flow' or 'ddpm'")
+
+
+def add_noise(x, eps, alpha, sigma):
+  """x_t = alpha x + sigma eps, alpha and sigma per example (B,) broadcast over data dims."""
+  return _bc(alpha, x) * x + _bc(sigma, x) * eps
+
+
+# ----------------------------------------------------------------------------- conversions
+
+
+def _bc(a, x):
+  """Broadcasts a per-example (B,) coefficient (or a scalar) against x_B...."""
+  a = jnp.asarray(a, x.dtype)
+  return a.reshape(a.shape + (1,) * (x.ndim - a.ndim))
+
+
+def eps_to_x0(x_t, eps_hat, alpha, sigma):
+  """x_hat = (x_t - sigma eps_hat) / alpha."""
+  return (x_t - _bc(sigma, x_t) * eps_hat) / _bc(alpha, x_t)
+
+
+def x0_to_eps(x_t, x_hat, alpha, sigma):
+  """eps_hat = (x_t - alpha x_hat) / sigma."""
+  return (x_t - _bc(alpha, x_t) * x_hat) / _bc(sigma, x_t)
+
+
+def eps_to_score(eps_hat, sigma):
+  """Tweedie: grad_x log p_t(x_t) = -eps_hat / sigma."""
+  return -eps_hat / _bc(sigma, eps_hat)
+
+
+def score_to_eps(score, sigma):
+  """eps_hat = -sigma * score."""
+  return -_bc(sigma, score) * score
+
+
+def to_x_eps(out, x_t, alpha, sigma, prediction: str):
+  """Network output -> (x_hat, eps_hat), using x_t = alpha x_hat + sigma eps_hat.
+
+  'eps': x_hat = (x_t - sigma eps)/alpha.       'x0': eps_hat = (x_t - alpha x)/sigma.
+  'v' (needs alpha^2 + sigma^2 = 1): x_hat = alpha x_t - sigma v, eps_hat = sigma x_t + alpha v.
+  'velocity' (needs alpha + sigma = 1): x_hat = x_t + sigma v, eps_hat = x_t - alpha v
+  (for the flow: x_hat = x_t + (1 - t) v and eps_hat = x_t - t v).
+  """
+  a, s = _bc(alpha, x_t), _bc(sigma, x_t)
+  if prediction == "eps":
+    return (x_t - s * out) / a, out
+  if prediction == "x0":
+    return out, (x_t - a * out) / s
+  if prediction == "v":
+    return a * x_t - s * out, s * x_t + a * out
+  if prediction == "velocity":
+    return x_t + s * out, x_t - a * out
+  raise ValueError(f"prediction={prediction!r}: expected one of {PREDICTIONS}")
+
+
+def from_x_eps(x_hat, eps_hat, alpha, sigma, prediction: str):
+  """(x_hat, eps_hat) -> what a network with `prediction` outputs (the inverse of `to_x_eps`).
+
+  'v': alpha eps - sigma x.  'velocity': x - eps (the flow target).
+  """
+  a, s = _bc(alpha, x_hat), _bc(sigma, x_hat)
+  if prediction == "eps":
+    return eps_hat
+  if prediction == "x0":
+    return x_hat
+  if prediction == "v":
+    return a * eps_hat - s * x_hat
+  if prediction == "velocity":
+    return x_hat - eps_hat
+  raise ValueError(f"prediction={prediction!r}: expected one of {PREDICTIONS}")
+
+
+def flow_velocity_from_x0(x_t, x_hat, t):
+  """v = (x_hat - x_t) / (1 - t) on the flow path."""
+  return (x_hat - x_t) / (1.0 - _bc(t, x_t))
+
+
+def flow_velocity_from_eps(x_t, eps_hat, t):
+  """v = (x_t - eps_hat) / t on the flow path."""
+  return (x_t - eps_hat) / _bc(t, x_t)
+
+
+# ----------------------------------------------------------------------------- exact fields
+
+
+def two_point_posterior_mean(y, t):
+  """E[x | x_t = y] for data x = +-1 (prob 1/2 each) on the flow path: tanh(t y / (1 - t)^2).
+
+  Given x, x_t ~ N(t x, (1 - t)^2); Bayes' rule gives the odds exp(2 t y / (1 - t)^2).
+  """
+  return jnp.tanh(t * y / (1.0 - t) ** 2)
+
+
+def two_point_posterior_velocity(y, t):
+  """The exact flow field v*(y, t) = E[x - eps | x_t = y] = (x_hat(y, t) - y) / (1 - t)."""
+  return (two_point_posterior_mean(y, t) - y) / (1.0 - t)
+
+
+def gaussian_flow_velocity(y, t, mu, s):
+  """Exact flow field for data N(mu, s^2) per coordinate and eps ~ N(0, 1).
+
+  x_t ~ N(t mu, var_t) with var_t = t^2 s^2 + (1 - t)^2, and
+  x_hat = mu + t s^2 (y - t mu)/var_t, eps_hat = (1 - t)(y - t mu)/var_t, v = x_hat - eps_hat.
+  """
+  var = t**2 * s**2 + (1.0 - t) ** 2
+  r = (y - t * mu) / var
+  return mu + (t * s**2 - (1.0 - t)) * r
+
+
+def gaussian_flow_solution(eps, t, mu, s):
+  """The ODE dy/dt = gaussian_flow_velocity from y(0) = eps: y(t) = t mu + sqrt(var_t) eps."""
+  return t * mu + jnp.sqrt(t**2 * s**2 + (1.0 - t) ** 2) * eps
+
+
+def gaussian_eps_posterior(x_t, alpha, sigma, mu, s):
+  """E[eps | x_t] for data N(mu, s^2) on any Gaussian path: sigma (x_t - alpha mu)/(alpha^2 s^2 + sigma^2)."""
+  return sigma * (x_t - alpha * mu) / (alpha**2 * s**2 + sigma**2)
