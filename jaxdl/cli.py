@@ -1,0 +1,173 @@
+"""The `jaxdl` command line: train | list | sample | doctor | reproduce | bench.
+
+Exit codes: 0 success (also after a SIGTERM checkpoint), 1 a run that failed (non-finite loss),
+2 bad input (unknown experiment, key, type or value; a workdir of another run). Bad input is one
+line on stderr and leaves the workdir untouched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import os
+import sys
+
+DEFAULT_EXPERIMENT = "moons_mlp"
+
+
+def _train_args(p: argparse.ArgumentParser) -> None:
+  p.add_argument("experiment", nargs="?", default=DEFAULT_EXPERIMENT,
+                 help="experiment file or name, optionally with :ARG (e.g. moons_mlp:bn); "
+                      f"default {DEFAULT_EXPERIMENT}")
+  p.add_argument("--workdir", help="run directory (default runs/<experiment name>); an existing "
+                                   "run there is resumed from its latest checkpoint")
+  p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                 help="override a config key, e.g. --set optim.lr=3e-3 (repeatable); "
+                      "--config.optim.lr=3e-3 is accepted too")
+  p.add_argument("--force", action="store_true",
+                 help="resume even if the workdir's config differs")
+  p.add_argument("--no-progress", action="store_true", help="no progress bar or log lines")
+  dist = p.add_argument_group("multi-host")
+  dist.add_argument("--distributed", action="store_true",
+                    help="call jax.distributed.initialize (auto-detects SLURM, TPU pods, ...)")
+  dist.add_argument("--coordinator", help="host:port of process 0")
+  dist.add_argument("--num-processes", type=int)
+  dist.add_argument("--process-id", type=int)
+
+
+def build_parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(prog="jaxdl", description=__doc__.splitlines()[0])
+  sub = parser.add_subparsers(dest="command")
+  _train_args(sub.add_parser("train", help="train an experiment (resumes automatically)"))
+  sub.add_parser("list", help="list the experiments with their descriptions")
+  for name, module in _EXTENSIONS.items():
+    ext = _load_extension(module)
+    if ext is not None:
+      ext.add_arguments(sub.add_parser(name, help=ext.HELP))
+  return parser
+
+
+# Commands provided by other packages: each module defines HELP, add_arguments(parser), main(args).
+_EXTENSIONS = {"sample": "jaxdl.generative.cli", "doctor": "jaxdl.doctor",
+               "reproduce": "jaxdl.reproduce", "bench": "jaxdl.bench"}
+
+
+def _load_extension(module: str):
+  try:
+    mod = importlib.import_module(module)
+  except ModuleNotFoundError as e:
+    if e.name and module.startswith(e.name):
+      return None
+    raise
+  return mod if hasattr(mod, "add_arguments") else None
+
+
+def _split_config_flags(argv: list[str]) -> list[str]:
+  """Rewrites `--config.key=value` / `--config.key value` into `--set key=value`."""
+  out, i = [], 0
+  while i < len(argv):
+    a = argv[i]
+    if a.startswith("--config."):
+      if "=" in a:
+        out += ["--set", a[len("--config."):]]
+      elif i + 1 < len(argv):
+        out += ["--set", f"{a[len('--config.'):]}={argv[i + 1]}"]
+        i += 1
+    else:
+      out.append(a)
+    i += 1
+  return out
+
+
+def _setup_logging() -> None:
+  logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+  for noisy in ("absl", "orbax", "jax._src", "etils"):
+    logging.getLogger(noisy).setLevel(logging.WARNING)
+  try:
+    from absl import logging as absl_logging
+    absl_logging.set_verbosity(absl_logging.WARNING)
+  except ImportError:
+    pass
+
+
+def _initialize_distributed(args) -> None:
+  import jax
+  kwargs = {}
+  if args.coordinator:
+    kwargs["coordinator_address"] = args.coordinator
+  if args.num_processes is not None:
+    kwargs["num_processes"] = args.num_processes
+  if args.process_id is not None:
+    kwargs["process_id"] = args.process_id
+  kwargs["initialization_timeout"] = int(os.environ.get("JAXDL_DIST_TIMEOUT", "120"))
+  jax.distributed.initialize(**kwargs)
+
+
+def cmd_train(args) -> int:
+  from jaxdl.config import ConfigError, load_config
+  try:
+    config, module = load_config(args.experiment, args.overrides)
+  except ConfigError as e:
+    print(f"jaxdl: error: {e}", file=sys.stderr)
+    return 2
+  if args.distributed:
+    _initialize_distributed(args)
+  workdir = args.workdir or os.path.join("runs", config.name)
+  from jaxdl.train import loop
+  try:
+    if hasattr(module, "run"):
+      os.makedirs(workdir, exist_ok=True)
+      summary = module.run(config, workdir)
+    else:
+      summary = loop.run(config, workdir, force=args.force, progress=not args.no_progress)
+  except (ValueError, loop.WorkdirMismatchError) as e:
+    print(f"jaxdl: error: {str(e).splitlines()[0]}", file=sys.stderr)
+    return 2
+  except loop.NonFiniteLossError as e:
+    print(f"jaxdl: {e}", file=sys.stderr)
+    return 1
+  print(json.dumps({"workdir": workdir, **_jsonable(summary)}, indent=2))
+  return 0
+
+
+def _jsonable(x):
+  if isinstance(x, dict):
+    return {str(k): _jsonable(v) for k, v in x.items()}
+  if isinstance(x, (list, tuple)):
+    return [_jsonable(v) for v in x]
+  if isinstance(x, (str, int, float, bool)) or x is None:
+    return x
+  try:
+    return float(x)
+  except (TypeError, ValueError):
+    return str(x)
+
+
+def cmd_list(args) -> int:
+  del args
+  from jaxdl.config import list_experiments
+  rows = list_experiments()
+  width = max((len(n) for n, _ in rows), default=0)
+  for name, desc in rows:
+    print(f"{name:<{width}}  {desc}")
+  return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+  argv = _split_config_flags(list(sys.argv[1:] if argv is None else argv))
+  parser = build_parser()
+  args = parser.parse_args(argv)
+  _setup_logging()
+  if args.command in (None, "train"):
+    if args.command is None:
+      args = parser.parse_args(["train", *argv])
+    return cmd_train(args)
+  if args.command == "list":
+    return cmd_list(args)
+  return _load_extension(_EXTENSIONS[args.command]).main(args)
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,138 @@
+"""Training tasks: how a batch becomes a loss and metrics.
+
+A task is chosen by `config.task` from `TASKS`. Its `loss_fn` has the signature
+
+  loss_fn(apply_fn, params, model_state, batch, rngs, train) -> (loss, (metrics, new_model_state))
+
+`model_state` holds mutable collections such as `batch_stats`; `rngs` is a dict of named keys
+derived in the step; an optional `batch['mask']` (1 real, 0 padding) weights the per-example mean
+so padded eval batches give exact averages.
+
+Losses (B batch, K classes, T time, V vocabulary):
+  classification: CE(z, q) = -sum_k q_k log softmax(z)_k with q = (1 - s) onehot(y) + s / K
+  binary:         BCE(z, y) = -y log sigmoid(z) - (1 - y) log(1 - sigmoid(z))
+  lm:             next-token CE averaged over B and T; also bits per byte = CE / ln 2
+  regression:     mean squared error over output dimensions
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+
+TASKS: dict[str, Callable[[Any], "Task"]] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """A loss function plus the model input it needs for `init`."""
+  loss_fn: Callable
+  init_input: Callable[[dict], Any] = lambda batch: batch["x"]
+  # 'classification' / 'lm' tasks have a well-defined first loss ln K (used by the doctor).
+  kind: str = "other"
+
+
+def register_task(name: str):
+  """Registers `factory(config) -> Task` under `name`."""
+
+  def wrap(factory):
+    TASKS[name] = factory
+    return factory
+
+  return wrap
+
+
+def make_task(config) -> Task:
+  if config.task not in TASKS:
+    raise ValueError(f"task: unknown task {config.task!r}; expected one of {sorted(TASKS)}")
+  return TASKS[config.task](config)
+
+
+def apply_model(apply_fn, params, model_state, x, rngs, train: bool):
+  """Runs the model; in training, returns the updated mutable collections too."""
+  variables = {"params": params, **model_state}
+  if train:
+    rngs = {"dropout": rngs["dropout"]}
+    if model_state:
+      return apply_fn(variables, x, train=True, rngs=rngs, mutable=list(model_state))
+    return apply_fn(variables, x, train=True, rngs=rngs), model_state
+  return apply_fn(variables, x, train=False), model_state
+
+
+def masked_mean(values_B: jax.Array, batch: dict) -> jax.Array:
+  """Mean over the batch, weighted by `batch['mask']` when present."""
+  values_B = values_B.astype(jnp.float32)
+  mask = batch.get("mask")
+  if mask is None:
+    return values_B.mean()
+  mask_B = mask.astype(jnp.float32)
+  return (values_B * mask_B).sum() / jnp.maximum(mask_B.sum(), 1.0)
+
+
+def smoothed_targets(labels_B: jax.Array, num_classes: int, smoothing: float) -> jax.Array:
+  """(1 - s) onehot(y) + s / K."""
+  onehot_BxK = jax.nn.one_hot(labels_B, num_classes)
+  return (1.0 - smoothing) * onehot_BxK + smoothing / num_classes
+
+
+@register_task("classification")
+def classification(config) -> Task:
+  smoothing = float(config.train.get("label_smoothing", 0.0))
+
+  def loss_fn(apply_fn, params, model_state, batch, rngs, train):
+    logits_BxK, new_state = apply_model(apply_fn, params, model_state, batch["x"], rngs, train)
+    logits_BxK = logits_BxK.astype(jnp.float32)
+    targets_BxK = smoothed_targets(batch["y"], logits_BxK.shape[-1], smoothing)
+    loss = masked_mean(optax.softmax_cross_entropy(logits_BxK, targets_BxK), batch)
+    accuracy = masked_mean(jnp.argmax(logits_BxK, -1) == batch["y"], batch)
+    return loss, ({"accuracy": accuracy}, new_state)
+
+  return Task(loss_fn, kind="classification")
+
+
+@register_task("binary")
+def binary(config) -> Task:
+  del config
+
+  def loss_fn(apply_fn, params, model_state, batch, rngs, train):
+    logits, new_state = apply_model(apply_fn, params, model_state, batch["x"], rngs, train)
+    logits_B = logits.astype(jnp.float32).reshape(-1)
+    labels_B = batch["y"].astype(jnp.float32).reshape(-1)
+    loss = masked_mean(optax.sigmoid_binary_cross_entropy(logits_B, labels_B), batch)
+    accuracy = masked_mean((logits_B > 0) == (labels_B > 0.5), batch)
+    return loss, ({"accuracy": accuracy}, new_state)
+
+  return Task(loss_fn, kind="binary")
+
+
+@register_task("lm")
+def language_model(config) -> Task:
+  del config
+
+  def loss_fn(apply_fn, params, model_state, batch, rngs, train):
+    logits_BxTxV, new_state = apply_model(apply_fn, params, model_state, batch["x"], rngs, train)
+    logits_BxTxV = logits_BxTxV.astype(jnp.float32)
+    ce_BxT = optax.softmax_cross_entropy_with_integer_labels(logits_BxTxV, batch["y"])
+    loss = masked_mean(ce_BxT.mean(-1), batch)
+    accuracy = masked_mean((jnp.argmax(logits_BxTxV, -1) == batch["y"]).mean(-1), batch)
+    return loss, ({"accuracy": accuracy, "bits_per_byte": loss / math.log(2.0)}, new_state)
+
+  return Task(loss_fn, kind="lm")
+
+
+@register_task("regression")
+def regression(config) -> Task:
+  del config
+
+  def loss_fn(apply_fn, params, model_state, batch, rngs, train):
+    pred, new_state = apply_model(apply_fn, params, model_state, batch["x"], rngs, train)
+    err = (pred.astype(jnp.float32) - batch["y"].astype(jnp.float32).reshape(pred.shape)) ** 2
+    loss = masked_mean(err.reshape(err.shape[0], -1).mean(-1), batch)
+    return loss, ({}, new_state)
+
+  return Task(loss_fn, kind="regression")
