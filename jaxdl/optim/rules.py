@@ -13,8 +13,10 @@ g gradient, eta = schedule(t) learning rate, lambda weight decay, elementwise op
              theta -= eta m_hat / (sqrt(v_hat) + eps), m_hat = m / (1-b1^t), v_hat = v / (1-b2^t)
 - adam_l2:   adam on g + lambda theta (coupled L2: the decay passes through the moments)
 - adamw:     theta -= eta (m_hat / (sqrt(v_hat) + eps) + lambda theta) (decoupled decay)
-- muon:      optax.contrib.muon on weight matrices (kernels, ndim >= 2; embeddings stay with
-             Adam), AdamW on the rest; decoupled decay theta -= eta lambda theta on the mask.
+- muon:      optax.contrib.muon: Newton-Schulz-orthogonalized Nesterov momentum (beta =
+             muon_beta) on weight matrices (kernels with ndim >= 2; embeddings stay with Adam),
+             and optax's Nesterov AdamW (b1, b2, eps) on the rest; then the decoupled decay
+             theta -= eta lambda theta on the masked parameters.
 
 Weight decay for sgd/momentum/nesterov/adagrad/rmsprop is the classic coupled L2 term
 (lambda theta added to g before the rule); for adamw and muon it is decoupled. In every case it
