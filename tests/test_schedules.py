@@ -1,0 +1,140 @@
+"""jaxdl.optim.schedules: values against the formulas, WSD extension, config errors."""
+
+import math
+
+import ml_collections
+import numpy as np
+import pytest
+
+from jaxdl.optim import default_optim_config, make_optimizer
+from jaxdl.optim.schedules import (extension_check, first_changed_step, linear_scaled_lr,
+                                   make_schedule, sqrt_scaled_lr)
+
+ETA = 0.1
+T = 1000
+
+
+def _cfg(name, **sched):
+  c = default_optim_config()
+  c.lr = ETA
+  c.schedule.name = name
+  c.schedule.warmup_frac = 0.0
+  for k, v in sched.items():
+    c.schedule[k] = v
+  return c
+
+
+def _lr(cfg, t, total=T):
+  return float(make_schedule(cfg, total)(t))
+
+
+def test_constant():
+  assert [_lr(_cfg("constant"), t) for t in (0, 500, T - 1)] == pytest.approx([ETA] * 3)
+
+
+def test_step_decay():
+  cfg = _cfg("step", step_every_frac=0.3, gamma=0.5)
+  for t in (0, 299, 300, 599, 600, 900, T - 1):
+    assert _lr(cfg, t) == pytest.approx(ETA * 0.5**math.floor(t / 300)), t
+
+
+def test_cosine():
+  cfg = _cfg("cosine")
+  for t in (0, 250, 500, 999):
+    assert _lr(cfg, t) == pytest.approx(ETA / 2 * (1 + math.cos(math.pi * t / T)), abs=1e-7), t
+
+
+def test_warmup_cosine_to_final_fraction():
+  w, f = 100, 0.1
+  cfg = _cfg("warmup_cosine", warmup_frac=0.1, final_frac=f)
+
+  def ref(t):
+    if t < w:
+      return ETA * t / w
+    u = (t - w) / (T - w)
+    return f * ETA + (ETA - f * ETA) * (1 + math.cos(math.pi * u)) / 2
+
+  for t in (0, 50, w, 400, T - 1, T):
+    assert _lr(cfg, t) == pytest.approx(ref(t), abs=1e-7), t
+  assert _lr(cfg, 0) == 0.0 and _lr(cfg, w) == pytest.approx(ETA)
+
+
+@pytest.mark.parametrize("shape", ["linear", "cosine", "1-sqrt"])
+def test_wsd_phases(shape):
+  w, d, f = 50, 200, 0.1  # decay_frac 0.2 of 1000
+  cfg = _cfg("wsd", warmup_steps=w, decay_frac=0.2, final_frac=f, decay_shape=shape)
+  end = f * ETA
+  decay = {"linear": lambda u: ETA - (ETA - end) * u,
+           "cosine": lambda u: end + (ETA - end) * (1 + math.cos(math.pi * u)) / 2,
+           "1-sqrt": lambda u: end + (ETA - end) * (1 - math.sqrt(u))}[shape]
+  assert _lr(cfg, 0) == 0.0                                   # start of warmup
+  assert _lr(cfg, 25) == pytest.approx(ETA * 25 / w)          # inside warmup
+  assert _lr(cfg, w) == pytest.approx(ETA)                    # end of warmup
+  assert _lr(cfg, 500) == pytest.approx(ETA)                  # stable phase
+  assert _lr(cfg, T - d) == pytest.approx(ETA)                # decay start
+  for t in (T - d + 50, T - d + 150, T - 1):                  # inside the decay, last step
+    assert _lr(cfg, t) == pytest.approx(decay((t - (T - d)) / d), abs=1e-6), (shape, t)
+  assert _lr(cfg, T) == pytest.approx(end, abs=1e-7)          # the decay lands on f eta0
+
+
+def _full(optim_cfg, steps):
+  c = ml_collections.ConfigDict()
+  c.optim = optim_cfg
+  c.train = ml_collections.ConfigDict({"steps": steps})
+  return c
+
+
+def test_wsd_extension_replays_every_lr_taken():
+  old = _full(_cfg("wsd", warmup_steps=50, decay_frac=0.2), T)
+  new = _full(_cfg("wsd", warmup_steps=50, decay_frac=0.2), int(1.5 * T))
+  restored = 700  # stable phase of the old run (decay starts at 800)
+  assert extension_check(old, new, restored)
+  s_old, s_new = make_schedule(old.optim, T), make_schedule(new.optim, int(1.5 * T))
+  t = np.arange(restored)
+  np.testing.assert_array_equal(np.asarray(s_old(t)), np.asarray(s_new(t)))
+  # the extended run stays at the peak until its own decay (1500 - 300)
+  assert float(s_new(1199)) == pytest.approx(ETA) and float(s_new(1300)) < ETA
+  # restored inside the old decay: those lrs are not replayed
+  assert not extension_check(old, new, 900)
+  assert first_changed_step(old, new, 900) == 801  # lr(800) is still the peak (u = 0)
+  assert extension_check(old, new, 801)
+
+
+def test_cosine_extension_is_refused():
+  old, new = _full(_cfg("cosine"), T), _full(_cfg("cosine"), int(1.5 * T))
+  assert not extension_check(old, new, 700)
+  assert first_changed_step(old, new, 700) == 1  # every lr after t = 0 depends on T
+
+
+def test_wsd_warmup_fraction_moves_with_total():
+  old = _full(_cfg("wsd", warmup_frac=0.05), T)
+  new = _full(_cfg("wsd", warmup_frac=0.05), 2 * T)
+  assert not extension_check(old, new, 500)  # give warmup_steps for an extendable run
+
+
+def test_make_optimizer_returns_the_schedule_it_uses():
+  c = _cfg("wsd", warmup_steps=10)
+  c.name, c.clip_norm, c.weight_decay = "sgd", None, 0.0
+  _, sched = make_optimizer(c, 100)
+  assert float(sched(5)) == pytest.approx(ETA / 2) and float(sched(99)) < ETA
+
+
+@pytest.mark.parametrize("name,sched,total,pattern", [
+    ("nope", {}, T, r"^optim\.schedule\.name: unknown schedule 'nope'; expected one of "
+                    r"\['constant', 'step', 'cosine', 'warmup_cosine', 'wsd'\]"),
+    ("warmup_cosine", {"warmup_steps": 200}, 100, r"^optim\.schedule\.warmup_steps: .*longer"),
+    ("warmup_cosine", {"warmup_frac": 1.5}, 100, r"^optim\.schedule\.warmup_frac: "),
+    ("wsd", {"decay_frac": 0.0}, T, r"^optim\.schedule\.decay_frac: must be in \(0, 1\]"),
+    ("wsd", {"decay_frac": 1.2}, T, r"^optim\.schedule\.decay_frac: "),
+    ("wsd", {"decay_frac": 0.9, "warmup_steps": 200}, T, r"^optim\.schedule\.decay_frac: "),
+    ("wsd", {"decay_shape": "exp"}, T, r"^optim\.schedule\.decay_shape: .*'1-sqrt'"),
+    ("step", {"gamma": 0.0}, T, r"^optim\.schedule\.gamma: "),
+])
+def test_bad_schedule_config_names_the_key(name, sched, total, pattern):
+  with pytest.raises(ValueError, match=pattern):
+    make_optimizer(_cfg(name, **sched), total)
+
+
+def test_scaling_rules():
+  assert linear_scaled_lr(0.1, 256, 1024) == pytest.approx(0.4)
+  assert sqrt_scaled_lr(1e-3, 256, 1024) == pytest.approx(2e-3)
