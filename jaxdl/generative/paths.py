@@ -83,8 +83,9 @@ class DDPMPath:
   def alpha_sigma(self, t):
     """(alpha_t, sigma_t) = (sqrt(alpha_bar_t), sqrt(1 - alpha_bar_t)); t integer, numpy or jax."""
     if isinstance(t, jax.Array):
-      ab = jnp.asarray(self.alpha_bar, jnp.float32)[t]
-      return jnp.sqrt(ab), jnp.sqrt(1.0 - ab)
+      # Square roots in float64 first: 1 - alpha_bar in float32 loses digits near t = 1.
+      return (jnp.asarray(np.sqrt(self.alpha_bar), jnp.float32)[t],
+              jnp.asarray(np.sqrt(1.0 - self.alpha_bar), jnp.float32)[t])
     ab = self.alpha_bar[np.asarray(t)]
     return np.sqrt(ab), np.sqrt(1.0 - ab)
 
