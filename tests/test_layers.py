@@ -102,10 +102,11 @@ def test_gpt2_and_zeros_init_and_bad_names():
 
 class _Norm(nn.Module):
   kind: str
+  bn_axis_name: str | None = None
 
   @nn.compact
   def __call__(self, x, *, train):
-    return layers.make_norm(self.kind, train=train, name="norm")(x)
+    return layers.make_norm(self.kind, train=train, name="norm", axis_name=self.bn_axis_name)(x)
 
 
 def test_rmsnorm_formula():
@@ -138,10 +139,10 @@ def test_batchnorm_train_vs_eval_and_batch_of_one():
 def test_batchnorm_averages_over_the_device_axis():
   # vmap with the pmap axis name emulates 4 devices holding different shards of the batch.
   x = jax.random.normal(jax.random.key(0), (4, 8, 3)) + jnp.arange(4.0)[:, None, None]
-  m = _Norm("batch")
+  m = _Norm("batch", bn_axis_name="batch")
   v = m.init(jax.random.key(1), x[0], train=False)
   f = lambda xs: m.apply(v, xs, train=True, mutable=["batch_stats"])  # noqa: E731
-  y, st = jax.vmap(f, axis_name=layers.PMAP_AXIS)(x)
+  y, st = jax.vmap(f, axis_name="batch")(x)
   np.testing.assert_allclose(st["batch_stats"]["norm"]["mean"][0], 0.1 * x.reshape(32, 3).mean(0),
                              rtol=1e-5)
   np.testing.assert_allclose(y.reshape(32, 3).mean(0), 0.0, atol=1e-5)

@@ -34,4 +34,8 @@ def build_model(model_cfg) -> nn.Module:
 
 
 # Importing the family modules fills the registry.
+from jaxdl.models import layers  # noqa: E402,F401
 from jaxdl.models import mlp  # noqa: E402,F401
+from jaxdl.models import gpt  # noqa: E402,F401
+from jaxdl.models.layers import count_params  # noqa: E402,F401
+from jaxdl.models.gpt import gpt_config  # noqa: E402,F401

@@ -90,12 +90,15 @@ def to_dtype(name_or_dtype) -> jnp.dtype:
   return jnp.dtype(name_or_dtype)
 
 
+def count_params(params) -> int:
+  """Total number of scalars in a params pytree."""
+  return int(sum(x.size for x in jax.tree.leaves(params)))
+
+
 # ---------------------------------------------------------------------------------------------
 # Norms by name.
 
 NORM_NAMES = ("none", "batch", "layer", "rms", "group")
-# Under `pmap` (or shard_map) with this axis bound, BatchNorm averages statistics over it.
-PMAP_AXIS = "batch"
 
 
 class RMSNorm(nn.Module):
@@ -113,29 +116,21 @@ class RMSNorm(nn.Module):
     return (y * scale.astype(jnp.float32)).astype(self.dtype)
 
 
-def _axis_is_bound(axis_name: str) -> bool:
-  try:
-    jax.lax.axis_index(axis_name)
-    return True
-  except NameError:
-    return False
-
-
 def make_norm(kind: str, *, train: bool, name: str | None = None, dtype: Dtype = jnp.float32,
               param_dtype: Dtype = jnp.float32, momentum: float = 0.9, epsilon: float = 1e-5,
-              num_groups: int = 8) -> Callable:
+              num_groups: int = 8, axis_name: str | None = None) -> Callable:
   """A norm layer by name; call inside a compact method. 'none' gives the identity.
 
   'batch': batch statistics when `train`, running averages otherwise; running average
-  r <- momentum r + (1 - momentum) batch (0.9 here is PyTorch's momentum 0.1). Under pmap with
-  axis `PMAP_AXIS` bound, the statistics are averaged across devices.
+  r <- momentum r + (1 - momentum) batch (0.9 here is PyTorch's momentum 0.1). With `axis_name`
+  (the model's `bn_axis_name`, set to 'batch' by the pmap strategy) the statistics are averaged
+  across devices.
   """
   if kind == "none":
     return lambda x: x
   if kind == "batch":
-    axis = PMAP_AXIS if _axis_is_bound(PMAP_AXIS) else None
     return nn.BatchNorm(use_running_average=not train, momentum=momentum, epsilon=epsilon,
-                        axis_name=axis, dtype=dtype, param_dtype=param_dtype, name=name)
+                        axis_name=axis_name, dtype=dtype, param_dtype=param_dtype, name=name)
   if kind == "layer":
     return nn.LayerNorm(epsilon=epsilon, dtype=dtype, param_dtype=param_dtype, name=name)
   if kind == "rms":
