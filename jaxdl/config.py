@@ -161,6 +161,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if "parallel" in config:
     _require(config.parallel.strategy in ("jit", "pmap"), "parallel.strategy",
              f"expected 'jit' or 'pmap', got {config.parallel.strategy!r}")
+    _require(config.parallel.get("devices", 0) >= 0, "parallel.devices",
+             f"must be >= 0 (0 = all devices), got {config.parallel.get('devices')}")
   if "data" in config and "batch_size" in config.data:
     _require(config.data.batch_size > 0, "data.batch_size",
              f"must be positive, got {config.data.batch_size}")
@@ -201,5 +203,6 @@ def base_config() -> ml_collections.ConfigDict:
       async_checkpoint=True,
       plot=True,
   ))
-  c.parallel = ml_collections.ConfigDict(dict(strategy="jit"))
+  # devices: how many devices to use (0 = all); the global batch is split across them.
+  c.parallel = ml_collections.ConfigDict(dict(strategy="jit", devices=0))
   return c

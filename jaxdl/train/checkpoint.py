@@ -25,6 +25,15 @@ from orbax.checkpoint import checkpoint_managers as ocm
 log = logging.getLogger("jaxdl")
 
 
+ITEMS = ("state", "data", "config", "manifest")
+
+
+def _manager(directory, options=None) -> ocp.CheckpointManager:
+  handlers = {"state": ocp.StandardCheckpointHandler(), "data": ocp.JsonCheckpointHandler(),
+              "config": ocp.JsonCheckpointHandler(), "manifest": ocp.JsonCheckpointHandler()}
+  return ocp.CheckpointManager(directory, options=options, item_handlers=handlers)
+
+
 class Checkpointer:
   """Saves and restores (state, data iterator state, config, manifest) per step."""
 
@@ -40,8 +49,7 @@ class Checkpointer:
     options = ocp.CheckpointManagerOptions(
         preservation_policy=ocm.AnyPreservationPolicy(policies),
         enable_async_checkpointing=async_save, create=True)
-    self.manager = ocp.CheckpointManager(
-        self.directory, options=options, item_names=("state", "data", "config", "manifest"))
+    self.manager = _manager(self.directory, options)
 
   def all_steps(self) -> list[int]:
     return sorted(self.manager.all_steps())
@@ -90,3 +98,22 @@ def abstract_like(state, shardings) -> Any:
   """ShapeDtypeStructs of `state` carrying the target shardings (for restore)."""
   return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                       state, shardings)
+
+
+def load_state(workdir, step: int | None = None) -> tuple[int, dict]:
+  """Reads a run's saved state as nested dicts of arrays on the first local device.
+
+  For inspection, sampling and tests: no model or optimizer needs to be built. Returns
+  (step, state) where state has the keys of `TrainState` (params, opt_state, model_state, ...).
+  """
+  directory = pathlib.Path(workdir).absolute() / "checkpoints"
+  manager = _manager(directory)
+  step = manager.latest_step() if step is None else step
+  if step is None:
+    raise FileNotFoundError(f"no checkpoint in {directory}")
+  meta = manager.item_metadata(step)["state"]
+  device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+  abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), meta)
+  restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
+  manager.close()
+  return step, restored["state"]

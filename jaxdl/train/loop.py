@@ -40,7 +40,7 @@ log = logging.getLogger("jaxdl")
 # schedule decides whether a new length keeps the learning rates already taken).
 RESUMABLE_KEYS = ("train.steps", "train.eval_every", "train.log_every", "train.ckpt_every",
                   "train.keep_ckpts", "train.patience", "train.plot", "train.async_checkpoint",
-                  "parallel.strategy", "description")
+                  "parallel.strategy", "parallel.devices", "description")
 
 
 class NonFiniteLossError(RuntimeError):
@@ -137,8 +137,8 @@ def build(config):
   """Everything a run needs, built (and validated) before any side effect."""
   ds = jdata.make_dataset(config)
   task = tasks.make_task(config)
-  strategy = parallel.make_strategy(config.parallel.strategy)
-  parallel.check_batch(config.data.batch_size, jax.device_count())
+  strategy = parallel.make_strategy(config.parallel.strategy, config.parallel.get("devices", 0))
+  parallel.check_batch(config.data.batch_size, strategy.num_global_devices)
   tx, schedule = joptim.make_optimizer(config.optim, config.train.steps)
   policy = precision.get_policy(config.train.precision)
   model = jmodels.build_model(config.model)

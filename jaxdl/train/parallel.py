@@ -41,6 +41,10 @@ class JitStrategy:
     self.replicated = NamedSharding(self.mesh, P())
     self.batch_sharding = NamedSharding(self.mesh, P("data"))
 
+  @property
+  def num_global_devices(self) -> int:
+    return len(self.devices)
+
   def describe(self) -> dict:
     return {"strategy": self.name, "mesh": dict(self.mesh.shape), "devices": len(self.devices)}
 
@@ -82,12 +86,20 @@ class PmapStrategy:
   def __init__(self, devices=None):
     self.devices = list(devices if devices is not None else jax.local_devices())
 
+  @property
+  def num_global_devices(self) -> int:
+    return len(self.devices) * jax.process_count()
+
   def describe(self) -> dict:
     return {"strategy": self.name, "mesh": {PMAP_AXIS: len(self.devices)},
             "devices": len(self.devices)}
 
   def place_state(self, state):
-    return jax.device_put_replicated(state, self.devices)
+    """One copy per device along a leading axis (what `jax.device_put_replicated` used to do)."""
+    n = len(self.devices)
+    sharding = NamedSharding(Mesh(np.array(self.devices), (PMAP_AXIS,)), P(PMAP_AXIS))
+    stacked = jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (n, *np.shape(x))), state)
+    return jax.device_put(stacked, sharding)
 
   def shard_batch(self, local_batch: dict) -> dict:
     n = len(self.devices)
@@ -108,7 +120,16 @@ class PmapStrategy:
     return jax.tree.map(lambda x: x[0], metrics)
 
 
-def make_strategy(name: str, devices=None):
+def make_strategy(name: str, num_devices: int = 0):
+  """The strategy over the first `num_devices` devices (0 = all of them)."""
+  devices = None
+  if num_devices:
+    pool = jax.devices() if name == "jit" else jax.local_devices()
+    if num_devices > len(pool):
+      raise ValueError(f"parallel.devices: {num_devices} requested, only {len(pool)} available")
+    if jax.process_count() > 1:
+      raise ValueError("parallel.devices: must be 0 (all devices) in a multi-process run")
+    devices = pool[:num_devices]
   if name == "jit":
     return JitStrategy(devices)
   if name == "pmap":

@@ -71,7 +71,7 @@ def make_train_step(apply_fn: Callable, loss_fn: Callable, tx: optax.GradientTra
     if axis_name is not None:
       grads = jax.lax.pmean(grads, axis_name)
       loss, metrics = jax.lax.pmean((loss, metrics), axis_name)
-    grad_norm = optax.global_norm(grads)
+    grad_norm = optax.tree.norm(grads)
     updates, new_opt_state = tx.update(grads, state.opt_state, state.params)
     new_params = optax.apply_updates(state.params, updates)
     new_state = state.replace(step=state.step + 1, params=new_params, opt_state=new_opt_state,

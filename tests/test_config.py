@@ -1,0 +1,71 @@
+"""Config loading, overrides and validation; CLI bad-input behaviour."""
+
+import pytest
+
+from jaxdl import cli
+from jaxdl.config import ConfigError, apply_overrides, diff_configs, load_config
+
+
+def test_overrides_apply_with_types():
+  config, _ = load_config("moons_mlp", ["optim.lr=3e-3", "train.steps=500",
+                                        "model.hidden=(32, 32)", "config.seed=7"])
+  assert config.optim.lr == pytest.approx(3e-3)
+  assert config.train.steps == 500 and isinstance(config.train.steps, int)
+  assert tuple(config.model.hidden) == (32, 32)
+  assert config.seed == 7
+
+
+def test_int_accepted_for_float_and_arg_selects_variant():
+  config, _ = load_config("experiments/moons_mlp.py:bn", ["optim.lr=1"])
+  assert config.model.norm == "batch"
+  assert config.optim.lr == 1.0 and isinstance(config.optim.lr, float)
+
+
+@pytest.mark.parametrize("override, key", [
+    ("optim.lrr=3", "optim.lrr: unknown key"),
+    ("nosection.x=1", "nosection: unknown key"),
+    ("optim.lr=abc", "optim.lr: expected float"),
+    ("train.steps=1.5", "train.steps: expected int"),
+    ("train.steps=-5", "train.steps: must be positive"),
+    ("train.precision='fp8'", "train.precision: expected one of"),
+    ("parallel.strategy='tpu'", "parallel.strategy"),
+    ("optim", "override: 'optim' is not of the form"),
+])
+def test_bad_overrides_name_the_key(override, key):
+  with pytest.raises(ConfigError, match=key.replace("(", r"\(")):
+    load_config("moons_mlp", [override])
+
+
+def test_unknown_experiment_lists_known_ones():
+  with pytest.raises(ConfigError, match="moons_mlp"):
+    load_config("no_such_experiment")
+
+
+def test_locked_config_rejects_new_keys():
+  config, _ = load_config("moons_mlp")
+  with pytest.raises(ConfigError):
+    apply_overrides(config, ["train.brand_new=1"])
+
+
+def test_diff_configs_names_dotted_keys():
+  assert diff_configs({"a": {"b": 1, "c": 2}}, {"a": {"b": 1, "c": 3}}) == ["a.c: 2 -> 3"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["train", "moons_mlp", "--set", "optim.lrr=3"],
+    ["train", "moons_mlp", "--config.train.steps=-1"],
+    ["train", "nope"],
+    ["train", "moons_mlp", "--set", "data.batch_size=1001"],  # larger than the training set
+])
+def test_cli_bad_input_exits_2_and_writes_nothing(argv, tmp_path, capsys):
+  workdir = tmp_path / "run"
+  assert cli.main([*argv, "--workdir", str(workdir)]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith("jaxdl: error:")
+  assert not workdir.exists()
+
+
+def test_cli_list_shows_descriptions(capsys):
+  assert cli.main(["list"]) == 0
+  out = capsys.readouterr().out
+  assert "moons_mlp" in out and "BatchNorm" in out
