@@ -1,0 +1,121 @@
+"""The generative training tasks 'flow_matching' and 'ddpm', and post-training evaluation.
+
+Both read `config.gen` (see `default_gen_config`):
+  path:       'flow' for flow_matching; 'ddpm' uses schedule ('linear' | 'cosine') and T
+  prediction: the network output and regression target ('velocity' for the flow; 'eps', 'x0' or
+              'v' for DDPM), see `jaxdl.generative.losses`
+  num_classes, p_uncond: class conditioning; each label becomes the null class K = num_classes
+              with probability p_uncond in training (classifier-free guidance)
+  sample_shape, sampler, steps, eta, guidance, clip_x0: the default sampler of `make_run_sampler`
+              (and `jaxdl sample`)
+
+Batches are {'x': (B, ...)} and optionally {'y': int (B,)} and {'mask': (B,)}. The loss draws t
+from rngs['time'], eps from rngs['noise'] and the condition drop from rngs['label_drop']; in
+evaluation (no rngs) it uses fixed keys, so the eval loss is comparable from one eval to the next.
+"""
+
+from __future__ import annotations
+
+import jax
+import ml_collections
+
+from jaxdl.generative import losses, paths, samplers
+from jaxdl.train.tasks import Task, register_task
+
+_EVAL_KEY = 20260101
+
+
+def default_gen_config(task: str) -> ml_collections.ConfigDict:
+  """Every `config.gen` key with its default for 'flow_matching' or 'ddpm'."""
+  flow = task == "flow_matching"
+  return ml_collections.ConfigDict(dict(
+      schedule="linear", T=1000, prediction="velocity" if flow else "eps",
+      num_classes=0, p_uncond=0.1,
+      sample_shape=(2,), sampler="heun" if flow else "ddim", steps=50, eta=0.0,
+      guidance=ml_collections.config_dict.placeholder(float),
+      clip_x0=ml_collections.config_dict.placeholder(float)))
+
+
+def path_from_config(config):
+  """The Gaussian path of the run: FlowPath for 'flow_matching', DDPMPath for 'ddpm'."""
+  if config.task == "flow_matching":
+    return paths.FlowPath()
+  return paths.make_path("ddpm", T=config.gen.T, schedule=config.gen.schedule)
+
+
+def _check(config):
+  gen = config.gen
+  allowed = ("velocity", "x0") if config.task == "flow_matching" else ("eps", "x0", "v")
+  if gen.prediction not in allowed:
+    raise ValueError(f"gen.prediction: {gen.prediction!r} is not one of {allowed} for task "
+                     f"{config.task!r}")
+  if not 0.0 <= gen.p_uncond < 1.0:
+    raise ValueError(f"gen.p_uncond: {gen.p_uncond} must be in [0, 1)")
+  if gen.num_classes < 0:
+    raise ValueError(f"gen.num_classes: {gen.num_classes} must be >= 0 (0 = unconditional)")
+  model_k = config.model.get("num_classes", 0)
+  if model_k != gen.num_classes:
+    raise ValueError(f"model.num_classes={model_k} but gen.num_classes={gen.num_classes}; "
+                     "they must agree (the model holds K + 1 class embeddings, the null class K)")
+
+
+def _make_task(config) -> Task:
+  _check(config)
+  path = path_from_config(config)
+  prediction, k, p_uncond = config.gen.prediction, config.gen.num_classes, config.gen.p_uncond
+
+  def loss_fn(apply_fn, params, model_state, batch, rngs, train):
+    if not rngs:
+      names = ("dropout", "noise", "time", "label_drop")
+      rngs = dict(zip(names, jax.random.split(jax.random.PRNGKey(_EVAL_KEY), 4)))
+    y_B = batch.get("y") if k else None
+    if y_B is not None and train:
+      y_B = losses.drop_condition(rngs["label_drop"], y_B, p_uncond, null_class=k)
+    variables = {"params": params, **model_state}
+    new_state = {"state": model_state}
+
+    def predict(x_t, tm_B):
+      if train and model_state:
+        out, new_state["state"] = apply_fn(variables, x_t, tm_B, y=y_B, train=True,
+                                           rngs={"dropout": rngs["dropout"]},
+                                           mutable=list(model_state))
+        return out, None
+      if train:
+        return apply_fn(variables, x_t, tm_B, y=y_B, train=True,
+                        rngs={"dropout": rngs["dropout"]}), None
+      return apply_fn(variables, x_t, tm_B, y=y_B, train=False), None
+
+    loss, _, _ = losses.denoising_loss(predict, batch["x"], rngs["time"], rngs["noise"], path,
+                                       prediction=prediction, mask_B=batch.get("mask"))
+    return loss, ({}, new_state["state"])
+
+  return Task(loss_fn, kind="generative")
+
+
+@register_task("flow_matching")
+def flow_matching(config) -> Task:
+  """Velocity MSE on x_t = t x + (1 - t) eps, t ~ U[0, 1]."""
+  return _make_task(config)
+
+
+@register_task("ddpm")
+def ddpm(config) -> Task:
+  """eps-MSE (or x0 / v) on x_t = sqrt(alpha_bar_t) x + sqrt(1 - alpha_bar_t) eps, t ~ U{1..T}."""
+  return _make_task(config)
+
+
+def make_run_sampler(config, model, *, sampler=None, steps=None, guidance=None, eta=None,
+                     sample_shape=None, return_trajectory=False):
+  """`make_sampler` for a trained run: the path, prediction and classes come from its config.
+
+  Arguments left None take the config's `gen.*` defaults (guidance: None = no guidance).
+  """
+  gen = config.gen
+  if sample_shape is None:
+    sample_shape = tuple(gen.sample_shape)
+  return samplers.make_sampler(
+      model.apply, path_from_config(config), sampler=sampler or gen.sampler,
+      steps=int(steps or gen.steps), sample_shape=tuple(sample_shape), prediction=gen.prediction,
+      eta=gen.eta if eta is None else eta, guidance=guidance if guidance is not None else
+      gen.guidance, num_classes=gen.num_classes, clip_x0=gen.clip_x0,
+      return_trajectory=return_trajectory)
