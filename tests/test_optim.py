@@ -263,6 +263,7 @@ def test_every_rule_runs_under_jit_and_decreases_a_quadratic(name):
     ("weight_decay", -0.1, r"^optim\.weight_decay: "),
     ("b2", 1.0, r"^optim\.b2: "),
     ("clip_norm", -1.0, r"^optim\.clip_norm: "),
+    ("lrr", 0.1, r"^optim\.lrr: unknown key; expected one of \['b1'"),
 ])
 def test_bad_config_names_the_key(key, value, pattern):
   cfg = _cfg("adamw")

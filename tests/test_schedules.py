@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from jaxdl.optim import default_optim_config, make_optimizer
-from jaxdl.optim.schedules import (extension_check, first_changed_step, linear_scaled_lr,
-                                   make_schedule, sqrt_scaled_lr)
+from jaxdl.optim.schedules import (extension_check, extension_problem, first_changed_step,
+                                   linear_scaled_lr, make_schedule, sqrt_scaled_lr)
 
 ETA = 0.1
 T = 1000
@@ -104,6 +104,15 @@ def test_cosine_extension_is_refused():
   old, new = _full(_cfg("cosine"), T), _full(_cfg("cosine"), int(1.5 * T))
   assert not extension_check(old, new, 700)
   assert first_changed_step(old, new, 700) == 1  # every lr after t = 0 depends on T
+
+
+def test_extension_problem_message_and_plain_dict_configs():
+  old, new = _full(_cfg("cosine"), T), _full(_cfg("cosine"), int(1.5 * T))
+  msg = extension_problem(old.to_dict(), new.to_dict(), 700)  # configs as saved in a workdir
+  assert msg.startswith("train.steps: ") and "first at step 1" in msg and "cosine" in msg
+  wsd_old = _full(_cfg("wsd", warmup_steps=50), T).to_dict()
+  wsd_new = _full(_cfg("wsd", warmup_steps=50), 2 * T).to_dict()
+  assert extension_problem(wsd_old, wsd_new, 700) is None
 
 
 def test_wsd_warmup_fraction_moves_with_total():

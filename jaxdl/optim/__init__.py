@@ -40,8 +40,9 @@ import optax
 
 from jaxdl.optim.masks import decay_mask, decay_table
 from jaxdl.optim.rules import RULES, build_rule
-from jaxdl.optim.schedules import (SCHEDULES, extension_check, first_changed_step,
-                                   linear_scaled_lr, make_schedule, sqrt_scaled_lr)
+from jaxdl.optim.schedules import (SCHEDULES, extension_check, extension_problem,
+                                   first_changed_step, linear_scaled_lr, make_schedule,
+                                   sqrt_scaled_lr)
 
 
 def default_optim_config() -> ml_collections.ConfigDict:
@@ -90,6 +91,15 @@ def validate(optim_cfg) -> None:
     raise ValueError(f"optim.clip_norm: must be > 0 or None (no clipping), got {clip}")
 
 
+def _check_keys(given: dict, known, prefix: str) -> None:
+  """Unknown keys (typos) are errors, not silently ignored settings."""
+  for k, v in given.items():
+    if k not in known:
+      raise ValueError(f"{prefix}.{k}: unknown key; expected one of {sorted(known.keys())}")
+    if isinstance(v, dict) and isinstance(known[k], ml_collections.ConfigDict):
+      _check_keys(v, known[k], f"{prefix}.{k}")
+
+
 def make_optimizer(optim_cfg, total_steps: int):
   """Returns `(tx, schedule)` for `optim_cfg`; `schedule(step) -> lr`.
 
@@ -99,7 +109,9 @@ def make_optimizer(optim_cfg, total_steps: int):
     total_steps: T, the number of updates of the run (`train.steps`); schedules are built on it.
   """
   cfg = default_optim_config()
-  cfg.update(optim_cfg.to_dict() if hasattr(optim_cfg, "to_dict") else dict(optim_cfg))
+  given = optim_cfg.to_dict() if hasattr(optim_cfg, "to_dict") else dict(optim_cfg)
+  _check_keys(given, cfg, "optim")
+  cfg.update(given)
   validate(cfg)
   schedule = make_schedule(cfg, int(total_steps))
   parts = []
@@ -110,5 +122,6 @@ def make_optimizer(optim_cfg, total_steps: int):
 
 
 __all__ = ["make_optimizer", "default_optim_config", "validate", "decay_mask", "decay_table",
-           "make_schedule", "extension_check", "first_changed_step", "linear_scaled_lr",
+           "make_schedule", "extension_check", "extension_problem", "first_changed_step",
+           "linear_scaled_lr",
            "sqrt_scaled_lr", "RULES", "SCHEDULES"]

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import jax.numpy as jnp
+import ml_collections
+import numpy as np
 import optax
 
 SCHEDULES = ("constant", "step", "cosine", "warmup_cosine", "wsd")
@@ -146,8 +147,15 @@ def make_schedule(optim_cfg, total_steps: int) -> optax.Schedule:
   return optax.join_schedules([optax.linear_schedule(0.0, peak, w), main], [w])
 
 
-def _total(cfg) -> int:
-  return int(cfg.train.steps)
+def _schedule_of(cfg) -> optax.Schedule:
+  """The schedule of a whole experiment config (ConfigDict, or the plain dict saved with a run).
+  Missing optim keys take `default_optim_config()`'s values, as in `make_optimizer`."""
+  from jaxdl.optim import default_optim_config  # the package imports this module first
+  if not isinstance(cfg, ml_collections.ConfigDict):
+    cfg = ml_collections.ConfigDict(cfg)
+  optim = default_optim_config()
+  optim.update(cfg.optim.to_dict())
+  return make_schedule(optim, int(cfg.train.steps))
 
 
 def first_changed_step(old_cfg, new_cfg, restored_step: int) -> int | None:
@@ -157,11 +165,26 @@ def first_changed_step(old_cfg, new_cfg, restored_step: int) -> int | None:
   """
   if restored_step <= 0:
     return None
-  old = make_schedule(old_cfg.optim, _total(old_cfg))
-  new = make_schedule(new_cfg.optim, _total(new_cfg))
+  old, new = _schedule_of(old_cfg), _schedule_of(new_cfg)
   t = jnp.arange(restored_step)
   diff = np.asarray(old(t)) != np.asarray(new(t))
   return int(np.argmax(diff)) if diff.any() else None
+
+
+def extension_problem(old_cfg, new_cfg, restored_step: int) -> str | None:
+  """None when the new config replays every lr already taken; else a one-line reason (for the
+  CLI's error) naming the first changed step and its two lrs."""
+  t = first_changed_step(old_cfg, new_cfg, restored_step)
+  if t is None:
+    return None
+  lr_old, lr_new = float(_schedule_of(old_cfg)(t)), float(_schedule_of(new_cfg)(t))
+  name = dict(dict(old_cfg["optim"]).get("schedule") or {}).get("name", "warmup_cosine")
+  why = {"wsd": "the checkpoint is past the start of the old decay, or the warmup or decay moved "
+                "(give schedule.warmup_steps in steps)",
+         }.get(name, f"a {name} schedule depends on train.steps at every step")
+  return (f"train.steps: the new schedule changes the lr of steps already taken (first at step "
+          f"{t}: {lr_old:.6g} -> {lr_new:.6g}); {why}; only a wsd schedule restored in its stable "
+          f"phase can be extended exactly")
 
 
 def extension_check(old_cfg, new_cfg, restored_step: int) -> bool:
