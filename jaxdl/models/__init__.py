@@ -37,5 +37,7 @@ def build_model(model_cfg) -> nn.Module:
 from jaxdl.models import layers  # noqa: E402,F401
 from jaxdl.models import mlp  # noqa: E402,F401
 from jaxdl.models import gpt  # noqa: E402,F401
+from jaxdl.models import cnn, rnn, vit  # noqa: E402,F401
+from jaxdl.models.cnn import conv_output_size, receptive_field  # noqa: E402,F401
 from jaxdl.models.layers import count_params  # noqa: E402,F401
 from jaxdl.models.gpt import gpt_config  # noqa: E402,F401

@@ -1,0 +1,168 @@
+"""Convolutional classifiers: Conv -> ReLU -> Pool blocks, and a small ResNet with BatchNorm.
+
+Shapes: B batch, H height, W width, C channels, K classes.
+
+Sizes: a conv or pool over n inputs with kernel k, stride s and padding p gives
+`conv_output_size(n, k, s, p) = floor((n + 2p - k) / s) + 1` outputs; L stacked stride-1 convs
+of kernel k see `receptive_field(L, k) = 1 + L (k - 1)` inputs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import chex
+import flax.linen as nn
+import jax.numpy as jnp
+
+from jaxdl.models import layers, register_model
+
+Dtype = Any
+
+
+def conv_output_size(n: int, k: int, s: int = 1, p: int = 0) -> int:
+  """floor((n + 2p - k) / s) + 1."""
+  return (n + 2 * p - k) // s + 1
+
+
+def receptive_field(num_layers: int, k: int) -> int:
+  """1 + L (k - 1) for L stacked stride-1 convolutions of kernel k."""
+  return 1 + num_layers * (k - 1)
+
+
+def as_image(x, image_shape: Sequence[int] | None, who: str):
+  """(B, H, W, C) from (B, H, W, C), (B, H, W) (one channel) or (B, H*W*C) with image_shape."""
+  if x.ndim == 2:
+    if not image_shape:
+      raise ValueError(f"{who}: flat input {x.shape} needs image_shape=(H, W, C)")
+    x = x.reshape((x.shape[0], *image_shape))
+  elif x.ndim == 3:
+    x = x[..., None]
+  chex.assert_rank(x, 4, custom_message=f"{who}: expected images (B, H, W, C)")
+  return x
+
+
+class CNN(nn.Module):
+  """[conv_i -> norm_i -> ReLU -> max-pool] per entry of `features`, flatten, dense, head."""
+
+  features: Sequence[int] = (32, 64)
+  kernel: int = 3
+  pool: int = 2
+  hidden: int = 128
+  out: int = 10
+  norm: str = "none"
+  dropout: float = 0.0
+  init_name: str = "he"
+  image_shape: Sequence[int] | None = None
+  bn_axis_name: str | None = None
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, *, train: bool):
+    x_BxHxWxC = as_image(x, self.image_shape, "CNN").astype(self.dtype)
+    kinit = layers.get_initializer(self.init_name)
+    for i, f in enumerate(self.features):
+      x_BxHxWxC = nn.Conv(f, (self.kernel, self.kernel), padding="SAME", kernel_init=kinit,
+                          dtype=self.dtype, param_dtype=self.param_dtype, name=f"conv_{i}")(
+                              x_BxHxWxC)
+      x_BxHxWxC = layers.make_norm(self.norm, train=train, name=f"norm_{i}", dtype=self.dtype,
+                                   param_dtype=self.param_dtype, axis_name=self.bn_axis_name)(
+                                       x_BxHxWxC)
+      x_BxHxWxC = nn.relu(x_BxHxWxC)
+      if self.pool > 1:
+        x_BxHxWxC = nn.max_pool(x_BxHxWxC, (self.pool, self.pool), strides=(self.pool, self.pool))
+    h = x_BxHxWxC.reshape(x_BxHxWxC.shape[0], -1)
+    if self.hidden:
+      h = nn.relu(nn.Dense(self.hidden, kernel_init=kinit, dtype=self.dtype,
+                           param_dtype=self.param_dtype, name="dense")(h))
+      h = nn.Dropout(self.dropout, deterministic=not train)(h)
+    return nn.Dense(self.out, dtype=self.dtype, param_dtype=self.param_dtype, name="head")(
+        h).astype(jnp.float32)
+
+
+class ResidualBlock(nn.Module):
+  """y = ReLU(F(x) + shortcut(x)), F = conv-BN-ReLU-conv-BN; 1x1 conv shortcut on shape change."""
+
+  features: int
+  stride: int = 1
+  train: bool = False
+  bn_axis_name: str | None = None
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BxHxWxC):
+    conv = lambda f, k, s, name: nn.Conv(  # noqa: E731
+        f, (k, k), strides=(s, s), padding="SAME", use_bias=False,
+        kernel_init=layers.get_initializer("he"), dtype=self.dtype,
+        param_dtype=self.param_dtype, name=name)
+    norm = lambda name, **kw: nn.BatchNorm(  # noqa: E731
+        use_running_average=not self.train, momentum=0.9, epsilon=1e-5,
+        axis_name=self.bn_axis_name, dtype=self.dtype, param_dtype=self.param_dtype, name=name,
+        **kw)
+    h = nn.relu(norm("bn_1")(conv(self.features, 3, self.stride, "conv_1")(x_BxHxWxC)))
+    # The last BN starts at gamma = 0 so each block begins as the identity.
+    h = norm("bn_2", scale_init=nn.initializers.zeros)(conv(self.features, 3, 1, "conv_2")(h))
+    shortcut = x_BxHxWxC
+    if self.stride != 1 or x_BxHxWxC.shape[-1] != self.features:
+      shortcut = norm("bn_proj")(conv(self.features, 1, self.stride, "proj")(x_BxHxWxC))
+    return nn.relu(h + shortcut)
+
+
+class ResNet(nn.Module):
+  """Stem conv-BN-ReLU, stages of residual blocks (stride 2 entering each later stage),
+  global average pooling, dense head."""
+
+  stage_sizes: Sequence[int] = (2, 2)
+  features: Sequence[int] = (16, 32)
+  out: int = 10
+  image_shape: Sequence[int] | None = None
+  bn_axis_name: str | None = None
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, *, train: bool):
+    if len(self.stage_sizes) != len(self.features):
+      raise ValueError(f"ResNet: stage_sizes {self.stage_sizes} and features {self.features} "
+                       "must have the same length")
+    x_BxHxWxC = as_image(x, self.image_shape, "ResNet").astype(self.dtype)
+    x_BxHxWxC = nn.Conv(self.features[0], (3, 3), padding="SAME", use_bias=False,
+                        kernel_init=layers.get_initializer("he"), dtype=self.dtype,
+                        param_dtype=self.param_dtype, name="stem")(x_BxHxWxC)
+    x_BxHxWxC = nn.relu(nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5,
+                                     axis_name=self.bn_axis_name, dtype=self.dtype,
+                                     param_dtype=self.param_dtype, name="stem_bn")(x_BxHxWxC))
+    for s, (n, f) in enumerate(zip(self.stage_sizes, self.features)):
+      for b in range(n):
+        stride = 2 if (s > 0 and b == 0) else 1
+        x_BxHxWxC = ResidualBlock(f, stride, train=train, bn_axis_name=self.bn_axis_name,
+                                  dtype=self.dtype, param_dtype=self.param_dtype,
+                                  name=f"stage{s}_block{b}")(x_BxHxWxC)
+    h_BxC = jnp.mean(x_BxHxWxC, axis=(1, 2))
+    return nn.Dense(self.out, dtype=self.dtype, param_dtype=self.param_dtype, name="head")(
+        h_BxC).astype(jnp.float32)
+
+
+def _shape(cfg):
+  s = cfg.get("image_shape", None)
+  return tuple(s) if s else None
+
+
+@register_model("cnn")
+def build_cnn(cfg) -> CNN:
+  return CNN(features=tuple(cfg.get("features", (32, 64))), kernel=cfg.get("kernel", 3),
+             pool=cfg.get("pool", 2), hidden=cfg.get("hidden", 128), out=cfg.get("out", 10),
+             norm=cfg.get("norm", "none"), dropout=cfg.get("dropout", 0.0),
+             init_name=cfg.get("init", "he"), image_shape=_shape(cfg),
+             dtype=layers.to_dtype(cfg.get("dtype", "float32")),
+             param_dtype=layers.to_dtype(cfg.get("param_dtype", "float32")))
+
+
+@register_model("resnet")
+def build_resnet(cfg) -> ResNet:
+  return ResNet(stage_sizes=tuple(cfg.get("stage_sizes", (2, 2))),
+                features=tuple(cfg.get("features", (16, 32))), out=cfg.get("out", 10),
+                image_shape=_shape(cfg), dtype=layers.to_dtype(cfg.get("dtype", "float32")),
+                param_dtype=layers.to_dtype(cfg.get("param_dtype", "float32")))
