@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import pathlib
+import time
 from typing import Any
 
 import jax
@@ -72,6 +73,7 @@ class Checkpointer:
 
     Returns (step, state, data_state), or None when there is no readable checkpoint.
     """
+    unreadable = []
     for step in sorted(self.manager.all_steps(), reverse=True):
       try:
         restored = self.manager.restore(
@@ -82,9 +84,25 @@ class Checkpointer:
       except Exception as e:  # noqa: BLE001 -- any unreadable checkpoint falls back
         log.warning("checkpoint at step %d is unreadable (%s: %s); falling back to the "
                     "previous one", step, type(e).__name__, str(e).splitlines()[0][:200])
+        unreadable.append(step)
         continue
+      self._quarantine(unreadable)
       return step, state, restored["data"]
     return None
+
+  def _quarantine(self, steps: list[int]) -> None:
+    """Moves unreadable steps to workdir/corrupt_checkpoints/ (kept for inspection) so the run
+    can save those step numbers again."""
+    if not steps:
+      return
+    if jax.process_index() == 0:
+      dest = self.directory.parent / "corrupt_checkpoints"
+      dest.mkdir(exist_ok=True)
+      for step in steps:
+        src = self.directory / str(step)
+        if src.exists():
+          src.rename(dest / f"{step}-{int(time.time())}")
+    self.manager.reload()
 
   def wait(self) -> None:
     self.manager.wait_until_finished()

@@ -1,0 +1,171 @@
+"""End to end in real subprocesses: SIGKILL bit-exact resume, SIGTERM checkpoint, corrupt-checkpoint
+fallback, workdir mismatch, non-finite loss, run extension."""
+
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from jaxdl import cli
+from jaxdl.config import load_config
+from jaxdl.train import NonFiniteLossError, run
+from jaxdl.train.checkpoint import load_state
+from jaxdl.train.writers import read_metrics
+
+pytestmark = pytest.mark.slow
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+# Mini-batches with reshuffled epochs, dropout and BatchNorm: every source of step-to-step state.
+OVERRIDES = ["--set", "data.batch_size=200", "--set", "model.dropout=0.1",
+             "--set", "train.log_every=1", "--set", "train.eval_every=5",
+             "--set", "train.plot=False", "--set", "train.async_checkpoint=True"]
+N = 10
+
+
+def _env():
+  env = dict(os.environ)
+  env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+  env["JAX_PLATFORMS"] = "cpu"
+  return env
+
+
+def _jaxdl(*args, check=True, **kw):
+  proc = subprocess.run([sys.executable, "-m", "jaxdl", "train", "moons_mlp:bn", *args,
+                         "--no-progress"], env=_env(), cwd=ROOT, capture_output=True, text=True,
+                        timeout=240, **kw)
+  if check and proc.returncode != 0:
+    raise AssertionError(proc.stderr[-3000:])
+  return proc
+
+
+# Runs the real CLI, but SIGKILLs its own process the moment the checkpoint of step N is on disk.
+KILL_AFTER_SAVE = f"""
+import os, signal, sys
+from jaxdl.train import checkpoint
+original = checkpoint.Checkpointer.save
+def save_then_die(self, step, *a, **kw):
+  out = original(self, step, *a, **kw)
+  if step == {N}:
+    self.wait()
+    os.kill(os.getpid(), signal.SIGKILL)
+  return out
+checkpoint.Checkpointer.save = save_then_die
+from jaxdl.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _train_records(workdir):
+  return {r["step"]: r for r in read_metrics(workdir, "train")}
+
+
+def test_sigkill_after_checkpoint_then_resume_is_bit_exact(tmp_path):
+  full, killed = tmp_path / "full", tmp_path / "killed"
+  common = [*OVERRIDES, "--set", f"train.steps={2 * N}", "--set", f"train.ckpt_every={N}"]
+  _jaxdl("--workdir", str(full), *common)
+  proc = subprocess.run([sys.executable, "-c", KILL_AFTER_SAVE, "train", "moons_mlp:bn",
+                         "--workdir", str(killed), *common, "--no-progress"], env=_env(),
+                        cwd=ROOT, capture_output=True, text=True, timeout=240)
+  assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+  step, _ = load_state(killed)
+  assert step == N
+  resumed = _jaxdl("--workdir", str(killed), *common)
+  assert json.loads(resumed.stdout)["start_step"] == N
+
+  _, state_full = load_state(full)
+  _, state_resumed = load_state(killed)
+  jax.tree.map(np.testing.assert_array_equal, state_full, state_resumed)  # bit-identical
+  a, b = _train_records(full), _train_records(killed)
+  for s in range(N + 1, 2 * N + 1):
+    assert a[s] == b[s], f"step {s}: {a[s]} != {b[s]}"
+
+
+def test_sigterm_saves_current_step_and_exits_0(tmp_path):
+  workdir = tmp_path / "pre"
+  proc = subprocess.Popen([sys.executable, "-m", "jaxdl", "train", "moons_mlp", "--workdir",
+                           str(workdir), *OVERRIDES, "--set", "train.steps=100000",
+                           "--set", "train.ckpt_every=0", "--no-progress"], env=_env(), cwd=ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  metrics = workdir / "metrics.jsonl"
+  deadline = time.time() + 120
+  while time.time() < deadline and not (metrics.exists() and
+                                        len(metrics.read_text().splitlines()) > 20):
+    time.sleep(0.2)
+  proc.send_signal(signal.SIGTERM)
+  out, err = proc.communicate(timeout=120)
+  assert proc.returncode == 0, err[-2000:]
+  summary = json.loads(out)
+  assert summary["preempted"] and 20 <= summary["step"] < 100000
+  step, state = load_state(workdir)
+  assert step == summary["step"] == int(state["step"])
+  events = [json.loads(l) for l in metrics.read_text().splitlines() if '"event"' in l]
+  assert events[-1]["event"] == "preempted" and events[-1]["step"] == step
+
+
+def _config(*overrides):
+  config, _ = load_config("moons_mlp", ["train.plot=False", "train.log_every=1",
+                                        "data.batch_size=200", *overrides])
+  return config
+
+
+def test_corrupt_latest_checkpoint_falls_back_to_previous(tmp_path, caplog):
+  workdir = tmp_path / "c"
+  run(_config("train.steps=20", "train.ckpt_every=10"), workdir, progress=False)
+  # Truncate every data file of the latest step's state, as a crash mid-write would.
+  for f in (workdir / "checkpoints" / "20" / "state").rglob("*"):
+    if f.is_file() and f.stat().st_size > 0:
+      f.write_bytes(f.read_bytes()[: f.stat().st_size // 3])
+  summary = run(_config("train.steps=30", "train.ckpt_every=10"), workdir, progress=False)
+  assert summary["start_step"] == 10 and summary["step"] == 30
+  assert "checkpoint at step 20 is unreadable" in caplog.text
+
+
+def test_workdir_of_other_config_is_refused_then_forced(tmp_path, capsys):
+  workdir = tmp_path / "w"
+  run(_config("train.steps=4", "train.ckpt_every=2"), workdir, progress=False)
+  before = sorted(p.name for p in workdir.rglob("*"))
+  code = cli.main(["train", "moons_mlp", "--workdir", str(workdir), "--set", "optim.lr=0.5",
+                   "--set", "data.batch_size=200", "--set", "train.plot=False",
+                   "--set", "train.log_every=1", "--set", "train.steps=4"])
+  assert code == 2
+  err = capsys.readouterr().err
+  assert "optim.lr: 0.01 -> 0.5" in err and "--force" in err
+  assert sorted(p.name for p in workdir.rglob("*")) == before
+  summary = run(_config("train.steps=6", "optim.lr=0.5"), workdir, force=True, progress=False)
+  assert summary["start_step"] == 4
+
+
+def test_nonfinite_loss_stops_with_step_and_saves_nothing_bad(tmp_path):
+  workdir = tmp_path / "nan"
+  with pytest.raises(NonFiniteLossError, match=r"at step \d+"):
+    run(_config("train.steps=200", "train.ckpt_every=5", "optim.lr=1e30"), workdir,
+        progress=False)
+  for step in sorted(int(p.name) for p in (workdir / "checkpoints").iterdir()
+                     if p.name.isdigit()):
+    _, state = load_state(workdir, step)
+    assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(state["params"]))
+
+
+def test_extension_wsd_allowed_cosine_refused(tmp_path):
+  base = ["train.ckpt_every=10", "optim.schedule.warmup_steps=2"]
+  wsd = tmp_path / "wsd"
+  run(_config("train.steps=20", "optim.schedule.name='wsd'", *base), wsd, progress=False)
+  # As if preempted right after the stable-phase checkpoint at step 10 (decay starts at 16).
+  shutil.rmtree(wsd / "checkpoints" / "20")
+  summary = run(_config("train.steps=30", "optim.schedule.name='wsd'", *base), wsd,
+                progress=False)
+  assert summary["start_step"] == 10 and summary["step"] == 30
+  lrs = {r["step"]: r["lr"] for r in read_metrics(wsd, "train")}
+  assert lrs[11] == lrs[20] == pytest.approx(0.01)  # still stable where the old run decayed
+  cos = tmp_path / "cos"
+  run(_config("train.steps=20", "optim.schedule.name='cosine'", *base), cos, progress=False)
+  with pytest.raises(ValueError, match="train.steps: changing 20 -> 30"):
+    run(_config("train.steps=30", "optim.schedule.name='cosine'", *base), cos, progress=False)
