@@ -109,14 +109,9 @@ def _check_run_length(old_json: dict | None, config, start: int) -> None:
   """A changed train.steps must keep every learning rate already taken (WSD yes, cosine no)."""
   if old_json is None or start == 0 or old_json["train"]["steps"] == config.train.steps:
     return
-  old = ml_collections.ConfigDict(old_json)
-  changed = joptim.first_changed_step(old, config, start)
-  if changed is not None:
-    raise WorkdirMismatchError(
-        f"train.steps: changing {old.train.steps} -> {config.train.steps} after {start} steps "
-        f"would change the learning rate already used at step {changed} "
-        f"(schedule {config.optim.schedule.name!r}); only a schedule whose decay has not "
-        f"started (e.g. WSD in its stable phase) can be extended")
+  problem = joptim.extension_problem(ml_collections.ConfigDict(old_json), config, start)
+  if problem is not None:
+    raise WorkdirMismatchError(problem)
 
 
 def evaluate(eval_fn, state, ds, strategy) -> dict:
