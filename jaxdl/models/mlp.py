@@ -1,6 +1,10 @@
 """Multi-layer perceptron with optional normalization, inverted dropout and residuals.
 
 Shapes: B batch, D input features (flattened), H hidden width, K outputs.
+
+Block i: h = act(norm_i(dense_i(x))); inverted dropout keeps a unit with probability 1 - p and
+scales it by 1 / (1 - p) in training (so E[h] is unchanged) and is the identity in eval; with
+`residual`, x <- x + h whenever the widths match. Then `head` gives K logits (fp32).
 """
 
 from __future__ import annotations
@@ -8,22 +12,23 @@ from __future__ import annotations
 from typing import Sequence
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 
-from jaxdl.models import register_model
-
-_ACTIVATIONS = {"relu": nn.relu, "gelu": nn.gelu, "tanh": jnp.tanh, "silu": nn.silu}
+from jaxdl.models import layers, register_model
 
 
 class MLP(nn.Module):
   """Dense -> [norm] -> activation -> [dropout] blocks, then a dense head.
 
   Attributes:
-    hidden: widths of the hidden layers.
+    hidden: widths of the hidden layers (depth = len(hidden)).
     out: number of outputs K (1 for a binary logit).
-    norm: 'none' | 'batch' | 'layer' | 'rms'.
-    dropout: drop probability p; kept units are scaled by 1/(1-p) in training.
+    activation: a name of `layers.ACTIVATIONS`.
+    norm: 'none' | 'batch' | 'layer' | 'rms' | 'group' (BatchNorm momentum 0.9 = PyTorch 0.1).
+    dropout: drop probability p (inverted dropout).
+    residual: add each block's input to its output when the widths match.
+    init: kernel initializer name (`layers.get_initializer`); biases start at 0.
+    bn_axis_name: the pmap axis over which BatchNorm averages its statistics.
   """
 
   hidden: Sequence[int] = (64, 64, 64)
@@ -32,32 +37,34 @@ class MLP(nn.Module):
   norm: str = "none"
   dropout: float = 0.0
   residual: bool = False
+  init_name: str = "lecun"
   dtype: jnp.dtype = jnp.float32
-  # Set to the pmap axis name so BatchNorm averages its statistics across devices.
+  param_dtype: jnp.dtype = jnp.float32
   bn_axis_name: str | None = None
 
   @nn.compact
   def __call__(self, x, *, train: bool):
     x_BxD = x.reshape(x.shape[0], -1).astype(self.dtype)
-    act = _ACTIVATIONS[self.activation]
+    act = layers.get_activation(self.activation)
+    kinit = layers.get_initializer(self.init_name)
     for i, width in enumerate(self.hidden):
-      h_BxH = nn.Dense(width, dtype=self.dtype, name=f"dense_{i}")(x_BxD)
-      if self.norm == "batch":
-        h_BxH = nn.BatchNorm(use_running_average=not train, momentum=0.9,
-                             axis_name=self.bn_axis_name, name=f"norm_{i}")(h_BxH)
-      elif self.norm == "layer":
-        h_BxH = nn.LayerNorm(name=f"norm_{i}")(h_BxH)
-      elif self.norm == "rms":
-        h_BxH = nn.RMSNorm(name=f"norm_{i}")(h_BxH)
+      h_BxH = nn.Dense(width, kernel_init=kinit, dtype=self.dtype, param_dtype=self.param_dtype,
+                       name=f"dense_{i}")(x_BxD)
+      h_BxH = layers.make_norm(self.norm, train=train, name=f"norm_{i}", dtype=self.dtype,
+                               param_dtype=self.param_dtype, axis_name=self.bn_axis_name)(h_BxH)
       h_BxH = act(h_BxH)
       if self.dropout > 0:
         h_BxH = nn.Dropout(self.dropout, deterministic=not train)(h_BxH)
       x_BxD = x_BxD + h_BxH if self.residual and x_BxD.shape == h_BxH.shape else h_BxH
-    return nn.Dense(self.out, dtype=self.dtype, name="head")(x_BxD).astype(jnp.float32)
+    return nn.Dense(self.out, kernel_init=kinit, dtype=self.dtype, param_dtype=self.param_dtype,
+                    name="head")(x_BxD).astype(jnp.float32)
 
 
 @register_model("mlp")
 def build_mlp(cfg) -> MLP:
   return MLP(hidden=tuple(cfg.hidden), out=cfg.out, activation=cfg.get("activation", "relu"),
              norm=cfg.get("norm", "none"), dropout=cfg.get("dropout", 0.0),
-             residual=cfg.get("residual", False))
+             residual=cfg.get("residual", False), init_name=cfg.get("init", "lecun"),
+             dtype=layers.to_dtype(cfg.get("dtype", "float32")),
+             param_dtype=layers.to_dtype(cfg.get("param_dtype", "float32")),
+             bn_axis_name=cfg.get("bn_axis_name", None))
