@@ -70,7 +70,8 @@ def test_schedules_and_extension(tmp_path):
   assert (workdir / "schedules.png").stat().st_size > 1000
 
 
-@pytest.mark.parametrize("name", EXPERIMENTS)
+# sgd_vs_momentum's smoke config is its full config; schedules' only shrinks T.
+@pytest.mark.parametrize("name", ["adamw_vs_l2"])
 def test_smoke_configs_run(name, tmp_path):
   out, workdir = _run(name, tmp_path, "smoke")
   assert out and (workdir / "results.json").exists()

@@ -105,12 +105,12 @@ def test_loss_scale_round_trips_through_a_state_dict():
 @pytest.fixture(scope="module")
 def moons():
   from sklearn.datasets import make_moons
-  x, y = make_moons(n_samples=600, noise=0.15, random_state=0)
-  return (jnp.asarray(x[:400], jnp.float32), jnp.asarray(y[:400], jnp.float32),
-          jnp.asarray(x[400:], jnp.float32), jnp.asarray(y[400:]))
+  x, y = make_moons(n_samples=500, noise=0.15, random_state=0)
+  return (jnp.asarray(x[:300], jnp.float32), jnp.asarray(y[:300], jnp.float32),
+          jnp.asarray(x[300:], jnp.float32), jnp.asarray(y[300:]))
 
 
-def _train_moons(moons, precision, steps=300):
+def _train_moons(moons, precision, steps=200):
   from jaxdl.models.mlp import MLP
   policy = get_policy(precision)
   xtr, ytr, xte, yte = moons
