@@ -1,0 +1,133 @@
+"""Tests for jaxdl.models.denoiser and the generative tasks on the training engine."""
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+import jaxdl.generative  # noqa: F401  (registers the denoisers and the tasks)
+from jaxdl.generative import paths, samplers
+from jaxdl.generative import tasks as gtasks
+from jaxdl.models import build_model
+from jaxdl.train.tasks import TASKS
+from jaxdl.models.denoiser import MLPDenoiser, UNetDenoiser, timestep_embedding
+
+
+def test_timestep_embedding_formula():
+  t = jnp.array([0.0, 0.25])
+  e = timestep_embedding(t, 8)
+  f = np.exp(-np.log(10000.0) * np.arange(4) / 4)
+  np.testing.assert_allclose(e[1], np.concatenate([np.cos(250 * f), np.sin(250 * f)]), atol=1e-4)
+  np.testing.assert_allclose(e[0], [1, 1, 1, 1, 0, 0, 0, 0], atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def unet():
+  model = UNetDenoiser(channels=(8, 16), emb_dim=16, num_classes=10)
+  init = jax.jit(lambda k: model.init({"params": k}, jnp.zeros((1, 8, 8, 1)), train=False))
+  return model, init(jax.random.PRNGKey(0))
+
+
+@pytest.mark.parametrize("shape", [(3, 8, 8, 1), (3, 64)])
+def test_unet_keeps_the_input_shape_jitted_or_not(unet, shape):
+  model, variables = unet
+  x = jax.random.normal(jax.random.PRNGKey(1), shape)
+  t, y = jnp.array([0.1, 0.5, 0.9]), jnp.array([0, 4, 9])
+  jitted = jax.jit(lambda v, x: model.apply(v, x, t, y=y, train=False))(variables, x)
+  assert jitted.shape == shape and bool(jnp.all(jnp.isfinite(jitted)))
+  if len(shape) == 2:  # eager op-by-op is slow; once is enough
+    np.testing.assert_allclose(model.apply(variables, x, t, y=y, train=False), jitted, atol=1e-5)
+
+
+def test_unet_condition_and_time_change_the_output_and_none_is_the_null_class(unet):
+  model, variables = unet
+  x = jax.random.normal(jax.random.PRNGKey(1), (2, 8, 8, 1))
+  t = jnp.array([0.3, 0.3])
+  out = jax.jit(lambda t, y: model.apply(variables, x, t, y=y, train=False))
+  np.testing.assert_allclose(out(t, None), out(t, jnp.array([10, 10])), atol=1e-6)
+  assert not np.allclose(out(t, jnp.array([1, 1])), out(t, jnp.array([2, 2])))
+  assert not np.allclose(out(t, None), out(t + 0.2, None))
+
+
+def test_mlp_denoiser_through_the_registry_with_dropout():
+  cfg = ml_collections.ConfigDict(dict(name="denoiser_mlp", hidden=32, depth=2, emb_dim=16,
+                                       num_classes=3, dropout=0.5))
+  model = build_model(cfg)
+  assert isinstance(model, MLPDenoiser)
+  x = jnp.ones((4, 2))
+  variables = model.init({"params": jax.random.PRNGKey(0)}, x, train=False)
+  t = jnp.full((4,), 0.5)
+  a = model.apply(variables, x, t, y=jnp.array([0, 1, 2, 3]), train=True,
+                  rngs={"dropout": jax.random.PRNGKey(1)})
+  b = model.apply(variables, x, t, y=jnp.array([0, 1, 2, 3]), train=True,
+                  rngs={"dropout": jax.random.PRNGKey(2)})
+  assert a.shape == (4, 2) and not np.allclose(a, b)  # dropout is active in training
+
+
+def _toy_config(task, **gen):
+  c = ml_collections.ConfigDict()
+  c.task = task
+  c.model = dict(name="denoiser_mlp", hidden=32, depth=2, emb_dim=16, num_classes=0)
+  c.gen = gtasks.default_gen_config(task)
+  c.gen.T = 100
+  c.gen.update(gen)
+  return c
+
+
+@pytest.mark.parametrize("task", ["flow_matching", "ddpm"])
+def test_task_loss_trains_a_denoiser_on_two_points(task):
+  """A few hundred Adam steps on data {-1, +1} (repeated in 2-D) lower the task loss."""
+  import optax
+  config = _toy_config(task)
+  tk = TASKS[task](config)
+  model = build_model(config.model)
+  x = jnp.sign(jax.random.normal(jax.random.PRNGKey(0), (256, 1))) * jnp.ones((256, 2))
+  params = jax.jit(lambda k: model.init({"params": k}, tk.init_input({"x": x}), train=False))(
+      jax.random.PRNGKey(1))["params"]
+  tx = optax.adam(3e-3)
+  opt = tx.init(params)
+
+  @jax.jit
+  def step(params, opt, i):
+    keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(2), i), 4)
+    rngs = dict(zip(("dropout", "noise", "time", "label_drop"), keys))
+    (loss, _), g = jax.value_and_grad(tk.loss_fn, argnums=1, has_aux=True)(
+        model.apply, params, {}, {"x": x}, rngs, True)
+    upd, opt = tx.update(g, opt)
+    return optax.apply_updates(params, upd), opt, loss
+
+  eval_loss_jit = jax.jit(lambda p: tk.loss_fn(model.apply, p, {}, {"x": x}, {}, False)[0])
+  eval_loss = lambda p: float(eval_loss_jit(p))
+  before = eval_loss(params)
+  for i in range(200):
+    params, opt, _ = step(params, opt, i)
+  assert eval_loss(params) < 0.8 * before
+
+
+def test_task_honours_the_mask_and_checks_its_config():
+  config = _toy_config("flow_matching")
+  tk = TASKS["flow_matching"](config)
+  model = build_model(config.model)
+  x = jnp.ones((8, 2))
+  params = model.init({"params": jax.random.PRNGKey(1)}, x, train=False)["params"]
+  mask = jnp.array([1.0] * 4 + [0.0] * 4)
+  a = tk.loss_fn(model.apply, params, {}, {"x": x, "mask": mask}, {}, False)[0]
+  b = tk.loss_fn(model.apply, params, {}, {"x": x.at[4:].set(50.0), "mask": mask}, {}, False)[0]
+  np.testing.assert_allclose(a, b, rtol=1e-6)
+  with pytest.raises(ValueError, match="gen.prediction"):
+    TASKS["flow_matching"](_toy_config("flow_matching", prediction="eps"))
+  with pytest.raises(ValueError, match="num_classes"):
+    TASKS["ddpm"](_toy_config("ddpm", num_classes=10))
+
+
+def test_guided_sampling_with_a_real_unet(unet):
+  model, variables = unet
+  path = paths.make_path("ddpm", T=50, schedule="cosine")
+  sample = samplers.make_sampler(model.apply, path, sampler="ddim", steps=5, sample_shape=(8, 8, 1),
+                                 prediction="eps", guidance=2.0, num_classes=10, clip_x0=1.0)
+  x = sample(variables, jax.random.PRNGKey(0), 4, y=3)
+  assert x.shape == (4, 8, 8, 1) and bool(jnp.all(jnp.isfinite(x)))
+  assert float(jnp.max(jnp.abs(x))) <= 1.0 + 1e-5  # the last DDIM step lands on a clipped x_hat
+  with pytest.raises(ValueError, match="outside the trained range 0..9"):
+    sample(variables, jax.random.PRNGKey(0), 4, y=10)
