@@ -131,7 +131,9 @@ def test_make_optimizer_returns_the_schedule_it_uses():
 @pytest.mark.parametrize("name,sched,total,pattern", [
     ("nope", {}, T, r"^optim\.schedule\.name: unknown schedule 'nope'; expected one of "
                     r"\['constant', 'step', 'cosine', 'warmup_cosine', 'wsd'\]"),
-    ("warmup_cosine", {"warmup_steps": 200}, 100, r"^optim\.schedule\.warmup_steps: .*longer"),
+    ("warmup_cosine", {"warmup_steps": 200}, 100,
+     r"^optim\.schedule\.warmup_steps: warmup of 200 steps is not shorter than the run \(100"),
+    ("warmup_cosine", {"warmup_steps": 100}, 100, r"^optim\.schedule\.warmup_steps: .*shorter"),
     ("warmup_cosine", {"warmup_frac": 1.5}, 100, r"^optim\.schedule\.warmup_frac: "),
     ("wsd", {"decay_frac": 0.0}, T, r"^optim\.schedule\.decay_frac: must be in \(0, 1\]"),
     ("wsd", {"decay_frac": 1.2}, T, r"^optim\.schedule\.decay_frac: "),

@@ -29,7 +29,7 @@ Config keys (`default_optim_config()` holds them all, with these defaults):
   schedule.step_every_frac, schedule.gamma  0.3, 0.5   step decay: eta0 gamma^floor(t / (f T))
 
 Errors name the key: `optim.name: unknown optimizer 'x'; expected one of [...]`,
-`optim.schedule.warmup_steps: warmup of 500 steps is longer than the run (100 steps)`.
+`optim.schedule.warmup_steps: warmup of 500 steps is not shorter than the run (100 steps)`.
 """
 
 from __future__ import annotations

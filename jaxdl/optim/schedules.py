@@ -58,9 +58,9 @@ def validate_schedule(sched_cfg, total_steps: int) -> None:
   if w_steps is None and not 0.0 <= (w_frac or 0.0) <= 1.0:
     raise ValueError(f"optim.schedule.warmup_frac: must be in [0, 1], got {w_frac}")
   w = resolve_warmup(sched_cfg, total_steps)
-  if w > total_steps:
+  if w > 0 and w >= total_steps:
     key = "warmup_steps" if w_steps is not None else "warmup_frac"
-    raise ValueError(f"optim.schedule.{key}: warmup of {w} steps is longer than the run "
+    raise ValueError(f"optim.schedule.{key}: warmup of {w} steps is not shorter than the run "
                      f"({total_steps} steps)")
   final = sched_cfg.get("final_frac", 0.1)
   if not 0.0 <= final <= 1.0:
