@@ -11,13 +11,15 @@ Config keys (`default_optim_config()` holds them all, with these defaults):
                              adamw | muon (update forms in `jaxdl.optim.rules`)
   lr                1e-3     peak learning rate eta0 (>= 0)
   momentum          0.9      mu for momentum / nesterov
-  b1, b2, eps       0.9, 0.999, 1e-8   Adam moments and denominator epsilon (also adagrad/rmsprop eps)
+  b1, b2            0.9, 0.999  Adam moment decays
+  eps               1e-8     denominator epsilon of adam*, adagrad, rmsprop
   rho               0.9      RMSProp decay of the squared-gradient average
   muon_beta         0.95     Muon momentum
   weight_decay      0.01     lambda (>= 0); coupled L2 for sgd..rmsprop and adam_l2, decoupled for
                              adamw and muon; only on masked parameters
   decay_embeddings  False    also decay 'embedding' tables under the default mask
-  decay_mask        None     list of path regexes replacing the default mask (kernels only)
+  decay_mask        None     list of path regexes replacing the default mask (which decays
+                             kernels, plus embeddings when decay_embeddings)
   clip_norm         1.0      global-norm clipping g * min(1, c / ||g||_2); None disables
   schedule.name     'warmup_cosine'  constant | step | cosine | warmup_cosine | wsd
   schedule.warmup_steps  None  warmup W in steps (wins over warmup_frac; use it for runs that
