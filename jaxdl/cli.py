@@ -125,7 +125,7 @@ def cmd_train(args) -> int:
   except (ValueError, loop.WorkdirMismatchError) as e:
     print(f"jaxdl: error: {str(e).splitlines()[0]}", file=sys.stderr)
     return 2
-  except loop.NonFiniteLossError as e:
+  except (loop.NonFiniteLossError, loop.SpikeError) as e:
     print(f"jaxdl: {e}", file=sys.stderr)
     return 1
   print(json.dumps({"workdir": workdir, **_jsonable(summary)}, indent=2))

@@ -202,6 +202,13 @@ def base_config() -> ml_collections.ConfigDict:
       label_smoothing=0.0,
       async_checkpoint=True,
       plot=True,
+      # Spike guard: on loss (or grad norm) > spike_factor x the rolling median of the last
+      # spike_window steps, rewind to the last checkpoint and skip the offending batch.
+      spike_guard=False,
+      spike_factor=5.0,
+      spike_window=20,
+      spike_watch="loss",     # loss | grad_norm | either
+      max_rewinds=3,
   ))
   # devices: how many devices to use (0 = all); the global batch is split across them.
   c.parallel = ml_collections.ConfigDict(dict(strategy="jit", devices=0))

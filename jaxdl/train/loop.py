@@ -31,7 +31,7 @@ from jaxdl import optim as joptim
 from jaxdl.config import diff_configs
 from jaxdl.train import checkpoint as jckpt
 from jaxdl.optim import precision
-from jaxdl.train import parallel, step as jstep, tasks, writers
+from jaxdl.train import guards, parallel, step as jstep, tasks, writers
 from jaxdl.train.state import create_train_state
 
 log = logging.getLogger("jaxdl")
@@ -50,6 +50,10 @@ class NonFiniteLossError(RuntimeError):
     self.step, self.metrics = step, metrics
     super().__init__(f"loss became non-finite at step {step} ({metrics.get('loss')}); "
                      f"stopped without saving that state")
+
+
+class SpikeError(RuntimeError):
+  """A loss spike the guard could not rewind (no checkpoint yet, or too many rewinds)."""
 
 
 class WorkdirMismatchError(ValueError):
@@ -150,10 +154,10 @@ def run(config, workdir, *, force: bool = False, progress: bool = True) -> dict:
   workdir = pathlib.Path(workdir)
   config_json = json.loads(config.to_json_best_effort())
   old_json = _check_workdir(workdir, config_json, force)
-  is_main = jax.process_index() == 0
+  guard = (guards.SpikeDetector(config.train.spike_factor, config.train.spike_window,
+                                config.train.spike_watch) if config.train.spike_guard else None)
 
   init_key, base_key = jax.random.split(jax.random.PRNGKey(config.seed))
-  train_it = ds.train_iter(process_index=jax.process_index(), process_count=jax.process_count())
   example_x = task.init_input(next(ds.train_iter(process_index=0, process_count=1)))
   initial_scale = precision.DynamicLossScale.create() if policy.loss_scaling else None
   init_fn = jax.jit(lambda k: create_train_state(model, tx, k, example_x[:1],
@@ -161,102 +165,173 @@ def run(config, workdir, *, force: bool = False, progress: bool = True) -> dict:
   abstract = jax.eval_shape(init_fn, init_key)
 
   workdir.mkdir(parents=True, exist_ok=True)
-  ckpt = jckpt.Checkpointer(workdir / "checkpoints", keep=config.train.keep_ckpts,
-                            best_metric=config.train.best_metric,
-                            best_mode=config.train.best_mode,
-                            async_save=config.train.async_checkpoint)
-  writer = writers.MetricsWriter(workdir, enabled=is_main)
-  target = jax.tree.map(lambda _: jax.sharding.SingleDeviceSharding(jax.local_devices()[0]),
-                        abstract)
-  if strategy.name == "jit":
-    target = strategy.state_shardings(abstract)
-  restored = ckpt.restore(jckpt.abstract_like(abstract, target))
-  if restored is None:
-    state = init_fn(init_key)
-    start = 0
-  else:
-    start, state, data_state = restored
-    train_it.set_state(data_state)
-    writer.write_event(start, "resume")
-  _check_run_length(None if force else old_json, config, start)
-  if is_main:
+  loop = _Loop(config, workdir, ds, strategy, config_json, abstract)
+  if loop.restore() is None:
+    # Created where it lives (replicated under jit, sharded under fsdp, on every process of a
+    # multi-host run), never whole on one device first; pmap stacks a copy per device later.
+    shardings = (strategy.state_shardings(abstract) if hasattr(strategy, "state_shardings")
+                 else None)
+    loop.state = jax.jit(init_fn, out_shardings=shardings)(init_key)
+  _check_run_length(None if force else old_json, config, loop.start)
+  if loop.is_main:
     (workdir / "config.json").write_text(json.dumps(config_json, indent=2))
-  meta = manifest(strategy, config)
 
   train_step = jstep.make_train_step(model.apply, task.loss_fn, tx, schedule, base_key,
                                      axis_name=strategy.axis_name)
   eval_step = jstep.make_eval_step(model.apply, task.loss_fn, axis_name=strategy.axis_name)
-  state = strategy.place_state(state)
-  train_fn = strategy.compile_train(train_step, state)
-  eval_fn = strategy.compile_eval(eval_step, state)
+  loop.state = strategy.place_state(loop.state)
+  train_fn = strategy.compile_train(train_step, loop.state)
+  eval_fn = strategy.compile_eval(eval_step, loop.state)
+  return loop.train(train_fn, eval_fn, guard, progress)
 
-  total = config.train.steps
-  bar = writers.Progress(total, start, enabled=progress and is_main)
-  last_eval: dict = {}
-  best, evals_since_best = None, 0
-  summary = {"start_step": start, "preempted": False, "early_stopped": False}
 
-  def save(step):
-    ckpt.save(step, strategy.single_copy(state), data_state=train_it.get_state(),
-              config=config_json, manifest=meta,
-              metrics={f"eval/{k}": v for k, v in last_eval.items()} or None)
+class SpikeRewind(Exception):
+  """Raised by the metrics check to rewind the loop."""
 
-  def host_metrics(step, metrics):
-    metrics = jax.device_get(strategy.first(metrics))
-    metrics = {k: float(v) for k, v in metrics.items()}
+
+class _Loop:
+  """The mutable side of a run: current state, data position, writers, checkpoints."""
+
+  def __init__(self, config, workdir, ds, strategy, config_json, abstract):
+    self.config, self.workdir, self.ds, self.strategy = config, workdir, ds, strategy
+    self.config_json = config_json
+    self.abstract = abstract
+    self.is_main = jax.process_index() == 0
+    self.train_it = ds.train_iter(process_index=jax.process_index(),
+                                  process_count=jax.process_count())
+    self.ckpt = jckpt.Checkpointer(workdir / "checkpoints", keep=config.train.keep_ckpts,
+                                   best_metric=config.train.best_metric,
+                                   best_mode=config.train.best_mode,
+                                   async_save=config.train.async_checkpoint)
+    self.writer = writers.MetricsWriter(workdir, enabled=self.is_main)
+    self.meta = manifest(strategy, config)
+    self.state, self.start = None, 0
+    self.last_eval: dict = {}
+    self.last_train: dict = {}
+    self.skip_batches: set[int] = set()   # data positions dropped after a spike rewind
+    self.rewinds = 0
+
+  def restore(self):
+    """Loads the newest readable checkpoint into (state, data position); None if there is none."""
+    target = jax.tree.map(
+        lambda _: jax.sharding.SingleDeviceSharding(jax.local_devices()[0]), self.abstract)
+    if hasattr(self.strategy, "state_shardings"):  # jit / fsdp: straight onto the mesh
+      target = self.strategy.state_shardings(self.abstract)
+    restored = self.ckpt.restore(jckpt.abstract_like(self.abstract, target))
+    if restored is None:
+      return None
+    self.start, self.state, data_state = restored
+    self.train_it.set_state(data_state)
+    self.writer.write_event(self.start, "resume")
+    return self.start
+
+  def save(self, step: int) -> None:
+    self.ckpt.save(step, self.strategy.single_copy(self.state),
+                   data_state=self.train_it.get_state(), config=self.config_json,
+                   manifest=self.meta,
+                   metrics={f"eval/{k}": v for k, v in self.last_eval.items()} or None)
+
+  def next_batch(self):
+    while self.train_it.step in self.skip_batches:
+      next(self.train_it)
+    return self.strategy.shard_batch(next(self.train_it))
+
+  def check(self, step: int, metrics, guard) -> dict:
+    """Host-side metrics of `step`: stop on non-finite, rewind on a spike, log on cadence."""
+    metrics = {k: float(v) for k, v in jax.device_get(self.strategy.first(metrics)).items()}
     if not math.isfinite(metrics["loss"]):
       raise NonFiniteLossError(step, metrics)
-    if every(step, config.train.log_every) or step == total:
-      writer.write(step, "train", metrics)
-      bar.update(step, metrics)
+    spike = guard.check(metrics) if guard is not None else None
+    if spike is not None:
+      raise SpikeRewind(step, spike)
+    if every(step, self.config.train.log_every) or step == self.config.train.steps:
+      self.writer.write(step, "train", metrics)
+      self.bar.update(step, metrics)
     return metrics
 
-  pending = None
-  last_train: dict = {}
-  with _Preemption() as preempt:
-    try:
-      for s in range(start, total):
-        batch = strategy.shard_batch(next(train_it))
-        state, metrics = train_fn(state, batch)
+  def train(self, train_fn, eval_fn, guard, progress: bool) -> dict:
+    config = self.config
+    total = config.train.steps
+    self.bar = writers.Progress(total, self.start, enabled=progress and self.is_main)
+    best, evals_since_best = None, 0
+    summary = {"start_step": self.start, "preempted": False, "early_stopped": False,
+               "rewinds": 0}
+    pending = None  # (step, metrics, data position of its batch): read one step late
+    s = self.start
+    with _Preemption() as preempt:
+      try:
+        while s < total:
+          batch = self.next_batch()
+          position = self.train_it.step - 1
+          self.state, metrics = train_fn(self.state, batch)
+          done = s + 1
+          try:
+            if pending is not None:
+              self.last_train = self.check(pending[0], pending[1], guard)
+            pending = (done, metrics, position)
+            boundary = (every(done, config.train.eval_every) or done == total or
+                        every(done, config.train.ckpt_every) or preempt.requested)
+            if boundary:  # never evaluate or save before this step is known to be good
+              self.last_train = self.check(done, metrics, guard)
+              pending = None
+          except SpikeRewind as e:
+            spike_step, spike = e.args
+            bad = pending[2] if pending is not None and pending[0] == spike_step else position
+            s = self._rewind_to(spike_step, spike, bad)
+            pending = None
+            summary["rewinds"] = self.rewinds
+            continue
+          s = done
+          if every(done, config.train.eval_every) or done == total:
+            self.last_eval = evaluate(eval_fn, self.state, self.ds, self.strategy)
+            self.writer.write(done, "eval", self.last_eval)
+            self.bar.message(f"eval step {done}: " + " ".join(
+                f"{k}={v:.4g}" for k, v in self.last_eval.items()))
+            key = config.train.best_metric.removeprefix("eval/")
+            if config.train.patience > 0 and key in self.last_eval:
+              value = self.last_eval[key]
+              better = best is None or (value > best if config.train.best_mode == "max"
+                                        else value < best)
+              best, evals_since_best = (value, 0) if better else (best, evals_since_best + 1)
+              summary["early_stopped"] = evals_since_best >= config.train.patience
+          if preempt.requested:
+            self.save(done)
+            self.writer.write_event(done, "preempted")
+            summary["preempted"] = True
+            break
+          if every(done, config.train.ckpt_every) or done == total or summary["early_stopped"]:
+            self.save(done)
+          if summary["early_stopped"]:
+            self.writer.write_event(done, "early_stop", patience=config.train.patience)
+            break
         if pending is not None:
-          last_train = host_metrics(*pending)
-        pending = (s + 1, metrics)
-        done = s + 1
-        if every(done, config.train.eval_every) or done == total or every(
-            done, config.train.ckpt_every) or preempt.requested:
-          last_train = host_metrics(*pending)  # never save before this step is known finite
-          pending = None
-        if every(done, config.train.eval_every) or done == total:
-          last_eval = evaluate(eval_fn, state, ds, strategy)
-          writer.write(done, "eval", last_eval)
-          bar.message(f"eval step {done}: " + " ".join(f"{k}={v:.4g}"
-                                                      for k, v in last_eval.items()))
-          key = config.train.best_metric.removeprefix("eval/")
-          if config.train.patience > 0 and key in last_eval:
-            better = best is None or (last_eval[key] > best if config.train.best_mode == "max"
-                                      else last_eval[key] < best)
-            best, evals_since_best = (last_eval[key], 0) if better else (best,
-                                                                         evals_since_best + 1)
-            if evals_since_best >= config.train.patience:
-              summary["early_stopped"] = True
-        if preempt.requested:
-          save(done)
-          writer.write_event(done, "preempted")
-          summary["preempted"] = True
-          break
-        if every(done, config.train.ckpt_every) or done == total or summary["early_stopped"]:
-          save(done)
-        if summary["early_stopped"]:
-          writer.write_event(done, "early_stop", patience=config.train.patience)
-          break
-      if pending is not None:
-        last_train = host_metrics(*pending)
-    finally:
-      ckpt.close()
-      bar.close()
-      writer.close()
-  if is_main and config.train.plot:
-    writers.plot_losses(workdir, title=config.name)
-  summary.update(step=int(jax.device_get(strategy.first(state.step))) if not isinstance(
-      state.step, int) else state.step, train=last_train, eval=last_eval)
-  return summary
+          self.last_train = self.check(pending[0], pending[1], None)
+      finally:
+        self.ckpt.close()
+        self.bar.close()
+        self.writer.close()
+    if self.is_main and config.train.plot:
+      writers.plot_losses(self.workdir, title=config.name)
+    step = self.strategy.first(self.state.step)
+    summary.update(step=int(jax.device_get(step)), train=self.last_train, eval=self.last_eval)
+    return summary
+
+  def _rewind_to(self, step: int, spike: dict, bad_position: int) -> int:
+    """Restores the last checkpoint and marks the spiking step's batch to be skipped."""
+    self.ckpt.wait()
+    latest = self.ckpt.latest_step()
+    if latest is None or self.rewinds >= self.config.train.max_rewinds:
+      why = ("there is no checkpoint to rewind to yet" if latest is None
+             else f"the run already rewound {self.rewinds} times (train.max_rewinds)")
+      raise SpikeError(f"{spike['metric']} spike at step {step} ({spike['value']:.4g} vs "
+                       f"rolling median {spike['median']:.4g}) and {why}; stopping")
+    self.skip_batches.add(bad_position)
+    self.restore()
+    self.state = self.strategy.place_state(self.state)
+    self.rewinds += 1
+    self.writer.write_event(step, "rewind", to_step=self.start, skipped_batch=bad_position,
+                            **spike)
+    self.bar.message(f"{spike['metric']} spike at step {step} ({spike['value']:.4g} vs median "
+                     f"{spike['median']:.4g}): rewound to step {self.start}, skipping batch "
+                     f"{bad_position}")
+    return self.start

@@ -1,0 +1,41 @@
+"""In-run guard: loss / gradient-norm spike detection for rewinding.
+
+A step is a spike when its value exceeds `factor` times the median of the previous `window`
+finite values of the same metric (after at least `window // 2` of them have been seen). The median
+is robust to the spikes themselves, and a factor well above 1 ignores ordinary step-to-step noise.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+
+METRICS = {"loss": ("loss",), "grad_norm": ("grad_norm",), "either": ("loss", "grad_norm")}
+
+
+class SpikeDetector:
+  """Keeps a rolling history of the watched metrics and flags spikes."""
+
+  def __init__(self, factor: float = 5.0, window: int = 20, watch: str = "loss"):
+    if watch not in METRICS:
+      raise ValueError(f"train.spike_watch: expected one of {sorted(METRICS)}, got {watch!r}")
+    if factor <= 1.0:
+      raise ValueError(f"train.spike_factor: must be > 1, got {factor}")
+    if window < 2:
+      raise ValueError(f"train.spike_window: must be >= 2, got {window}")
+    self.factor, self.window = factor, window
+    self.names = METRICS[watch]
+    self.history = {k: collections.deque(maxlen=window) for k in self.names}
+
+  def check(self, metrics: dict) -> dict | None:
+    """Returns {'metric', 'value', 'median'} for a spike (not added to the history), else None."""
+    for k in self.names:
+      past = self.history[k]
+      if len(past) >= self.window // 2:
+        median = float(np.median(past))
+        if metrics[k] > self.factor * median:
+          return {"metric": k, "value": float(metrics[k]), "median": median}
+    for k in self.names:
+      self.history[k].append(float(metrics[k]))
+    return None
