@@ -73,11 +73,15 @@ def test_overflow_skips_step_and_halves_scale_then_regrows():
   assert float(ls.scale) == 2.0**10 and int(ls.counter) == 0         # doubled after N
 
 
-def test_scale_has_a_floor_and_counts_are_arrays():
+def test_scale_has_a_floor_a_ceiling_and_counts_are_arrays():
   ls = DynamicLossScale.create(init_scale=2.0, period=5, min_scale=1.0)
   for _ in range(3):
     ls = ls.adjust(jnp.asarray(False))
   assert float(ls.scale) == 1.0
+  ls = DynamicLossScale.create(init_scale=2.0**23, period=1, max_scale=2.0**24)
+  for _ in range(3):
+    ls = ls.adjust(jnp.asarray(True))
+  assert float(ls.scale) == 2.0**24
   assert ls.scale.dtype == jnp.float32 and ls.counter.dtype == jnp.int32
 
 

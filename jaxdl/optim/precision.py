@@ -11,7 +11,8 @@ Policies (`train.precision`):
 Dynamic loss scaling (S the scale, N the period, c the count of finite steps since the last
 change): differentiate S * loss, divide the gradients by S; if any gradient is non-finite,
 skip the update (keep params and optimizer state) and set S <- max(S / 2, min_scale), c <- 0;
-otherwise apply the update and set c <- c + 1, and when c reaches N, S <- 2 S and c <- 0.
+otherwise apply the update and set c <- c + 1, and when c reaches N, S <- min(2 S, max_scale)
+and c <- 0.
 S and c are arrays in the TrainState, so they are checkpointed with it; N is static.
 
 Use in a train step (see `DynamicLossScale` for the methods):
@@ -86,18 +87,21 @@ class DynamicLossScale(flax.struct.PyTreeNode):
     period: N, finite steps before S doubles.
     factor: growth / shrink factor (2).
     min_scale: floor for S (1).
+    max_scale: ceiling for S (2^24): without it a long overflow-free run would double S up to
+      float32 inf, and inf / 2 stays inf.
   """
   scale: jax.Array
   counter: jax.Array
   period: int = flax.struct.field(pytree_node=False, default=2000)
   factor: float = flax.struct.field(pytree_node=False, default=2.0)
   min_scale: float = flax.struct.field(pytree_node=False, default=1.0)
+  max_scale: float = flax.struct.field(pytree_node=False, default=2.0**24)
 
   @classmethod
   def create(cls, init_scale: float = 2.0**15, period: int = 2000, factor: float = 2.0,
-             min_scale: float = 1.0) -> "DynamicLossScale":
+             min_scale: float = 1.0, max_scale: float = 2.0**24) -> "DynamicLossScale":
     return cls(scale=jnp.asarray(init_scale, jnp.float32), counter=jnp.zeros([], jnp.int32),
-               period=period, factor=factor, min_scale=min_scale)
+               period=period, factor=factor, min_scale=min_scale, max_scale=max_scale)
 
   def scale_loss(self, loss):
     """S * loss (in float32: the scaled loss is what gets differentiated)."""
@@ -114,7 +118,7 @@ class DynamicLossScale(flax.struct.PyTreeNode):
     grown = self.counter + 1 >= self.period
     new_scale = jnp.where(
         grads_finite,
-        jnp.where(grown, self.scale * self.factor, self.scale),
+        jnp.where(grown, jnp.minimum(self.scale * self.factor, self.max_scale), self.scale),
         jnp.maximum(self.scale / self.factor, self.min_scale))
     new_counter = jnp.where(grads_finite & ~grown, self.counter + 1, 0).astype(jnp.int32)
     return self.replace(scale=new_scale.astype(jnp.float32), counter=new_counter)
