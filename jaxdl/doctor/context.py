@@ -1,0 +1,64 @@
+"""The doctor's view of an experiment: the run's own pieces, built as `jaxdl.train.run` builds them.
+
+Same data stream, init key and base key (`split(PRNGKey(seed))`), model cloned with the precision
+policy's compute dtype, optimizer and schedule; K is the number of classes (V for a language
+model, 2 for a binary head), None for tasks without such a head.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jaxdl.optim import precision
+from jaxdl.train import build, create_train_state
+from jaxdl.train.step import step_rngs
+
+_SUPERVISED = ("classification", "binary", "lm", "regression")
+
+
+@dataclasses.dataclass
+class Context:
+  config: Any
+  ds: Any
+  task: Any
+  model: Any
+  tx: Any
+  schedule: Any
+  policy: Any
+  base_key: jax.Array
+  state: Any                # the initial TrainState (step 0)
+  batches: list             # the first S batches of the training stream (host arrays)
+  eval_batch: dict | None
+  num_classes: int | None   # K (V for an LM); None when the task has no such head
+  cache: dict = dataclasses.field(default_factory=dict)
+
+  @property
+  def ln_k(self) -> float | None:
+    return math.log(self.num_classes) if self.num_classes else None
+
+
+def prepare(config, steps: int = 20) -> Context:
+  ds, task, _, tx, schedule, policy, model = build(config)
+  init_key, base_key = jax.random.split(jax.random.PRNGKey(config.seed))
+  it = ds.train_iter()
+  batches = [next(it) for _ in range(max(steps, 1))]
+  example_x = task.init_input(batches[0])
+  scale = precision.DynamicLossScale.create() if policy.loss_scaling else None
+  state = jax.jit(lambda k: create_train_state(model, tx, k, example_x[:1], loss_scale=scale))(
+      init_key)
+  eval_batch = next(iter(ds.eval_batches()), None)
+  info = ds.info
+  k = {"classification": info.get("num_classes"), "lm": info.get("vocab_size"),
+       "binary": 2}.get(task.kind)
+  return Context(config, ds, task, model, tx, schedule, policy, base_key, state, batches,
+                 eval_batch, k)
+
+
+def loss(ctx, params, model_state, batch, train: bool, step: int = 0, apply_fn=None):
+  rngs = step_rngs(ctx.base_key, jnp.asarray(step))
+  return ctx.task.loss_fn(apply_fn or ctx.model.apply, params, model_state, batch, rngs, train)
