@@ -15,50 +15,8 @@ Expected: one Euler step collapses onto the data mean (energy distance far above
 at 50 steps Euler and Heun are within 3x of the floor on moons and 8gaussians (W2 within 1.5x).
 """
 
-from jaxdl.config import base_config
-from jaxdl.data import default_data_config
 from jaxdl.generative import evaluation
-from jaxdl.generative.tasks import default_gen_config
-from jaxdl.optim import default_optim_config
-
-DISTRIBUTIONS = ("moons", "8gaussians", "checkerboard", "swissroll")
-
-
-def toy2d_config(task: str, name: str, arg=None):
-  """The shared toy-2D config of fm_toy2d and ddpm_toy2d."""
-  if arg not in (None, "smoke") + DISTRIBUTIONS:
-    raise ValueError(f"unknown arg {arg!r}; expected one of None, 'smoke', {DISTRIBUTIONS}")
-  c = base_config()
-  c.name = name
-  c.task = task
-  c.data = default_data_config("toy2d")
-  c.data.distribution = arg if arg in DISTRIBUTIONS else "moons"
-  c.data.n = 50_000
-  c.data.n_eval = 5_000
-  c.data.batch_size = 512
-  c.model = dict(name="denoiser_mlp", hidden=256, depth=4, emb_dim=128, num_classes=0,
-                 dropout=0.0)
-  c.gen = default_gen_config(task)
-  c.gen.eval_num = 2000
-  c.optim = default_optim_config()
-  c.optim.name = "adamw"
-  c.optim.lr = 2e-3
-  c.optim.weight_decay = 0.0
-  c.optim.clip_norm = 1.0
-  c.train.steps = 20_000
-  c.train.eval_every = 2_000
-  c.train.log_every = 200
-  c.train.ckpt_every = 5_000
-  if arg == "smoke":
-    c.data.n = 5_000
-    c.data.n_eval = 1_000
-    c.model.hidden = 64
-    c.model.depth = 2
-    c.train.steps = 300
-    c.train.eval_every = 150
-    c.train.ckpt_every = 150
-    c.gen.eval_num = 300
-  return c
+from jaxdl.generative.configs import toy2d_config
 
 
 def get_config(arg=None):
@@ -68,4 +26,5 @@ def get_config(arg=None):
 
 
 def run(config, workdir):
+  """Trains with `jaxdl.train.run`, then evaluates the final checkpoint."""
   return evaluation.train_and_evaluate(config, workdir)

@@ -1,0 +1,30 @@
+"""Class-conditional flow matching on 8x8 digits with classifier-free guidance; classifier check.
+
+Run:
+  jaxdl train experiments/fm_digits_cfg.py            # workdir runs/fm_digits_cfg
+  jaxdl train fm_digits_cfg:smoke                     # tiny U-Net, 60 steps, for tests
+
+Setup: sklearn digits scaled to [-1, 1] (training split), a two-level conv U-Net (32/64 channels)
+with a time embedding and 10 class embeddings plus a null class; velocity MSE with labels dropped
+to the null class with probability 0.1; AdamW 2e-3 warmup-cosine, batch 128, 4,000 steps.
+After training, `run` draws 100 samples per class with Heun (50 steps) and guidance w = 2,
+writes digits_grid.png (one row per class) and reports the fraction that a digits classifier
+(an RBF SVM on the training split, ~0.99 test accuracy, unless `classifier_workdir` points at a
+digits_cnn run) labels as the conditioning class.
+
+Expected: class_accuracy >= 0.90 at the default guidance w = 2.
+"""
+
+from jaxdl.generative import evaluation
+from jaxdl.generative.configs import digits_config
+
+
+def get_config(arg=None):
+  c = digits_config("flow_matching", "fm_digits_cfg", arg)
+  c.description = "Class-conditional flow matching on digits with guidance; classifier >= 90%"
+  return c
+
+
+def run(config, workdir):
+  """Trains with `jaxdl.train.run`, then evaluates the final checkpoint."""
+  return evaluation.train_and_evaluate(config, workdir)

@@ -1,0 +1,98 @@
+"""Shared configs of the generative experiments (fm_/ddpm_toy2d, fm_/ddpm_digits_cfg).
+
+Each builds on `jaxdl.config.base_config()` and lists every key a user may override.
+"""
+
+from __future__ import annotations
+
+from jaxdl.config import base_config
+from jaxdl.data import default_data_config
+from jaxdl.generative.tasks import default_gen_config
+from jaxdl.optim import default_optim_config
+
+DISTRIBUTIONS = ("moons", "8gaussians", "checkerboard", "swissroll")
+
+
+def toy2d_config(task: str, name: str, arg=None):
+  """2-D toys: residual MLP denoiser (4 x 256), AdamW 2e-3 warmup-cosine, batch 512, 20k steps.
+
+  arg: None (moons), a distribution name, or 'smoke' (300 steps of a small model).
+  """
+  if arg not in (None, "smoke") + DISTRIBUTIONS:
+    raise ValueError(f"unknown arg {arg!r}; expected one of None, 'smoke', {DISTRIBUTIONS}")
+  c = base_config()
+  c.name = name
+  c.task = task
+  c.data = default_data_config("toy2d")
+  c.data.distribution = arg if arg in DISTRIBUTIONS else "moons"
+  c.data.n = 50_000
+  c.data.n_eval = 5_000
+  c.data.batch_size = 512
+  c.model = dict(name="denoiser_mlp", hidden=256, depth=4, emb_dim=128, num_classes=0,
+                 dropout=0.0)
+  c.gen = default_gen_config(task)
+  c.gen.eval_num = 2000
+  c.optim = default_optim_config()
+  c.optim.name = "adamw"
+  c.optim.lr = 2e-3
+  c.optim.weight_decay = 0.0
+  c.optim.clip_norm = 1.0
+  c.train.steps = 20_000
+  c.train.eval_every = 2_000
+  c.train.log_every = 200
+  c.train.ckpt_every = 5_000
+  if arg == "smoke":
+    c.data.n = 5_000
+    c.data.n_eval = 1_000
+    c.model.hidden = 64
+    c.model.depth = 2
+    c.train.steps = 300
+    c.train.eval_every = 150
+    c.train.ckpt_every = 150
+    c.gen.eval_num = 300
+  return c
+
+
+def digits_config(task: str, name: str, arg=None):
+  """Class-conditional 8x8 digits in [-1, 1]: small U-Net (32/64 channels), 10 classes + null,
+  p_uncond 0.1, guidance 2.0, AdamW 2e-3 warmup-cosine, batch 128.
+
+  arg: None, or 'smoke' (a tiny U-Net, 60 steps).
+  """
+  if arg not in (None, "smoke"):
+    raise ValueError(f"unknown arg {arg!r}; expected None or 'smoke'")
+  c = base_config()
+  c.name = name
+  c.task = task
+  c.data = default_data_config("digits")
+  c.data.scale = "symmetric"
+  c.data.batch_size = 128
+  c.model = dict(name="denoiser_unet", image_shape=(8, 8, 1), channels=(32, 64), emb_dim=128,
+                 num_classes=10, dropout=0.0)
+  c.gen = default_gen_config(task)
+  c.gen.num_classes = 10
+  c.gen.p_uncond = 0.1
+  c.gen.sample_shape = (8, 8, 1)
+  c.gen.guidance = 2.0
+  c.gen.steps = 50
+  c.gen.eval_num = 1000
+  if task == "ddpm":
+    c.gen.schedule = "cosine"
+    c.gen.clip_x0 = 1.0
+  c.optim = default_optim_config()
+  c.optim.name = "adamw"
+  c.optim.lr = 2e-3
+  c.optim.weight_decay = 0.0
+  c.optim.clip_norm = 1.0
+  c.train.steps = 4000
+  c.train.eval_every = 1000
+  c.train.log_every = 100
+  c.train.ckpt_every = 1000
+  if arg == "smoke":
+    c.model.channels = (8, 16)
+    c.model.emb_dim = 32
+    c.train.steps = 60
+    c.train.eval_every = 30
+    c.train.ckpt_every = 30
+    c.gen.steps = 5
+  return c
