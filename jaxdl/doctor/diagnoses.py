@@ -12,7 +12,7 @@ Rules (L_s train loss at step s, E_s eval loss; thresholds are stated where used
   spike           L_s > 3 x median of the previous 10 logged losses (after the first 10%)
   overfitting     E rose > 10% above its minimum at the last eval while L kept falling
   val_below_train E < 0.9 L at every eval in the second half of the run
-  eval_mode       eval accuracy < train accuracy - 0.25 (or E > 2 L) from the first eval on
+  eval_mode       at every eval, from the first on: accuracy < train accuracy - 0.15, or E > 2 L
 """
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ def _diagnose_eval(train: list[dict], evals: list[dict]) -> list[Diagnosis]:
   gap_acc = [t_acc - e["accuracy"] for e, _, t_acc in pairs
              if t_acc is not None and "accuracy" in e]
   gap_loss = [e["loss"] / max(t_loss, 1e-8) for e, t_loss, _ in pairs]
-  if (gap_acc and min(gap_acc) > 0.25) or min(gap_loss) > 2.0:
+  if (gap_acc and min(gap_acc) > 0.15) or min(gap_loss) > 2.0:
     e, t_loss, t_acc = pairs[-1]
     acc = (f", accuracy train {t_acc:.3f} vs eval {e['accuracy']:.3f}"
            if t_acc is not None and "accuracy" in e else "")

@@ -1,0 +1,30 @@
+"""Planted bug: evaluation run in training mode (BatchNorm on batch statistics at eval, digits).
+
+Run:
+  jaxdl doctor bug_eval_in_train_mode       # exit 1: eval_mode FAILs
+  jaxdl train bug_eval_in_train_mode        # train accuracy high, eval accuracy much lower
+  jaxdl doctor bug_eval_in_train_mode --history   # then: "good in training, bad in evaluation"
+
+Setup: the digits MLP of `jaxdl.doctor.planted` with BatchNorm after each hidden layer whose
+eval path still normalizes with the statistics of the batch (model.eval_batch_stats = True),
+evaluated in batches of 4 (data.eval_batch_size = 4) as a small serving batch would be.
+
+Expected diagnosis: eval_mode FAIL: the eval-mode outputs of the same 8 examples computed in a
+batch of 8 and a batch of 16 differ (by about 2 in logit units, tolerance about 1e-3), cause
+`eval_mode_forgotten`. After training, the metrics history shows eval accuracy far below train
+accuracy from the first eval on (symptom: good in training, bad in evaluation).
+"""
+
+from jaxdl.doctor import planted
+
+
+def get_config(arg=None):
+  c = planted.digits_experiment(
+      "bug_eval_in_train_mode", "Planted bug: BatchNorm uses batch statistics in eval (digits, "
+      "eval batches of 4)", norm="batch", eval_batch_stats=True)
+  c.data.eval_batch_size = 4
+  if arg == "smoke":
+    c.train.steps = 20
+  elif arg is not None:
+    raise ValueError(f"unknown arg {arg!r}; expected None or 'smoke'")
+  return c

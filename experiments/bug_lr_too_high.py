@@ -1,0 +1,28 @@
+"""Planted bug: learning rate far too high (SGD, lr 1000, digits MLP) -- the loss turns NaN.
+
+Run:
+  jaxdl doctor bug_lr_too_high              # exit 1: first_steps FAILs
+  jaxdl train bug_lr_too_high               # exit 1: loss became non-finite
+
+Setup: the healthy digits MLP of `jaxdl.doctor.planted` with plain SGD at lr 1000 and no
+clipping.
+
+Expected diagnosis: first loss fine; within the first 20 steps the loss explodes (2.3 -> 4e6 ->
+3e19) and turns NaN at step 3: first_steps FAIL, likely cause `lr_too_high` (symptom: loss
+becomes NaN or Inf).
+"""
+
+from jaxdl.doctor import planted
+
+
+def get_config(arg=None):
+  c = planted.digits_experiment(
+      "bug_lr_too_high", "Planted bug: SGD at lr 1000 on digits (loss NaN within 20 steps)")
+  c.optim.name = "sgd"
+  c.optim.lr = 1000.0
+  c.optim.clip_norm = None
+  if arg == "smoke":
+    c.train.steps = 20
+  elif arg is not None:
+    raise ValueError(f"unknown arg {arg!r}; expected None or 'smoke'")
+  return c

@@ -1,0 +1,27 @@
+"""Planted bug: all-zero init (digits 64-64 MLP) -- every unit of a layer stays identical.
+
+Run:
+  jaxdl doctor bug_zero_init                # exit 1: symmetry and overfit FAIL
+  jaxdl train bug_zero_init                 # the loss stays at ln 10
+
+Setup: the digits MLP of `jaxdl.doctor.planted` with every kernel (and bias) initialized to 0
+(model.zero_init = True).
+
+Expected diagnosis: the first loss is exactly ln 10 (all logits 0), so that check passes; every
+hidden output is 0 and only the head bias gets a gradient; the units of dense_0, dense_1 and
+head are identical at init and still after 20 steps: symmetry FAIL with cause
+`symmetric_init`; overfit FAIL (2.30 -> 2.1, never near 0).
+"""
+
+from jaxdl.doctor import planted
+
+
+def get_config(arg=None):
+  c = planted.digits_experiment(
+      "bug_zero_init", "Planted bug: all-zero init on digits (units identical, loss stuck at "
+      "ln 10)", zero_init=True)
+  if arg == "smoke":
+    c.train.steps = 20
+  elif arg is not None:
+    raise ValueError(f"unknown arg {arg!r}; expected None or 'smoke'")
+  return c
