@@ -159,8 +159,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
     _require(train.best_mode in ("min", "max"), "train.best_mode",
              f"expected 'min' or 'max', got {train.best_mode!r}")
   if "parallel" in config:
-    _require(config.parallel.strategy in ("jit", "pmap"), "parallel.strategy",
-             f"expected 'jit' or 'pmap', got {config.parallel.strategy!r}")
+    _require(config.parallel.strategy in ("jit", "pmap", "fsdp"), "parallel.strategy",
+             f"expected 'jit', 'pmap' or 'fsdp', got {config.parallel.strategy!r}")
     _require(config.parallel.get("devices", 0) >= 0, "parallel.devices",
              f"must be >= 0 (0 = all devices), got {config.parallel.get('devices')}")
   if "data" in config and "batch_size" in config.data:
@@ -211,5 +211,6 @@ def base_config() -> ml_collections.ConfigDict:
       max_rewinds=3,
   ))
   # devices: how many devices to use (0 = all); the global batch is split across them.
-  c.parallel = ml_collections.ConfigDict(dict(strategy="jit", devices=0))
+  # fsdp: size of the fsdp mesh axis under strategy 'fsdp' (0 = all devices; jaxdl.train.fsdp).
+  c.parallel = ml_collections.ConfigDict(dict(strategy="jit", devices=0, fsdp=0))
   return c

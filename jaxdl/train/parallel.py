@@ -20,6 +20,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from jaxdl.train.fsdp import FsdpStrategy
+
 PMAP_AXIS = "batch"
 
 
@@ -120,11 +122,12 @@ class PmapStrategy:
     return jax.tree.map(lambda x: x[0], metrics)
 
 
-def make_strategy(name: str, num_devices: int = 0):
-  """The strategy over the first `num_devices` devices (0 = all of them)."""
+def make_strategy(name: str, num_devices: int = 0, fsdp: int = 0):
+  """The strategy over the first `num_devices` devices (0 = all of them); `fsdp` is the size of
+  the fsdp mesh axis under the 'fsdp' strategy (0 = all of them)."""
   devices = None
   if num_devices:
-    pool = jax.devices() if name == "jit" else jax.local_devices()
+    pool = jax.devices() if name in ("jit", "fsdp") else jax.local_devices()
     if num_devices > len(pool):
       raise ValueError(f"parallel.devices: {num_devices} requested, only {len(pool)} available")
     if jax.process_count() > 1:
@@ -134,4 +137,7 @@ def make_strategy(name: str, num_devices: int = 0):
     return JitStrategy(devices)
   if name == "pmap":
     return PmapStrategy(devices)
-  raise ValueError(f"parallel.strategy: unknown strategy {name!r}; expected 'jit' or 'pmap'")
+  if name == "fsdp":
+    return FsdpStrategy(devices, fsdp)
+  raise ValueError(f"parallel.strategy: unknown strategy {name!r}; expected 'jit', 'pmap' or "
+                   f"'fsdp'")

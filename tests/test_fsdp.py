@@ -1,0 +1,113 @@
+"""FSDP on 4 emulated CPU devices: the shape rule, numbers equal to data parallelism, sharded
+state, and checkpoints that restore across strategies and meshes."""
+
+import logging
+import shutil
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from jaxdl.config import load_config
+from jaxdl.train import checkpoint as jckpt
+from jaxdl.train import loop as jloop
+from jaxdl.train import parallel, run
+from jaxdl.train.checkpoint import load_state
+from jaxdl.train.fsdp import FsdpStrategy, fsdp_spec
+from jaxdl.train.writers import read_metrics
+
+STEPS = 8
+
+
+def _config(strategy, fsdp=0, steps=STEPS):
+  config, _ = load_config("moons_mlp:plain", [
+      f"parallel.strategy='{strategy}'", f"parallel.fsdp={fsdp}", "data.batch_size=200",
+      f"train.steps={steps}", "train.eval_every=4", "train.ckpt_every=4", "train.plot=False",
+      "optim.name='adamw'", "optim.lr=0.01", "optim.weight_decay=0.01"])
+  return config
+
+
+def _train(workdir, strategy, fsdp=0):
+  summary = run(_config(strategy, fsdp), workdir, progress=False)
+  _, state = load_state(workdir)
+  return summary, np.array([r["loss"] for r in read_metrics(workdir, "train")]), state
+
+
+def _close(a, b):
+  np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=2e-6)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+  assert jax.device_count() == 4
+  tmp = tmp_path_factory.mktemp("fsdp")
+  return tmp, {"jit": _train(tmp / "jit", "jit"), "fsdp": _train(tmp / "fsdp", "fsdp", 4)}
+
+
+def test_shape_rule_splits_largest_divisible_dimension():
+  assert fsdp_spec((2, 64), 4) == P(None, "fsdp")
+  assert fsdp_spec((64, 1), 4) == P("fsdp", None)
+  assert fsdp_spec((8, 12), 4) == P(None, "fsdp")  # 12 > 8, both divisible
+  assert fsdp_spec((12, 6), 4) == P("fsdp", None)  # 6 is not divisible by 4
+  assert fsdp_spec((4, 4), 4) == P("fsdp", None)   # ties: the first
+  assert fsdp_spec((3, 5), 4) == P()
+  assert fsdp_spec((), 4) == P()
+  assert fsdp_spec((64,), 1) == P()
+
+
+def test_fsdp_matches_data_parallelism(runs):
+  _, r = runs
+  (sum_j, loss_j, state_j), (sum_f, loss_f, state_f) = r["jit"], r["fsdp"]
+  assert len(loss_j) == STEPS and len(loss_f) == STEPS
+  np.testing.assert_allclose(loss_f, loss_j, rtol=1e-5, atol=1e-6)
+  jax.tree.map(_close, state_f["params"], state_j["params"])
+  jax.tree.map(_close, state_f["opt_state"], state_j["opt_state"])
+  np.testing.assert_allclose(sum_f["eval"]["loss"], sum_j["eval"]["loss"], rtol=1e-5)
+
+
+def test_state_restores_sharded_and_odd_parameters_are_reported(runs, caplog):
+  tmp, _ = runs
+  config = _config("fsdp", 4)
+  ds, task, strategy, tx, _, _, model = jloop.build(config)
+  example_x = task.init_input(next(ds.train_iter()))
+  abstract = jax.eval_shape(
+      lambda k: jloop.create_train_state(model, tx, k, example_x[:1]), jax.random.PRNGKey(0))
+  with caplog.at_level(logging.INFO, logger="jaxdl"):
+    target = strategy.state_shardings(abstract)
+  # The 1-wide output bias has no dimension divisible by 4: replicated and named in the table.
+  assert "replicated" in caplog.text and "(1,)" in caplog.text
+  assert [s for _, s in strategy.replicated_params(abstract)] == [(1,)]
+  ckpt = jckpt.Checkpointer(tmp / "fsdp" / "checkpoints")
+  step, state, _ = ckpt.restore(jckpt.abstract_like(abstract, target))
+  ckpt.close()
+  assert step == STEPS
+  for leaf in jax.tree.leaves(state.params) + jax.tree.leaves(state.opt_state):
+    spec = fsdp_spec(leaf.shape, 4)
+    shard = leaf.addressable_shards[0].data.shape
+    if spec == P():
+      assert shard == leaf.shape
+    else:  # a quarter of the split dimension on each device
+      axis = list(spec).index("fsdp")
+      assert shard[axis] * 4 == leaf.shape[axis]
+
+
+@pytest.mark.parametrize("src,dst,fsdp", [("fsdp", "jit", 0), ("jit", "fsdp", 2)])
+def test_checkpoint_restores_across_strategies(runs, src, dst, fsdp):
+  tmp, r = runs
+  workdir = tmp / f"{src}_to_{dst}"
+  shutil.copytree(tmp / src, workdir)
+  shutil.rmtree(workdir / "checkpoints" / str(STEPS))  # resume from step 4 on the other layout
+  summary = run(_config(dst, fsdp), workdir, progress=False)
+  assert summary["start_step"] == STEPS // 2
+  _, state = load_state(workdir)
+  jax.tree.map(_close, state["params"], r[src][2]["params"])
+  resumed = [x["loss"] for x in read_metrics(workdir, "train")][-STEPS // 2:]
+  np.testing.assert_allclose(resumed, r[src][1][-STEPS // 2:], rtol=1e-5, atol=1e-6)
+
+
+def test_fsdp_axis_must_divide_devices():
+  with pytest.raises(ValueError, match="parallel.fsdp: 3 does not divide the 4 devices"):
+    parallel.make_strategy("fsdp", 0, fsdp=3)
+  assert isinstance(parallel.make_strategy("fsdp", 0, fsdp=2), FsdpStrategy)
+  assert dict(parallel.make_strategy("fsdp", 0, fsdp=2).mesh.shape) == {"data": 2, "fsdp": 2}
