@@ -122,6 +122,8 @@ def cmd_train(args) -> int:
       summary = module.run(config, workdir)
     else:
       summary = loop.run(config, workdir, force=args.force, progress=not args.no_progress)
+      if hasattr(module, "after_training"):  # e.g. print a sample from the trained model
+        summary.update(module.after_training(config, workdir, summary) or {})
   except (ValueError, loop.WorkdirMismatchError) as e:
     print(f"jaxdl: error: {str(e).splitlines()[0]}", file=sys.stderr)
     return 2

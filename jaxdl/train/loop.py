@@ -23,6 +23,7 @@ import threading
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 import orbax.checkpoint as ocp
 
 from jaxdl import data as jdata
@@ -40,7 +41,7 @@ log = logging.getLogger("jaxdl")
 # schedule decides whether a new length keeps the learning rates already taken).
 RESUMABLE_KEYS = ("train.steps", "train.eval_every", "train.log_every", "train.ckpt_every",
                   "train.keep_ckpts", "train.patience", "train.plot", "train.async_checkpoint",
-                  "parallel.strategy", "parallel.devices", "description")
+                  "parallel.strategy", "parallel.devices", "parallel.fsdp", "description")
 
 
 class NonFiniteLossError(RuntimeError):
@@ -118,11 +119,23 @@ def _check_run_length(old_json: dict | None, config, start: int) -> None:
     raise WorkdirMismatchError(problem)
 
 
+def _pad_to_multiple(batch: dict, multiple: int) -> dict:
+  """Pads an eval batch with masked copies of its first row so it splits over the devices."""
+  n = len(batch["mask"])
+  extra = -n % multiple
+  if not extra:
+    return batch
+  out = {k: np.concatenate([v, np.repeat(v[:1], extra, axis=0)]) for k, v in batch.items()}
+  out["mask"][n:] = 0.0
+  return out
+
+
 def evaluate(eval_fn, state, ds, strategy) -> dict:
   """Exact mean metrics over the eval split (padded batches weighted by their masks)."""
   totals = None
   for batch in ds.eval_batches(process_index=jax.process_index(),
                                process_count=jax.process_count()):
+    batch = _pad_to_multiple(batch, strategy.num_global_devices // jax.process_count())
     sums = strategy.first(eval_fn(state, strategy.shard_batch(batch)))
     totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
   if totals is None:
@@ -136,7 +149,8 @@ def build(config):
   """Everything a run needs, built (and validated) before any side effect."""
   ds = jdata.make_dataset(config)
   task = tasks.make_task(config)
-  strategy = parallel.make_strategy(config.parallel.strategy, config.parallel.get("devices", 0))
+  strategy = parallel.make_strategy(config.parallel.strategy, config.parallel.get("devices", 0),
+                                    fsdp=config.parallel.get("fsdp", 0))
   parallel.check_batch(config.data.batch_size, strategy.num_global_devices)
   tx, schedule = joptim.make_optimizer(config.optim, config.train.steps)
   policy = precision.get_policy(config.train.precision)
@@ -175,6 +189,9 @@ def run(config, workdir, *, force: bool = False, progress: bool = True) -> dict:
   _check_run_length(None if force else old_json, config, loop.start)
   if loop.is_main:
     (workdir / "config.json").write_text(json.dumps(config_json, indent=2))
+    if progress:
+      log.info("weight decay (optim.weight_decay=%g):\n%s", config.optim.weight_decay,
+               joptim.decay_table(loop.state.params, config.optim))
 
   train_step = jstep.make_train_step(model.apply, task.loss_fn, tx, schedule, base_key,
                                      axis_name=strategy.axis_name)

@@ -1,0 +1,76 @@
+"""A small character-level GPT on the Python standard library's own source (byte level).
+
+Run:
+  jaxdl train                          # char_gpt is the default experiment
+  jaxdl train char_gpt --set train.steps=3000   # longer, better samples
+  jaxdl train char_gpt:smoke           # a few steps, for tests
+
+Setup: bytes of the stdlib's .py files (2 MB cap, split by file), context 64, batch 32; a pre-LN
+GPT with d 128, 4 layers, 4 heads, learned positions, tied embeddings, GELU MLP; AdamW 3e-3
+(decay 0.1 on kernels), clipping at 1.0, 5% warmup then cosine to 10%, 600 steps.
+
+Expected (2-core CPU, under 3 minutes with compilation): validation loss about 1.9-2.2 nats per
+byte, i.e. about 2.7-3.2 bits per byte (ln 256 = 5.55 nats at init), and a printed sample of
+generated code-like text with Python keywords and indentation.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdl.config import base_config
+from jaxdl.data import decode, default_data_config
+from jaxdl.models import build_model
+from jaxdl.models.gpt import gpt_config, make_sampler
+from jaxdl.optim import default_optim_config
+from jaxdl.train.checkpoint import load_state
+
+
+def get_config(arg=None):
+  c = base_config()
+  c.name = "char_gpt"
+  c.description = "Small byte-level GPT on the Python standard library's sources (bits per byte)"
+  c.task = "lm"
+  c.data = default_data_config("text")
+  c.data.context_length = 64
+  c.data.batch_size = 32
+  c.data.eval_batch_size = 64
+  c.data.max_eval_windows = 256
+  c.model = gpt_config(vocab_size=256, block_size=64, n_layer=4, n_head=4, d_model=128)
+  c.optim = default_optim_config()
+  c.optim.name = "adamw"
+  c.optim.lr = 3e-3
+  c.optim.weight_decay = 0.1
+  c.optim.schedule.name = "warmup_cosine"
+  c.train.steps = 600
+  c.train.eval_every = 200
+  c.train.log_every = 10
+  c.train.ckpt_every = 200
+  c.train.best_metric = "eval/loss"
+  c.train.best_mode = "min"
+  c.sample = dict(prompt="def ", max_new_tokens=200, temperature=0.8, top_k=40, seed=0)
+  if arg == "smoke":
+    c.train.steps = 10
+    c.train.eval_every = 5
+    c.train.ckpt_every = 5
+    c.data.max_eval_windows = 64
+    c.sample.max_new_tokens = 16
+  elif arg is not None:
+    raise ValueError(f"unknown arg {arg!r}; expected None or 'smoke'")
+  return c
+
+
+def after_training(config, workdir, summary) -> dict:
+  """Prints a sample from the trained model and the validation bits per byte."""
+  _, state = load_state(workdir)
+  model = build_model(config.model)
+  prompt = np.frombuffer(config.sample.prompt.encode(), np.uint8).astype(np.int32)[None]
+  sampler = make_sampler(model, config.sample.max_new_tokens,
+                         temperature=config.sample.temperature, top_k=config.sample.top_k)
+  tokens = sampler(state["params"], jnp.asarray(prompt), jax.random.PRNGKey(config.sample.seed))
+  text = decode(np.asarray(tokens[0]))
+  print(f"--- sample ({config.sample.max_new_tokens} bytes after {config.sample.prompt!r}) ---")
+  print(text)
+  print("---")
+  bpb = summary.get("eval", {}).get("bits_per_byte")
+  return {"sample": text, "val_bits_per_byte": bpb}
