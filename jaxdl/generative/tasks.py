@@ -115,7 +115,7 @@ def make_run_sampler(config, model, *, sampler=None, steps=None, guidance=None, 
     sample_shape = tuple(gen.sample_shape)
   return samplers.make_sampler(
       model.apply, path_from_config(config), sampler=sampler or gen.sampler,
-      steps=int(steps or gen.steps), sample_shape=tuple(sample_shape), prediction=gen.prediction,
+      steps=int(gen.steps if steps is None else steps), sample_shape=tuple(sample_shape), prediction=gen.prediction,
       eta=gen.eta if eta is None else eta, guidance=guidance if guidance is not None else
       gen.guidance, num_classes=gen.num_classes, clip_x0=gen.clip_x0,
       return_trajectory=return_trajectory)
