@@ -16,13 +16,15 @@
      appears. When every output is finite the loss itself (e.g. log 0) or the backward pass is
      blamed, naming the parameters whose gradients are not finite.
 
-The batch index is the 0-based position of the failing batch in the training stream (s), and
-its epoch is s // steps_per_epoch.
+The batch index is the 0-based position of the failing batch in the training stream, and its
+epoch is position // steps_per_epoch; batches the spike guard skipped (the `skipped_batch` of
+'rewind' events in metrics.jsonl) are skipped in the replay too, so position = s + skips.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import pathlib
 
@@ -124,7 +126,11 @@ def locate_nonfinite(config, workdir, step: int) -> Finding:
   state = strategy.place_state(state)
   train_fn = strategy.compile_train(train_step, state)
   spe = ds.info["steps_per_epoch"]
+  skipped = _skipped_batches(workdir)
   for s in range(start, step):
+    while train_it.step in skipped:  # batches the spike guard dropped, as the loop does
+      next(train_it)
+    position = train_it.step
     batch = next(train_it)
     before = jax.tree.map(jnp.copy, state)  # the step donates its input state
     state, metrics = train_fn(state, strategy.shard_batch(batch))
@@ -133,11 +139,22 @@ def locate_nonfinite(config, workdir, step: int) -> Finding:
     if scale is None:  # under fp16 loss scaling a non-finite gradient is a skipped step
       bad = bad or not math.isfinite(float(metrics["grad_norm"]))
     if bad:
-      finding = Finding(s + 1, s, s // max(spe, 1), None if restored is None else start, True)
+      finding = Finding(s + 1, position, position // max(spe, 1),
+                        None if restored is None else start, True)
       host = jax.device_get(strategy.single_copy(before))
       return _analyse(finding, model, task, host, batch, step_rngs(base_key, jnp.asarray(s)))
-  return Finding(step, step - 1, (step - 1) // max(spe, 1),
+  return Finding(step, train_it.step - 1, (train_it.step - 1) // max(spe, 1),
                  None if restored is None else start, False)
+
+
+def _skipped_batches(workdir: pathlib.Path) -> set[int]:
+  """Data positions the spike guard skipped ('rewind' events in metrics.jsonl)."""
+  path = workdir / "metrics.jsonl"
+  if not path.exists():
+    return set()
+  events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+  return {int(e["skipped_batch"]) for e in events
+          if e.get("event") == "rewind" and "skipped_batch" in e}
 
 
 def _analyse(finding: Finding, model, task, state, batch, rngs) -> Finding:
