@@ -191,18 +191,29 @@ def first_loss(num_classes: int, head_scale: float = 0.01, *, batch: int = 512,
   Inputs are standard normal, labels uniform over K classes; the loss is the 'classification'
   task's loss (no label smoothing). A small head gives logits near 0, so the loss is near ln K.
   """
+  fn = _first_loss_fn(num_classes, batch, features, tuple(hidden))
+  return float(fn(jax.random.PRNGKey(seed), jnp.float32(head_scale)))
+
+
+@functools.lru_cache(maxsize=None)
+def _first_loss_fn(num_classes: int, batch: int, features: int, hidden: tuple):
+  """One compiled init + loss per shape (the head scale and the key are traced)."""
   from jaxdl.train.tasks import make_task
   model = build_model(ml_collections.ConfigDict(dict(
-      name="mlp", hidden=tuple(hidden), out=num_classes, init="he")))
-  kx, ky, kp = jax.random.split(jax.random.PRNGKey(seed), 3)
-  batch_ = {"x": jax.random.normal(kx, (batch, features)),
-            "y": jax.random.randint(ky, (batch,), 0, num_classes)}
-  params = jax.jit(lambda k: model.init(k, batch_["x"], train=False))(kp)["params"]
-  params = dict(params, head=dict(params["head"], kernel=params["head"]["kernel"] * head_scale))
+      name="mlp", hidden=hidden, out=num_classes, init="he")))
   task = make_task(ml_collections.ConfigDict(dict(task="classification",
                                                   train=dict(label_smoothing=0.0))))
-  loss_fn = jax.jit(lambda p, b: task.loss_fn(model.apply, p, {}, b, {}, False)[0])
-  return float(loss_fn(params, batch_))
+
+  @jax.jit
+  def fn(key, head_scale):
+    kx, ky, kp = jax.random.split(key, 3)
+    batch_ = {"x": jax.random.normal(kx, (batch, features)),
+              "y": jax.random.randint(ky, (batch,), 0, num_classes)}
+    params = model.init(kp, batch_["x"], train=False)["params"]
+    head = dict(params["head"], kernel=params["head"]["kernel"] * head_scale)
+    return task.loss_fn(model.apply, dict(params, head=head), {}, batch_, {}, False)[0]
+
+  return fn
 
 
 # ------------------------------------------------------------------------- convolutions
@@ -312,3 +323,84 @@ def decoupled_decay_factor(optim_cfg, steps: int) -> float:
 
   (w, _), _ = jax.lax.scan(step, (w, tx.init(w)), None, length=steps)
   return float(jnp.mean(w["w"]))
+
+
+# ------------------------------------------------------------------------- attention maps
+
+
+def attention_maps(model_cfg, params, tokens_BxT) -> list[np.ndarray]:
+  """The attention weights (B, H, T, T) of every attention layer of a GPT, in call order.
+
+  Builds the model of `model_cfg` with unrolled blocks (scanned params are unstacked with
+  `gpt.unstack_layers`) and runs it with each `MultiHeadAttention` call intercepted to ask for
+  its weights (the reference path); the model's own code is unchanged.
+  """
+  from jaxdl.models import gpt
+  cfg = ml_collections.ConfigDict(model_cfg.to_dict() if hasattr(model_cfg, "to_dict")
+                                  else dict(model_cfg))
+  cfg.scan_layers = False
+  model = build_model(cfg)
+  if "h" in params:
+    params = gpt.unstack_layers(params, model.n_layer)
+  found = []
+
+  def grab(next_fun, args, kwargs, context):
+    if isinstance(context.module, layers.MultiHeadAttention) and context.method_name == "__call__":
+      if not kwargs.get("return_weights") and kwargs.get("cache") is None:
+        y, aux = next_fun(*args, **dict(kwargs, return_weights=True))
+        found.append(np.asarray(aux["weights"]))
+        return y
+    return next_fun(*args, **kwargs)
+
+  with nn.intercept_methods(grab):
+    model.apply({"params": params}, jnp.asarray(tokens_BxT), train=False)
+  return found
+
+
+# ------------------------------------------------------------------------- debugging examples
+
+
+def example_loss_curves(steps: int = 300, eval_every: int = 20, num_classes: int = 10,
+                        seed: int = 0) -> dict:
+  """Synthetic metrics histories, one per loss-curve symptom of the debugging table.
+
+  Returns {case: {'train': records, 'eval': records, 'ln_k': ln K}} in the metrics.jsonl
+  record format ({'step', 'loss'}), for `jaxdl.doctor.diagnose_history`. The healthy base is
+  L(s) = 0.35 + (ln K - 0.35) exp(-s / 60) plus 2% noise; each case changes one thing:
+    first_loss       the logits start huge (loss 46 at step 1), then it comes down
+    nonfinite        the loss diverges from step 180 and is NaN from step 200
+    flat             the loss stays near ln K
+    spike            one batch at step 170 gives 5x the loss, then it recovers
+    overfitting      eval loss turns up after step 100 while train keeps falling
+    val_below_train  eval loss 25% below train (dropout acts only in training)
+  """
+  rng = np.random.default_rng(seed)
+  s = np.arange(1, steps + 1)
+  ln_k = math.log(num_classes)
+  base = 0.35 + (ln_k - 0.35) * np.exp(-s / 60.0)
+  noisy = lambda c: c * (1.0 + 0.02 * rng.standard_normal(c.shape))  # noqa: E731
+  ev = s[eval_every - 1::eval_every]
+  cases = {}
+
+  def add(name, train, evals):
+    cases[name] = {"train": [{"step": int(a), "loss": float(b)} for a, b in zip(s, train)],
+                   "eval": [{"step": int(a), "loss": float(b)} for a, b in zip(ev, evals)],
+                   "ln_k": ln_k}
+
+  healthy_eval = base[ev - 1] * 1.05
+  big = 0.35 + (46.0 - 0.35) * np.exp(-s / 15.0) + (ln_k - 0.35) * np.exp(-s / 60.0)
+  add("first_loss", noisy(big), big[ev - 1] * 1.05)
+  blow = noisy(base.copy())
+  blow[s >= 180] = blow[s >= 180] * np.exp((s[s >= 180] - 180) / 4.0)
+  blow[s >= 200] = np.nan
+  add("nonfinite", blow, np.where(ev >= 200, np.nan, healthy_eval))
+  flat = noisy(np.full(s.shape, ln_k * 0.995))
+  add("flat", flat, np.full(ev.shape, ln_k))
+  spike = noisy(base.copy())
+  spike[(s >= 170) & (s < 174)] *= 5.0
+  add("spike", spike, healthy_eval)
+  train = noisy(0.05 + (ln_k - 0.05) * np.exp(-s / 50.0))
+  over = 0.6 + (ln_k - 0.6) * np.exp(-ev / 40.0) + 0.004 * np.maximum(ev - 100, 0)
+  add("overfitting", train, over)
+  add("val_below_train", noisy(base), base[ev - 1] * 0.75)
+  return cases

@@ -1,0 +1,81 @@
+"""Every notebook in notebooks/ executes top to bottom and writes its figures.
+
+The kernel is this interpreter (a temporary kernelspec whose argv is `sys.executable`), so the
+test works in a fresh virtual environment without `ipykernel install`. Figures go to a temporary
+folder (JAXDL_FIGURES), so running the tests leaves the committed thumbnails alone.
+"""
+
+import json
+import os
+import pathlib
+import sys
+import time
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+
+NOTEBOOKS = pathlib.Path(__file__).resolve().parent.parent / "notebooks"
+NAMES = sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+# The figures each notebook must write (the stems under notebooks/figures/).
+FIGURES = {
+    "01_initialization": ["01_variance_per_layer", "01_plain_vs_residual"],
+    "02_optimizers": ["02_sgd_vs_momentum", "02_adamw_vs_l2"],
+    "03_schedules": ["03_schedules", "03_extension"],
+    "04_normalization": ["04_batchnorm_moons", "04_pre_vs_post_ln"],
+    "05_attention": ["05_worked_example", "05_char_gpt_attention"],
+    "06_generative": ["06_two_points", "06_toy2d_by_steps", "06_digits_guidance"],
+    "07_debugging": ["07_loss_curves"],
+}
+KERNEL = "jaxdl-test-python"
+
+
+@pytest.fixture(scope="module")
+def kernel_env(tmp_path_factory):
+  """A kernelspec for this interpreter, found through JUPYTER_PATH."""
+  root = tmp_path_factory.mktemp("jupyter")
+  spec = root / "kernels" / KERNEL
+  spec.mkdir(parents=True)
+  (spec / "kernel.json").write_text(json.dumps({
+      "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+      "display_name": "jaxdl tests", "language": "python"}))
+  return root
+
+
+def test_every_notebook_is_listed_and_stripped():
+  assert NAMES == sorted(FIGURES)
+  for name in NAMES:
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    for cell in nb.cells:
+      if cell.cell_type == "code":
+        assert cell.outputs == [] and cell.execution_count is None, f"{name}: outputs in git"
+        assert "import jaxdl" in "".join(c.source for c in nb.cells) or "from jaxdl" in \
+            "".join(c.source for c in nb.cells)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_executes_and_writes_its_figures(name, kernel_env, tmp_path, monkeypatch):
+  figures = tmp_path / "figures"
+  monkeypatch.setenv("JUPYTER_PATH", str(kernel_env))
+  monkeypatch.setenv("JAXDL_FIGURES", str(figures))
+  # One CPU device in the kernel (the test session emulates four), one thread per op.
+  monkeypatch.setenv("XLA_FLAGS", "")
+  monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+  monkeypatch.setenv("MPLBACKEND", "Agg")
+  nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+  t0 = time.perf_counter()
+  client = nbclient.NotebookClient(nb, kernel_name=KERNEL, timeout=240,
+                                   resources={"metadata": {"path": str(tmp_path)}})
+  client.execute()
+  elapsed = time.perf_counter() - t0
+  written = sorted(p.stem for p in figures.glob("*.png"))
+  assert written == sorted(FIGURES[name]), written
+  for p in figures.glob("*.png"):
+    assert p.stat().st_size > 2000, p
+  errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
+            if o.output_type == "error"]
+  assert not errors
+  print(f"{name}: {elapsed:.1f}s")
