@@ -88,15 +88,9 @@ def check_first_loss(ctx: Context) -> Check:
 
 
 def check_init_stats(ctx: Context) -> Check:
-  sink: list = []
-  batch = ctx.batches[0]
-
-  # Captured eagerly (not under grad): pytree flattening would sort the modules by name.
-  _loss(ctx, ctx.state.params, ctx.state.model_state, batch, True,
-        apply_fn=probes.capturing_apply(ctx.model, sink))
-  grads = jax.grad(lambda p: _loss(ctx, p, ctx.state.model_state, batch, True)[0])(
-      ctx.state.params)
-  outs = probes.module_outputs(sink[0])
+  _, outs = init_outputs(ctx)
+  grads = jax.jit(jax.grad(lambda p, b: _loss(ctx, p, ctx.state.model_state, b, True)[0]))(
+      ctx.state.params, ctx.batches[0])
   rows = [(name, probes.second_moment(x), str(x.dtype)) for name, x in outs]
   norms = probes.leaf_norms(grads)
   lines = ["module outputs at init: E[h^2]"] + [f"  {n:<32} {m:10.4g}" for n, m, _ in rows]

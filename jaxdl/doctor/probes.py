@@ -21,10 +21,10 @@ from jaxdl.optim.masks import path_str
 def capturing_apply(model, sink: list) -> Callable:
   """`apply_fn` with the task-loss signature that also records every module's output."""
 
-  def apply_fn(variables, x, **kwargs):
+  def apply_fn(variables, *args, **kwargs):
     mutable = kwargs.pop("mutable", False)
     wanted = list(mutable) if mutable else []
-    out, updates = model.apply(variables, x, capture_intermediates=True,
+    out, updates = model.apply(variables, *args, capture_intermediates=True,
                                mutable=wanted + ["intermediates"], **kwargs)
     updates = dict(updates)
     sink.append(updates.pop("intermediates", {}))
