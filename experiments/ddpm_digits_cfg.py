@@ -6,7 +6,7 @@ Run:
 
 Setup: as fm_digits_cfg, but the DDPM eps loss on the cosine alpha_bar schedule (T = 1000) and
 DDIM sampling (eta = 0, 50 steps, x_hat clipped to [-1, 1]) with guidance w = 2. After training,
-`run` draws 100 samples per class, writes digits_grid.png and reports the fraction a digits
+`run` draws 50 samples per class, writes digits_grid.png and reports the fraction a digits
 classifier labels as the conditioning class.
 
 Expected: class_accuracy >= 0.90 at the default guidance w = 2.

@@ -4,11 +4,11 @@ Run:
   jaxdl train experiments/fm_digits_cfg.py            # workdir runs/fm_digits_cfg
   jaxdl train fm_digits_cfg:smoke                     # tiny U-Net, 60 steps, for tests
 
-Setup: sklearn digits scaled to [-1, 1] (training split), a two-level conv U-Net (32/64 channels)
+Setup: sklearn digits scaled to [-1, 1] (training split), a two-level conv U-Net (16/32 channels)
 with a time embedding and 10 class embeddings plus a null class; velocity MSE with labels dropped
-to the null class with probability 0.1; AdamW 2e-3 warmup-cosine, batch 128, 4,000 steps.
-After training, `run` draws 100 samples per class with Heun (50 steps) and guidance w = 2,
-writes digits_grid.png (one row per class) and reports the fraction that a digits classifier
+to the null class with probability 0.1; AdamW 2e-3 warmup-cosine, batch 64, 3,000 steps.
+After training, `run` draws 50 samples per class with Heun (25 steps, 50 network calls) and
+guidance w = 2, writes digits_grid.png (one row per class) and reports the fraction that a digits classifier
 (an RBF SVM on the training split, ~0.99 test accuracy, unless `classifier_workdir` points at a
 digits_cnn run) labels as the conditioning class.
 

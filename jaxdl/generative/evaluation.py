@@ -176,6 +176,10 @@ def train_and_evaluate(config, workdir, **eval_kwargs) -> dict:
   `run`). The evaluation is added to the summary under 'generative'."""
   from jaxdl.train import run as train_run  # pylint: disable=g-import-not-at-top
   summary = train_run(config, workdir)
-  eval_kwargs.setdefault("num", config.gen.get("eval_num", 2000))
+  num = config.gen.get("eval_num", 2000)
+  if config.data.name == "digits":
+    eval_kwargs.setdefault("per_class", max(num // config.gen.num_classes, 1))
+  else:
+    eval_kwargs.setdefault("num", num)
   summary["generative"] = evaluate(config, workdir, **eval_kwargs)
   return summary
