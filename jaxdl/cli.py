@@ -101,8 +101,25 @@ def _initialize_distributed(args) -> None:
     kwargs["num_processes"] = args.num_processes
   if args.process_id is not None:
     kwargs["process_id"] = args.process_id
-  kwargs["initialization_timeout"] = int(os.environ.get("JAXDL_DIST_TIMEOUT", "120"))
-  jax.distributed.initialize(**kwargs)
+  timeout = int(os.environ.get("JAXDL_DIST_TIMEOUT", "120"))
+  kwargs["initialization_timeout"] = timeout + 30  # the watchdog below speaks first
+
+  def give_up():
+    # jax would abort with a C++ fatal log when a process or the coordinator never answers.
+    print(f"jaxdl: error: --distributed: the processes did not all connect through coordinator "
+          f"{args.coordinator or '(auto-detected)'} within {timeout} s (JAXDL_DIST_TIMEOUT); "
+          f"check that all {args.num_processes or ''} processes were started and that the "
+          f"address is reachable", file=sys.stderr, flush=True)
+    os._exit(2)
+
+  import threading
+  watchdog = threading.Timer(timeout, give_up)
+  watchdog.daemon = True
+  watchdog.start()
+  try:
+    jax.distributed.initialize(**kwargs)
+  finally:
+    watchdog.cancel()
 
 
 def cmd_train(args) -> int:
