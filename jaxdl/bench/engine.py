@@ -1,0 +1,192 @@
+"""Engine costs, each against a baseline timed in the same run.
+
+  loop        `jaxdl.train.run` steps/s vs a bare `for` loop over the same jitted step on one
+              fixed batch: overhead = 1 - loop / bare (data, sharding, metrics reads, logging).
+              The loop's rate is taken between the dispatch times of its steps k0 and n (after
+              compilation, before the final eval and checkpoint).
+  checkpoint  seconds the caller is blocked by an async save vs the whole synchronous save of
+              the same state (orbax, through `jaxdl.train.checkpoint.Checkpointer`).
+  data        training batches/s of the grain pipeline vs the train step's steps/s.
+  sampler     `make_sampler` (one `lax.scan`) vs `make_python_loop_sampler` (a Python loop over a
+              jitted step): same samples, seconds per call; and the scan's time at 25/50/100
+              steps against a straight line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pathlib
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdl.bench.timing import interleaved, linear_fit
+
+
+# ---------------------------------------------------------------------------------------------
+# Loop overhead.
+
+@contextlib.contextmanager
+def _recording_strategy(record: dict):
+  """Makes `jaxdl.train.run` build strategies whose compiled step notes each dispatch time."""
+  from jaxdl.train import parallel
+  original = parallel.make_strategy
+
+  def make(*args, **kwargs):
+    strategy = original(*args, **kwargs)
+    compile_train = strategy.compile_train
+
+    def compile_and_record(train_step, state):
+      fn = compile_train(train_step, state)
+
+      def timed(state, batch):
+        out = fn(state, batch)
+        record["times"].append(time.perf_counter())
+        record.update(fn=fn, batch=batch, out=out)
+        return out
+
+      return timed
+
+    strategy.compile_train = compile_and_record
+    return strategy
+
+  parallel.make_strategy = make
+  try:
+    yield
+  finally:
+    parallel.make_strategy = original
+
+
+LOOP_OVERRIDES = ("model.d_model=64", "model.n_layer=2", "data.batch_size=16",
+                  "train.eval_every=0", "train.ckpt_every=0", "train.plot=False",
+                  "data.max_eval_windows=16")
+
+
+def bench_loop(steps: int = 80, skip: int = 10) -> dict:
+  """`jaxdl.train.run` on a shrunk char_gpt (d 64, 2 layers, batch 16 x 64) vs a bare loop."""
+  from jaxdl.config import load_config
+  from jaxdl.train import run
+  config, _ = load_config("char_gpt", [*LOOP_OVERRIDES, f"train.steps={steps}"])
+  record = {"times": []}
+  with tempfile.TemporaryDirectory() as tmp, _recording_strategy(record):
+    run(config, pathlib.Path(tmp) / "run", progress=False)
+  t = record["times"]
+  loop_rate = (len(t) - 1 - skip) / (t[-1] - t[skip])
+  fn, batch, state = record["fn"], record["batch"], record["out"][0]
+
+  def bare(n):
+    nonlocal state
+    start = time.perf_counter()
+    for _ in range(n):
+      state, metrics = fn(state, batch)
+    jax.block_until_ready(metrics)
+    return time.perf_counter() - start
+
+  bare(2)
+  bare_rate = 1.0 / interleaved({"bare": bare}, steps=len(t) - 1 - skip, rounds=1)["bare"]
+  return {"loop_steps_per_s": loop_rate, "bare_steps_per_s": bare_rate,
+          "overhead": 1.0 - loop_rate / bare_rate, "steps": steps, "timed_steps": len(t) - 1 - skip}
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoint cost.
+
+def bench_checkpoint(state, rounds: int = 3) -> dict:
+  """Blocked seconds per save, async vs sync, alternating; the first save of each is a warm-up."""
+  from jaxdl.train.checkpoint import Checkpointer
+  blocked = {"sync": [], "async": []}
+  nbytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state))
+  with tempfile.TemporaryDirectory() as tmp:
+    ckpts = {name: Checkpointer(pathlib.Path(tmp) / name, keep=2, async_save=name == "async")
+             for name in blocked}
+    for r in range(rounds + 1):
+      for name, ckpt in ckpts.items():
+        start = time.perf_counter()
+        ckpt.save(r, state, data_state={"step": r}, config={}, manifest={})
+        elapsed = time.perf_counter() - start
+        ckpt.wait()
+        if r:
+          blocked[name].append(elapsed)
+    for ckpt in ckpts.values():
+      ckpt.close()
+  sync_s, async_s = float(np.median(blocked["sync"])), float(np.median(blocked["async"]))
+  return {"bytes": int(nbytes), "sync_s": sync_s, "async_blocked_s": async_s,
+          "ratio": async_s / sync_s}
+
+
+def synthetic_state(abstract):
+  """Arrays of the given shapes (values do not matter to the writer)."""
+  return jax.tree.map(lambda s: jnp.full(s.shape, 0.5, s.dtype), abstract)
+
+
+# ---------------------------------------------------------------------------------------------
+# Data pipeline.
+
+def bench_data(batch: int, context: int, n: int = 50) -> dict:
+  """Batches/s of the byte-text training pipeline at the GPT benchmark's batch and context."""
+  from jaxdl import data as jdata
+  from jaxdl.config import base_config
+  config = base_config()
+  config.data = jdata.default_data_config("text")
+  config.data.batch_size = batch
+  config.data.context_length = context
+  ds = jdata.make_dataset(config)
+  it = ds.train_iter()
+  next(it)
+  start = time.perf_counter()
+  for _ in range(n):
+    b = next(it)
+    np.asarray(b["x"])
+  return {"batches_per_s": n / (time.perf_counter() - start), "batches": n}
+
+
+# ---------------------------------------------------------------------------------------------
+# Sampler: lax loop vs Python loop.
+
+def _sampler_parts(hidden: int, depth: int):
+  from jaxdl.generative import paths
+  from jaxdl.models.denoiser import MLPDenoiser
+  model = MLPDenoiser(hidden=hidden, depth=depth, emb_dim=128)
+  variables = jax.jit(lambda k: model.init(k, jnp.zeros((1, 2)), jnp.zeros((1,)), train=False))(
+      jax.random.PRNGKey(0))
+  return model, variables, paths.make_path("flow")
+
+
+def bench_sampler(steps: int = 100, batch: int = 256, hidden: int = 256, depth: int = 4,
+                  sampler: str = "euler", rounds: int = 3) -> dict:
+  """fm_toy2d's denoiser (4 blocks of 256): seconds per sample call, scan vs Python loop."""
+  from jaxdl.generative import samplers
+  model, variables, path = _sampler_parts(hidden, depth)
+  kw = dict(sampler=sampler, sample_shape=(2,))
+  rng = jax.random.PRNGKey(1)
+
+  def runner(fn):
+    fn(variables, rng, batch).block_until_ready()
+
+    def run(n):
+      start = time.perf_counter()
+      for _ in range(n):
+        x = fn(variables, rng, batch)
+      x.block_until_ready()
+      return time.perf_counter() - start
+
+    return run
+
+  lax_fn = samplers.make_sampler(model.apply, path, steps=steps, **kw)
+  py_fn = samplers.make_python_loop_sampler(model.apply, path, steps=steps, **kw)
+  diff = float(jnp.max(jnp.abs(lax_fn(variables, rng, batch) - py_fn(variables, rng, batch))))
+  per_call = interleaved({"lax": runner(lax_fn), "python": runner(py_fn)}, steps=1,
+                         rounds=rounds)
+  grid = (steps // 4, steps // 2, steps)
+  line = {}
+  for n in grid:
+    fn = samplers.make_sampler(model.apply, path, steps=n, **kw)
+    line[n] = interleaved({"lax": runner(fn)}, steps=1, rounds=rounds)["lax"]
+  a, b, worst = linear_fit(list(line), list(line.values()))
+  return {"steps": steps, "batch": batch, "sampler": sampler, "max_abs_diff": diff,
+          "lax_s": per_call["lax"], "python_s": per_call["python"],
+          "speedup": per_call["python"] / per_call["lax"], "lax_s_by_steps": line,
+          "fit_intercept_s": a, "fit_per_step_s": b, "fit_max_rel_residual": worst}
