@@ -42,14 +42,6 @@ def test_locator_names_the_planted_module_step_and_row(tmp_path):
   assert "planted_inf" in finding.text() and f"step {K + 1}" in finding.text()
 
 
-def test_locator_reports_a_run_that_does_not_fail(tmp_path):
-  # Healthy model, no checkpoint: the replay from the seeded init stays finite up to step 3.
-  finding = locate_nonfinite(_config(inf_layer=-1), tmp_path, 3)
-  assert not finding.reproduced and finding.module is None
-  assert finding.restored_from is None
-  assert "did not reproduce" in finding.text()
-
-
 def test_locator_rejects_a_bad_step(tmp_path):
   with pytest.raises(ValueError, match="step: must be >= 1"):
     locate_nonfinite(_config(), tmp_path, 0)

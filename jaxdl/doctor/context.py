@@ -18,8 +18,6 @@ from jaxdl.optim import precision
 from jaxdl.train import build, create_train_state
 from jaxdl.train.step import step_rngs
 
-_SUPERVISED = ("classification", "binary", "lm", "regression")
-
 
 @dataclasses.dataclass
 class Context:
@@ -51,7 +49,8 @@ def prepare(config, steps: int = 20) -> Context:
   scale = precision.DynamicLossScale.create() if policy.loss_scaling else None
   state = jax.jit(lambda k: create_train_state(model, tx, k, example_x[:1], loss_scale=scale))(
       init_key)
-  eval_batch = next(iter(ds.eval_batches()), None)
+  # One held-out batch of up to 512 rows, whatever data.eval_batch_size says.
+  eval_batch = next(iter(ds.eval_batches(batch_size=min(512, ds.info["num_eval"]))), None)
   info = ds.info
   k = {"classification": info.get("num_classes"), "lm": info.get("vocab_size"),
        "binary": 2}.get(task.kind)

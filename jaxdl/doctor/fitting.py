@@ -21,6 +21,7 @@ from jaxdl.doctor.report import Check
 from jaxdl.train.step import make_train_step, step_rngs
 
 REF_LR = 3e-3
+SUPERVISED = ("classification", "binary", "lm", "regression")
 
 
 def check_first_steps(ctx: Context) -> list[Check]:
@@ -85,8 +86,14 @@ def check_first_steps(ctx: Context) -> list[Check]:
   return [stability, compiles, sym]
 
 
-def _fit(ctx: Context, params, model_state, batches_S: dict):
-  """Adam(REF_LR) over the stacked batches in one scan; returns (params, model_state, losses)."""
+CHUNK = 20  # scan length per call: the overfit and learnability fits share one compiled chunk
+
+
+def _fit_chunk(ctx: Context):
+  """Jitted `(params, model_state, opt_state, batches, steps) -> (..., losses)`: Adam(REF_LR)
+  over CHUNK stacked batches in one scan, built once per context."""
+  if "fit" in ctx.cache:
+    return ctx.cache["fit"]
   tx = optax.adam(REF_LR)
 
   def one(carry, xs):
@@ -103,34 +110,61 @@ def _fit(ctx: Context, params, model_state, batches_S: dict):
     return (optax.apply_updates(params, updates), new_state, opt_state), loss
 
   @jax.jit
-  def run(params, model_state, batches_S):
-    steps = jnp.arange(jax.tree.leaves(batches_S)[0].shape[0])
-    (params, model_state, _), losses = jax.lax.scan(
-        one, (params, model_state, tx.init(params)), (batches_S, steps))
-    return params, model_state, losses
+  def chunk(params, model_state, opt_state, batches, steps):
+    (params, model_state, opt_state), losses = jax.lax.scan(
+        one, (params, model_state, opt_state), (batches, steps))
+    return params, model_state, opt_state, losses
 
-  params, model_state, losses = run(params, model_state, batches_S)
+  ctx.cache["fit"] = (tx, chunk)
+  return ctx.cache["fit"]
+
+
+def _fit(ctx: Context, params, model_state, batches, steps: int, stop_below: float = -1.0):
+  """Fits `batches(i) -> batch` for `steps` steps (whole chunks), stopping after the chunk in
+  which the loss first falls to `stop_below`; returns (params, model_state, losses)."""
+  tx, chunk = _fit_chunk(ctx)
+  opt_state = tx.init(params)
+  losses = []
+  for c0 in range(0, steps, CHUNK):
+    stacked = [batches(i) for i in range(c0, c0 + CHUNK)]
+    stacked = {k: np.stack([b[k] for b in stacked]) for k in stacked[0]}
+    params, model_state, opt_state, part = chunk(params, model_state, opt_state, stacked,
+                                                 jnp.arange(c0, c0 + CHUNK))
+    losses += list(np.asarray(part))
+    if min(part) <= stop_below:
+      break
   return params, model_state, np.asarray(losses)
+
+
+def heldout_loss(ctx: Context, params, model_state) -> float:
+  """Eval-mode task loss on the held-out batch (jitted once per context)."""
+  if "heldout" not in ctx.cache:
+    ctx.cache["heldout"] = jax.jit(lambda p, m, b: _loss(ctx, p, m, b, False)[0])
+  return float(ctx.cache["heldout"](params, model_state, ctx.eval_batch))
 
 
 def check_overfit(ctx: Context, steps: int = 200) -> Check:
   first = ctx.batches[0]
   rows = 8 if ctx.task.kind == "lm" else 32
   batch = {k: np.asarray(v)[:rows] for k, v in first.items()}
-  stacked = {k: np.broadcast_to(v, (steps, *v.shape)) for k, v in batch.items()}
-  params, _, losses = _fit(ctx, ctx.state.params, ctx.state.model_state, stacked)
-  ref = ctx.ln_k if ctx.ln_k is not None else float(losses[0])
-  target = 0.1 * ref
+  ref = ctx.ln_k if ctx.ln_k is not None else float(
+      _loss(ctx, ctx.state.params, ctx.state.model_state, batch, True)[0])
+  # Denoising / flow-matching losses draw fresh noise every step and keep an irreducible floor,
+  # so near 0 is out of reach even for a perfect fit: there, a 30% drop is what is asked.
+  target = 0.1 * ref if ctx.task.kind in SUPERVISED else 0.7 * ref
+  params, _, losses = _fit(ctx, ctx.state.params, ctx.state.model_state, lambda i: batch, steps,
+                           stop_below=target)
   below = np.nonzero(losses <= target)[0]
   values = dict(first=float(losses[0]), last=float(losses[-1]), best=float(np.nanmin(losses)),
                 target=target, steps=steps, rows=len(next(iter(batch.values()))))
   if below.size:
+    values["steps_to_target"] = int(below[0] + 1)
     return Check("overfit", "pass", f"{values['rows']} rows: loss {losses[0]:.3g} -> "
                  f"{target:.3g} in {below[0] + 1} of {steps} steps", values=values)
   frozen = probes.unchanged(ctx.state.params, params)
   total = len(jax.tree.leaves(params))
   causes = []
-  cause = "labels_misaligned"
+  cause = "labels_misaligned" if ctx.task.kind in SUPERVISED else ""
   if frozen:
     cause = "frozen_params"
     causes.append(f"{len(frozen)} of {total} arrays never changed: {', '.join(frozen[:4])}")
@@ -146,17 +180,14 @@ def check_overfit(ctx: Context, steps: int = 200) -> Check:
 
 def check_learnable(ctx: Context, steps: int = 100, overfit: Check | None = None):
   """Fits the stream, then measures the held-out loss; returns (Check, trained params, state)."""
-  if ctx.eval_batch is None or ctx.task.kind not in ("classification", "binary", "lm",
-                                                     "regression"):
+  if ctx.eval_batch is None or ctx.task.kind not in SUPERVISED:
     return (Check("learnable", "skip", f"no held-out split or task kind {ctx.task.kind!r}"),
             ctx.state.params, ctx.state.model_state)
   it = ctx.ds.train_iter()
-  batches = [next(it) for _ in range(steps)]
-  stacked = {k: np.stack([b[k] for b in batches]) for k in batches[0]}
-  before, _ = _loss(ctx, ctx.state.params, ctx.state.model_state, ctx.eval_batch, False)
-  params, model_state, losses = _fit(ctx, ctx.state.params, ctx.state.model_state, stacked)
-  after, _ = _loss(ctx, params, model_state, ctx.eval_batch, False)
-  before, after = float(before), float(after)
+  before = heldout_loss(ctx, ctx.state.params, ctx.state.model_state)
+  params, model_state, losses = _fit(ctx, ctx.state.params, ctx.state.model_state,
+                                     lambda i: next(it), steps)
+  after = heldout_loss(ctx, params, model_state)
   base = ctx.ln_k if ctx.ln_k is not None else before
   tail = float(np.mean(losses[-10:]))
   values = dict(heldout_before=before, heldout_after=after, baseline=base, train_tail=tail)
@@ -176,8 +207,7 @@ def check_learnable(ctx: Context, steps: int = 100, overfit: Check | None = None
 
 
 def check_eval_mode(ctx: Context, params, model_state) -> Check:
-  if ctx.eval_batch is None or ctx.task.kind not in ("classification", "binary", "lm",
-                                                     "regression"):
+  if ctx.eval_batch is None or ctx.task.kind not in SUPERVISED:
     return Check("eval_mode", "skip", f"no held-out split or task kind {ctx.task.kind!r}")
   x = np.asarray(ctx.task.init_input(ctx.eval_batch))
   if len(x) < 16:

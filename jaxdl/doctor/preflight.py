@@ -16,7 +16,8 @@ stream, init key, base key, model with the precision policy's dtype) and measure
                  step over S different batches must be 1) and the unit-symmetry check (kernels
                  whose units are identical at init and still identical after S steps).
   overfit        one small batch (<= 32 rows; <= 8 sequences), Adam 3e-3, up to `overfit_steps`:
-                 pass when the loss falls below 0.1 x ln K (0.1 x L0 without K).
+                 pass when the loss falls below 0.1 x ln K (0.1 x L0 without K; 0.7 x L0 for
+                 generative losses, which keep a noise floor).
   learnable      `learn_steps` Adam 3e-3 steps on the stream, then the eval-mode loss on held-out
                  data: fails when it stays above 0.9 x ln K (x L0 without K): no signal from the
                  inputs to the labels.
