@@ -7,7 +7,7 @@ Run:
 
 Setup: bytes of the stdlib's .py files (2 MB cap, split by file), context 64, batch 32; a pre-LN
 GPT with d 128, 4 layers, 4 heads, learned positions, tied embeddings, GELU MLP; AdamW 3e-3
-(decay 0.1 on kernels), clipping at 1.0, 5% warmup then cosine to 10%, 600 steps.
+(decay 0.1 on kernels), clipping at 1.0, 5% warmup then cosine to 10%, 500 steps.
 
 Expected (2-core CPU, under 3 minutes with compilation): validation loss about 1.9-2.2 nats per
 byte, i.e. about 2.7-3.2 bits per byte (ln 256 = 5.55 nats at init), and a printed sample of
@@ -42,7 +42,7 @@ def get_config(arg=None):
   c.optim.lr = 3e-3
   c.optim.weight_decay = 0.1
   c.optim.schedule.name = "warmup_cosine"
-  c.train.steps = 600
+  c.train.steps = 500
   c.train.eval_every = 200
   c.train.log_every = 10
   c.train.ckpt_every = 200

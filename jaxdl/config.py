@@ -17,6 +17,7 @@ import ast
 import importlib.util
 import os
 import pathlib
+import sys
 import types
 from typing import Any, Sequence
 
@@ -63,10 +64,19 @@ def resolve_experiment(spec: str) -> tuple[pathlib.Path, str | None]:
 
 
 def load_module(path: pathlib.Path) -> types.ModuleType:
-  """Imports an experiment file as a module."""
+  """Imports an experiment file as a module.
+
+  The experiment's directory is on `sys.path` while it loads, so experiments can share setup
+  from `_name.py` helpers next to them (files starting with `_` are not experiments).
+  """
   spec = importlib.util.spec_from_file_location(f"jaxdl_experiment_{path.stem}", path)
   module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  folder = str(path.resolve().parent)
+  sys.path.insert(0, folder)
+  try:
+    spec.loader.exec_module(module)
+  finally:
+    sys.path.remove(folder)
   if not hasattr(module, "get_config"):
     raise ConfigError(f"experiment: {path} defines no get_config(arg=None)")
   return module
