@@ -25,8 +25,8 @@ def test_receptive_field_by_gradient():
   # Three stacked 3x3 convs: the centre output depends on a 7x7 patch of the input.
   stack = nn.Sequential([nn.Conv(1, (3, 3), padding="SAME") for _ in range(3)])
   x = jnp.ones((1, 15, 15, 1))
-  v = stack.init(jax.random.key(0), x)
-  g = jax.grad(lambda x: stack.apply(v, x)[0, 7, 7, 0])(x)[0, :, :, 0]
+  v = jax.jit(lambda: stack.init(jax.random.key(0), x))()
+  g = jax.jit(jax.grad(lambda x: stack.apply(v, x)[0, 7, 7, 0]))(x)[0, :, :, 0]
   rows = np.nonzero(np.abs(np.asarray(g)).sum(1))[0]
   assert len(rows) == models.receptive_field(3, 3)
 
@@ -38,26 +38,27 @@ def _cfg(**kw):
 def test_cnn_shapes_flat_and_batchnorm():
   x = jax.random.normal(jax.random.key(0), (4, 8, 8))
   m = models.build_model(_cfg(name="cnn", features=(8, 16), hidden=32, out=10))
-  v = m.init(jax.random.key(1), x, train=False)
+  v = jax.jit(lambda: m.init(jax.random.key(1), x, train=False))()
   y = m.apply(v, x, train=False)
   yj = jax.jit(lambda v, x: m.apply(v, x, train=False))(v, x)
   assert y.shape == (4, 10) and y.dtype == jnp.float32 and bool(jnp.isfinite(y).all())
   np.testing.assert_allclose(y, yj, atol=1e-5)
   flat = models.build_model(_cfg(name="cnn", features=(8, 16), hidden=32, out=10,
                                  image_shape=(8, 8, 1)))
-  np.testing.assert_allclose(flat.apply(v, x.reshape(4, 64), train=False), y, atol=1e-6)
+  np.testing.assert_allclose(jax.jit(lambda: flat.apply(v, x.reshape(4, 64), train=False))(), y,
+                             atol=1e-6)
   with pytest.raises(ValueError, match="needs image_shape"):
-    m.init(jax.random.key(1), x.reshape(4, 64), train=False)
+    jax.eval_shape(lambda: m.init(jax.random.key(1), x.reshape(4, 64), train=False))
   bn = models.build_model(_cfg(name="cnn", features=(8,), hidden=0, out=3, norm="batch"))
-  vb = bn.init(jax.random.key(1), x, train=False)
-  _, st = bn.apply(vb, x, train=True, mutable=["batch_stats"])
+  vb = jax.jit(lambda: bn.init(jax.random.key(1), x, train=False))()
+  _, st = jax.jit(lambda: bn.apply(vb, x, train=True, mutable=["batch_stats"]))()
   assert float(jnp.abs(st["batch_stats"]["norm_0"]["mean"]).max()) > 0
 
 
 def test_resnet_train_and_eval():
   x = jax.random.normal(jax.random.key(0), (4, 8, 8, 1))
   m = models.build_model(_cfg(name="resnet", stage_sizes=(1, 1), features=(8, 16), out=10))
-  v = m.init(jax.random.key(1), x, train=False)
+  v = jax.jit(lambda: m.init(jax.random.key(1), x, train=False))()
   assert v["params"]["stage1_block0"]["proj"]["kernel"].shape == (1, 1, 8, 16)
   f = jax.jit(lambda v, x: m.apply(v, x, train=True, mutable=["batch_stats"]))
   y, st = f(v, x)

@@ -57,18 +57,19 @@ def test_multihead_self_and_cross_attention():
   x = jax.random.normal(jax.random.key(1), (2, 6, 16))
   ctx = jax.random.normal(jax.random.key(2), (2, 4, 16))
   mha = layers.MultiHeadAttention(num_heads=4, causal=True, qk_norm=True, rope=True)
-  v = mha.init(jax.random.key(3), x, train=False)
+  v = jax.jit(lambda: mha.init(jax.random.key(3), x, train=False))()
   assert set(v["params"]) == {"c_attn", "c_proj", "q_norm", "k_norm"}
   y, aux = jax.jit(lambda v, x: mha.apply(v, x, train=False, return_weights=True))(v, x)
   assert y.shape == (2, 6, 16) and aux["weights"].shape == (2, 4, 6, 6)
   np.testing.assert_allclose(aux["weights"].sum(-1), 1.0, atol=1e-6)
   cross = layers.MultiHeadAttention(num_heads=4)
-  vc = cross.init(jax.random.key(4), x, ctx, train=False)
+  vc = jax.jit(lambda: cross.init(jax.random.key(4), x, ctx, train=False))()
   yc, aux = cross.apply(vc, x, ctx, train=False, return_weights=True)
   assert yc.shape == (2, 6, 16) and aux["weights"].shape == (2, 4, 6, 4)
   assert bool(jnp.isfinite(yc).all())
   with pytest.raises(ValueError, match="not divisible by num_heads"):
-    layers.MultiHeadAttention(num_heads=5).init(jax.random.key(0), x, train=False)
+    bad = layers.MultiHeadAttention(num_heads=5)
+    jax.eval_shape(lambda: bad.init(jax.random.key(0), x, train=False))
 
 
 def test_rope_depends_on_relative_position_only():
@@ -112,7 +113,7 @@ class _Norm(nn.Module):
 def test_rmsnorm_formula():
   x = jax.random.normal(jax.random.key(0), (3, 7)) * 3 + 1
   m = _Norm("rms")
-  v = m.init(jax.random.key(1), x, train=False)
+  v = jax.jit(lambda: m.init(jax.random.key(1), x, train=False))()
   assert set(v["params"]["norm"]) == {"scale"}  # no beta
   expected = x / np.sqrt(np.mean(np.square(x), -1, keepdims=True) + 1e-5)
   np.testing.assert_allclose(m.apply(v, x, train=False), expected, rtol=1e-5)
@@ -121,7 +122,7 @@ def test_rmsnorm_formula():
 def test_batchnorm_train_vs_eval_and_batch_of_one():
   x = jax.random.normal(jax.random.key(0), (32, 4)) * 2 + 3
   m = _Norm("batch")
-  v = m.init(jax.random.key(1), x, train=False)
+  v = jax.jit(lambda: m.init(jax.random.key(1), x, train=False))()
   y, st = m.apply(v, x, train=True, mutable=["batch_stats"])
   np.testing.assert_allclose(y.mean(0), 0.0, atol=1e-5)
   np.testing.assert_allclose(y.var(0), np.var(x, 0) / (np.var(x, 0) + 1e-5), rtol=1e-4)
@@ -140,7 +141,7 @@ def test_batchnorm_averages_over_the_device_axis():
   # vmap with the pmap axis name emulates 4 devices holding different shards of the batch.
   x = jax.random.normal(jax.random.key(0), (4, 8, 3)) + jnp.arange(4.0)[:, None, None]
   m = _Norm("batch", bn_axis_name="batch")
-  v = m.init(jax.random.key(1), x[0], train=False)
+  v = jax.jit(lambda: m.init(jax.random.key(1), x[0], train=False))()
   f = lambda xs: m.apply(v, xs, train=True, mutable=["batch_stats"])  # noqa: E731
   y, st = jax.vmap(f, axis_name="batch")(x)
   np.testing.assert_allclose(st["batch_stats"]["norm"]["mean"][0], 0.1 * x.reshape(32, 3).mean(0),

@@ -15,7 +15,7 @@ X = jax.random.normal(jax.random.key(0), (16, 2))
 def test_foundation_layout_and_batchnorm():
   m = models.build_model(ml_collections.ConfigDict(dict(name="mlp", hidden=(64, 64, 64), out=1,
                                                         norm="batch")))
-  v = m.init(jax.random.key(1), X, train=False)
+  v = jax.jit(lambda: m.init(jax.random.key(1), X, train=False))()
   assert set(v["params"]) == {"dense_0", "dense_1", "dense_2", "norm_0", "norm_1", "norm_2",
                               "head"}
   y, st = jax.jit(lambda v, x: m.apply(v, x, train=True, mutable=["batch_stats"]))(v, X)
@@ -31,7 +31,7 @@ def test_foundation_layout_and_batchnorm():
 @pytest.mark.parametrize("norm", ["none", "layer", "rms"])
 def test_norms_shapes_jit_and_not(norm):
   m = MLP(hidden=(8, 8), out=3, norm=norm)
-  v = m.init(jax.random.key(1), X, train=False)
+  v = jax.jit(lambda: m.init(jax.random.key(1), X, train=False))()
   y = m.apply(v, X, train=False)
   np.testing.assert_allclose(jax.jit(lambda v: m.apply(v, X, train=False))(v), y, atol=1e-6)
   assert y.shape == (16, 3) and bool(jnp.isfinite(y).all())
@@ -40,7 +40,7 @@ def test_norms_shapes_jit_and_not(norm):
 def test_inverted_dropout_keeps_the_mean():
   m = MLP(hidden=(512,), out=1, dropout=0.5, activation="identity", init_name="he")
   x = jnp.ones((1, 4))
-  v = m.init(jax.random.key(1), x, train=False)
+  v = jax.jit(lambda: m.init(jax.random.key(1), x, train=False))()
   # Read the hidden layer through the head = identity projection of its mean.
   head = {"kernel": jnp.full((512, 1), 1 / 512), "bias": jnp.zeros((1,))}
   v = {"params": dict(v["params"], head=head)}
@@ -54,13 +54,14 @@ def test_inverted_dropout_keeps_the_mean():
 
 def test_residual_and_init_names():
   m = MLP(hidden=(2, 2), out=1, residual=True, activation="identity")
-  v = m.init(jax.random.key(1), X, train=False)
+  v = jax.jit(lambda: m.init(jax.random.key(1), X, train=False))()
   p = v["params"]
   h1 = X @ p["dense_0"]["kernel"] + p["dense_0"]["bias"] + X
   h2 = h1 @ p["dense_1"]["kernel"] + p["dense_1"]["bias"] + h1
   np.testing.assert_allclose(m.apply(v, X, train=False),
                              h2 @ p["head"]["kernel"] + p["head"]["bias"], atol=1e-5)
-  z = MLP(hidden=(4,), out=1, init_name="zeros").init(jax.random.key(1), X, train=False)
+  zm = MLP(hidden=(4,), out=1, init_name="zeros")
+  z = jax.jit(lambda: zm.init(jax.random.key(1), X, train=False))()
   assert float(jnp.abs(z["params"]["dense_0"]["kernel"]).max()) == 0.0
   with pytest.raises(ValueError, match="init: unknown.*expected one of"):
-    MLP(init_name="orthonormal").init(jax.random.key(1), X, train=False)
+    jax.eval_shape(lambda: MLP(init_name="orthonormal").init(jax.random.key(1), X, train=False))

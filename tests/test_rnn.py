@@ -21,7 +21,7 @@ def _model(**kw):
 
 def test_rnn_matches_recurrence():
   m = _model(name="rnn", hidden=6, out=2)
-  v = m.init(jax.random.key(1), X, train=False)
+  v = jax.jit(lambda: m.init(jax.random.key(1), X, train=False))()
   p = jax.tree.map(np.asarray, v["params"]["rnn_0"])
   h = np.zeros((3, 6), np.float32)
   for t in range(5):
@@ -33,7 +33,7 @@ def test_rnn_matches_recurrence():
 
 def test_lstm_matches_recurrence():
   m = _model(name="lstm", hidden=6, out=2)
-  v = m.init(jax.random.key(1), X, train=False)
+  v = jax.jit(lambda: m.init(jax.random.key(1), X, train=False))()
   p = jax.tree.map(np.asarray, v["params"]["lstm_0"])
   h = c = np.zeros((3, 6), np.float32)
   for t in range(5):
@@ -49,15 +49,17 @@ def test_lstm_matches_recurrence():
 def test_inputs_images_flat_tokens_and_sequence_output():
   img = jax.random.normal(jax.random.key(2), (2, 8, 8))
   m = _model(name="lstm", hidden=8, out=10, num_layers=2, seq_len=8)
-  v = m.init(jax.random.key(1), img, train=False)
-  y = m.apply(v, img, train=False)
+  v = jax.jit(lambda: m.init(jax.random.key(1), img, train=False))()
+  f = jax.jit(lambda x: m.apply(v, x, train=False))
+  y = f(img)
   assert y.shape == (2, 10) and bool(jnp.isfinite(y).all())
-  np.testing.assert_allclose(m.apply(v, img.reshape(2, 64), train=False), y, atol=1e-6)
-  np.testing.assert_allclose(m.apply(v, img[..., None], train=False), y, atol=1e-6)
+  np.testing.assert_allclose(f(img.reshape(2, 64)), y, atol=1e-6)
+  np.testing.assert_allclose(f(img[..., None]), y, atol=1e-6)
   lm = _model(name="rnn", cell="lstm", hidden=8, out=30, vocab_size=30, embed_dim=8,
               seq_output=True)
   tok = jax.random.randint(jax.random.key(3), (2, 7), 0, 30)
-  vl = lm.init(jax.random.key(1), tok, train=False)
-  assert lm.apply(vl, tok, train=False).shape == (2, 7, 30)
+  vl = jax.jit(lambda: lm.init(jax.random.key(1), tok, train=False))()
+  assert jax.jit(lambda: lm.apply(vl, tok, train=False))().shape == (2, 7, 30)
   with pytest.raises(ValueError, match="expected one of"):
-    _model(name="rnn", cell="gru").init(jax.random.key(0), X, train=False)
+    gru = _model(name="rnn", cell="gru")
+    jax.eval_shape(lambda: gru.init(jax.random.key(0), X, train=False))

@@ -19,7 +19,7 @@ def _model(**kw):
 @pytest.mark.parametrize("pool,p,tokens", [("cls", 2, 16 + 1), ("mean", 4, 4)])
 def test_vit_shapes_and_token_count(pool, p, tokens):
   m = _model(pool=pool, patch_size=p)
-  v = m.init(jax.random.key(1), X, train=False)
+  v = jax.jit(lambda: m.init(jax.random.key(1), X, train=False))()
   assert v["params"]["pos_embed"].shape == (1, tokens, 16)  # T = HW / P^2 (+1 class token)
   y = jax.jit(lambda v, x: m.apply(v, x, train=False))(v, X)
   assert y.shape == (2, 10) and y.dtype == jnp.float32 and bool(jnp.isfinite(y).all())
@@ -27,12 +27,13 @@ def test_vit_shapes_and_token_count(pool, p, tokens):
 
 def test_vit_attention_is_not_causal_and_bad_patches():
   m = _model(pool="mean", patch_size=4)
-  v = m.init(jax.random.key(1), X, train=False)
+  v = jax.jit(lambda: m.init(jax.random.key(1), X, train=False))()
   # The first patch's features depend on the last patch (bottom-right 4x4 pixels).
-  g = jax.grad(lambda x: m.apply(v, x, train=False)[0, 0])(X)
+  g = jax.jit(jax.grad(lambda x: m.apply(v, x, train=False)[0, 0]))(X)
   assert float(jnp.abs(g[0, 4:, 4:]).sum()) > 0
   with pytest.raises(ValueError, match="not divisible into 3x3 patches"):
-    _model(patch_size=3).init(jax.random.key(1), X, train=False)
+    jax.eval_shape(lambda: _model(patch_size=3).init(jax.random.key(1), X, train=False))
   flat = _model(pool="mean", patch_size=4, image_shape=(8, 8, 1))
-  np.testing.assert_allclose(flat.apply(v, X.reshape(2, 64), train=False),
-                             m.apply(v, X, train=False), atol=1e-5)
+  both = jax.jit(lambda: (flat.apply(v, X.reshape(2, 64), train=False),
+                          m.apply(v, X, train=False)))
+  np.testing.assert_allclose(*both(), atol=1e-5)
