@@ -23,15 +23,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdl.bench.timing import interleaved, linear_fit
+from jaxdl.bench.timing import Clock, interleaved, linear_fit
 
 
 # ---------------------------------------------------------------------------------------------
 # Loop overhead.
 
 @contextlib.contextmanager
-def _recording_strategy(record: dict):
-  """Makes `jaxdl.train.run` build strategies whose compiled step notes each dispatch time."""
+def _recording_strategy(on_step):
+  """Makes `jaxdl.train.run` build strategies whose compiled step calls `on_step(fn, batch,
+  out)` after dispatching each step."""
   from jaxdl.train import parallel
   original = parallel.make_strategy
 
@@ -44,8 +45,7 @@ def _recording_strategy(record: dict):
 
       def timed(state, batch):
         out = fn(state, batch)
-        record["times"].append(time.perf_counter())
-        record.update(fn=fn, batch=batch, out=out)
+        on_step(fn, batch, out)
         return out
 
       return timed
@@ -65,30 +65,56 @@ LOOP_OVERRIDES = ("model.d_model=64", "model.n_layer=2", "data.batch_size=16",
                   "data.max_eval_windows=16")
 
 
-def bench_loop(steps: int = 80, skip: int = 10) -> dict:
-  """`jaxdl.train.run` on a shrunk char_gpt (d 64, 2 layers, batch 16 x 64) vs a bare loop."""
+def bench_loop(segments: int = 3, segment: int = 16, burst: int = 12, warmup: int = 3) -> dict:
+  """`jaxdl.train.run` on a shrunk char_gpt (d 64, 2 layers, batch 16 x 64) vs a bare loop.
+
+  One run, one compilation: after `warmup` steps the loop runs `segment` steps, then (inside
+  the step wrapper) a bare burst of `burst` steps of the same compiled function on a copy of the
+  state, and so on, alternating. A loop segment is timed between dispatches and skips the two
+  steps after each burst (the device queue refills); each side keeps its best per-step time.
+  """
   from jaxdl.config import load_config
   from jaxdl.train import run
+  bursts_at = [warmup + (k + 1) * (segment + 2) for k in range(segments - 1)]
+  steps = warmup + segments * (segment + 2)
   config, _ = load_config("char_gpt", [*LOOP_OVERRIDES, f"train.steps={steps}"])
-  record = {"times": []}
-  with tempfile.TemporaryDirectory() as tmp, _recording_strategy(record):
+  rec = {"times": [], "bare": None, "bare_s": [], "synced_s": []}
+
+  def on_step(fn, batch, out):
+    rec["times"].append(time.perf_counter())
+    if len(rec["times"]) in bursts_at:
+      if rec["bare"] is None:
+        rec["bare"] = jax.tree.map(jnp.copy, out[0])
+      state = rec["bare"]
+      with Clock() as clock:
+        for _ in range(burst):
+          state, metrics = fn(state, batch)
+        jax.block_until_ready(metrics)
+      rec["bare_s"].append(clock.wall / burst)
+      with Clock() as clock:  # the loop's read pattern: dispatch step s, then fetch s-1's loss
+        previous = None
+        for _ in range(burst):
+          state, metrics = fn(state, batch)
+          if previous is not None:
+            float(previous["loss"])
+          previous = metrics
+        float(previous["loss"])
+      rec["synced_s"].append(clock.wall / burst)
+      rec["bare"] = state
+      rec["times"][-1] = time.perf_counter()  # the next interval starts after the burst
+
+  with tempfile.TemporaryDirectory() as tmp, _recording_strategy(on_step):
     run(config, pathlib.Path(tmp) / "run", progress=False)
-  t = record["times"]
-  loop_rate = (len(t) - 1 - skip) / (t[-1] - t[skip])
-  fn, batch, state = record["fn"], record["batch"], record["out"][0]
-
-  def bare(n):
-    nonlocal state
-    start = time.perf_counter()
-    for _ in range(n):
-      state, metrics = fn(state, batch)
-    jax.block_until_ready(metrics)
-    return time.perf_counter() - start
-
-  bare(2)
-  bare_rate = 1.0 / interleaved({"bare": bare}, steps=len(t) - 1 - skip, rounds=1)["bare"]
+  t = rec["times"]  # t[i]: after dispatching step i + 1
+  edges = [warmup] + [b + 2 for b in bursts_at]
+  ends = bursts_at + [len(t)]
+  loop_s = [(t[e - 1] - t[a - 1]) / (e - a) for a, e in zip(edges, ends)]
+  loop_rate, bare_rate = 1.0 / min(loop_s), 1.0 / min(rec["bare_s"])
+  synced_rate = 1.0 / min(rec["synced_s"])
   return {"loop_steps_per_s": loop_rate, "bare_steps_per_s": bare_rate,
-          "overhead": 1.0 - loop_rate / bare_rate, "steps": steps, "timed_steps": len(t) - 1 - skip}
+          "synced_bare_steps_per_s": synced_rate, "overhead": 1.0 - loop_rate / bare_rate,
+          "loop_s_per_segment": loop_s, "bare_s_per_burst": rec["bare_s"],
+          "synced_s_per_burst": rec["synced_s"], "steps": steps}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,11 +193,11 @@ def bench_sampler(steps: int = 100, batch: int = 256, hidden: int = 256, depth: 
     fn(variables, rng, batch).block_until_ready()
 
     def run(n):
-      start = time.perf_counter()
-      for _ in range(n):
-        x = fn(variables, rng, batch)
-      x.block_until_ready()
-      return time.perf_counter() - start
+      with Clock() as clock:
+        for _ in range(n):
+          x = fn(variables, rng, batch)
+        x.block_until_ready()
+      return clock
 
     return run
 
@@ -184,9 +210,10 @@ def bench_sampler(steps: int = 100, batch: int = 256, hidden: int = 256, depth: 
   line = {}
   for n in grid:
     fn = samplers.make_sampler(model.apply, path, steps=n, **kw)
-    line[n] = interleaved({"lax": runner(fn)}, steps=1, rounds=rounds)["lax"]
+    line[n] = interleaved({"lax": runner(fn)}, steps=1, rounds=rounds)["lax"]["cpu"]
   a, b, worst = linear_fit(list(line), list(line.values()))
   return {"steps": steps, "batch": batch, "sampler": sampler, "max_abs_diff": diff,
-          "lax_s": per_call["lax"], "python_s": per_call["python"],
-          "speedup": per_call["python"] / per_call["lax"], "lax_s_by_steps": line,
+          "lax_s": per_call["lax"]["wall"], "python_s": per_call["python"]["wall"],
+          "speedup": per_call["python"]["wall"] / per_call["lax"]["wall"],
+          "speedup_cpu": per_call["python"]["cpu"] / per_call["lax"]["cpu"], "lax_cpu_s_by_steps": line,
           "fit_intercept_s": a, "fit_per_step_s": b, "fit_max_rel_residual": worst}

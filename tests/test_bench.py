@@ -1,0 +1,46 @@
+"""`jaxdl bench` plumbing (nothing here is timed): option parsing, the FLOP count, the table, and
+that the plain-Flax baseline is the same model as jaxdl's GPT (same parameter count)."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from jaxdl import bench
+from jaxdl.bench import gpt as bgpt
+
+
+def test_only_accepts_lists_and_rejects_unknown_names():
+  assert bench.selected([]) == list(bench.BENCHES)
+  assert bench.selected(["loop,gpt", "data"]) == ["gpt", "loop", "data"]
+  with pytest.raises(ValueError, match="--only: unknown benchmark 'gtp'"):
+    bench.selected(["gtp"])
+
+
+def test_baseline_and_jaxdl_gpt_have_the_same_parameters():
+  setup = dataclasses.replace(bgpt.CPU_SETUP, context=16, d_model=32, n_head=4, n_layer=2)
+  x = jnp.zeros((1, setup.context), jnp.int32)
+  count = lambda tree: sum(a.size for a in jax.tree.leaves(tree))  # noqa: E731
+  base = jax.eval_shape(bgpt.BaselineGPT(setup).init, jax.random.PRNGKey(0), x)
+  ours = jax.eval_shape(lambda k: bgpt.jaxdl_model(setup).init(k, x, train=False),
+                        jax.random.PRNGKey(0))
+  d, v, t, layers = setup.d_model, setup.vocab, setup.context, setup.n_layer
+  per_layer = 2 * d + (3 * d * d + 3 * d) + (d * d + d) + 2 * d + (4 * d * d + 4 * d) + (4 * d * d + d)
+  expected = v * d + t * d + layers * per_layer + 2 * d  # wte, wpe, blocks, ln_f (tied head)
+  assert count(ours) == expected
+  assert count(base) == expected
+
+
+def test_flops_per_token_is_6n_plus_attention():
+  s = bgpt.CPU_SETUP
+  n = 3_000_000
+  assert bgpt.flops_per_token(s, n) == 6 * n + 12 * 4 * 256 * 256
+
+
+def test_table_lists_every_row_with_its_verdict():
+  rows = [bench._row("gpt", "tokens/s", 120.0, 100.0, 1.2, ">= 1.2", True),
+          bench._row("loop", "steps/s", 9.0, 10.0, 0.9, "overhead <= 5%", False)]
+  lines = bench.format_table(rows).splitlines()
+  assert lines[0].split() == ["bench", "measure", "jaxdl", "baseline", "ratio", "target", "met"]
+  assert lines[2].split()[-1] == "yes" and lines[3].split()[-1] == "NO"
