@@ -2,7 +2,7 @@
 
 `evaluate(config, workdir)` loads the run's latest checkpoint and
 - on 'toy2d': draws `num` samples for each sampler at 1, 2, 4, 10, 50 steps and measures the
-  energy distance (and exact W2) to `num` fresh target samples, beside the floor, the same
+  energy distance (and, at the largest step count, the exact W2) to `num` fresh target samples, beside the floor, the same
   distance between two independent target draws; writes samples.png (rows samplers, columns steps);
 - on 'digits': draws `per_class` samples of each class with the run's guidance, writes a PNG grid
   (one row per class) and reports the fraction a digits classifier labels as the conditioning
@@ -74,10 +74,11 @@ def evaluate_toy2d(config, model, variables, sampler_names, steps_list, num, see
     for steps in steps_list:
       sample = gtasks.make_run_sampler(config, model, sampler=name, steps=steps, sample_shape=(2,))
       x_Nx2 = np.asarray(sample(variables, jax.random.PRNGKey(seed), num))
-      res = {"energy": metrics.energy_distance(x_Nx2, target_a),
-             "w2": metrics.wasserstein2(x_Nx2, target_a)}
+      res = {"energy": metrics.energy_distance(x_Nx2, target_a)}
       res["energy_ratio"] = res["energy"] / floor["energy"]
-      res["w2_ratio"] = res["w2"] / floor["w2"]
+      if steps == max(steps_list):  # W2 is O(n^3): only where the acceptance is judged
+        res["w2"] = metrics.wasserstein2(x_Nx2, target_a)
+        res["w2_ratio"] = res["w2"] / floor["w2"]
       results[f"{name}@{steps}"] = res
       grids[(name, steps)] = x_Nx2
   if fig_dir is not None:

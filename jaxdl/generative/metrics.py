@@ -13,16 +13,22 @@ Shapes: N, M points, D features (images are flattened).
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+
+
+@jax.jit
+def _sum_distances(a_nxD, b_MxD):
+  d_nxM = jnp.sum((a_nxD[:, None, :] - b_MxD[None, :, :]) ** 2, axis=-1)
+  return jnp.sum(jnp.sqrt(jnp.maximum(d_nxM, 0.0)))
 
 
 def _mean_pairwise_distance(a_NxD, b_MxD, block: int = 1024):
   """mean_ij |a_i - b_j|, in blocks of rows to bound memory."""
   total = 0.0
   for s in range(0, a_NxD.shape[0], block):
-    d_nxM = jnp.sum((a_NxD[s:s + block, None, :] - b_MxD[None, :, :]) ** 2, axis=-1)
-    total += float(jnp.sum(jnp.sqrt(jnp.maximum(d_nxM, 0.0))))
+    total += float(_sum_distances(a_NxD[s:s + block], b_MxD))
   return total / (a_NxD.shape[0] * b_MxD.shape[0])
 
 
