@@ -42,6 +42,18 @@ def lr_range_test(config, **kwargs):
   return _lr(config, **kwargs)
 
 
+def _ln_k(config) -> float | None:
+  """ln K of the experiment's head (K classes, V for a language model, 2 for binary), or None."""
+  import math
+  from jaxdl import data
+  from jaxdl.train import make_task
+  kind = make_task(config).kind
+  info = data.make_dataset(config).info
+  k = {"classification": info.get("num_classes"), "lm": info.get("vocab_size"),
+       "binary": 2}.get(kind)
+  return math.log(k) if k else None
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
   p.add_argument("experiment", help="experiment file or name, optionally with :ARG")
   p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -87,8 +99,7 @@ def main(args) -> int:
       _print(finding.text())
       return 1 if finding.module else 0
     if args.history:
-      ln_k = None
-      diagnoses = diagnose_workdir(workdir, ln_k=ln_k)
+      diagnoses = diagnose_workdir(workdir, ln_k=_ln_k(config))
       _print("\n".join(d.text() for d in diagnoses) or "no symptom in the metrics history")
       return 1 if diagnoses else 0
     report = run_preflight(config, steps=args.steps, overfit_steps=args.overfit_steps,
