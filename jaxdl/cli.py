@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 
-DEFAULT_EXPERIMENT = "moons_mlp"
+DEFAULT_EXPERIMENT = "char_gpt"
 
 
 def _train_args(p: argparse.ArgumentParser) -> None:
