@@ -6,7 +6,6 @@ folder (JAXDL_FIGURES), so running the tests leaves the committed thumbnails alo
 """
 
 import json
-import os
 import pathlib
 import resource
 import sys
