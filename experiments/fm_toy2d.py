@@ -6,8 +6,8 @@ Run:
   jaxdl train fm_toy2d:smoke                          # a few hundred steps, for tests
 
 Setup: standardized 2-D data (50,000 training points), x_t = t x + (1 - t) eps with t ~ U[0, 1],
-velocity MSE against x - eps; a residual time-embedded MLP (3 blocks of width 128); AdamW 2e-3
-with warmup + cosine, batch 256, 6,000 steps. After training, `run` samples 2,000 points with Euler and Heun at
+velocity MSE against x - eps; a residual time-embedded MLP (4 blocks of width 256); AdamW 2e-3
+with warmup + cosine, batch 256, 8,000 steps. After training, `run` samples 2,000 points with Euler and Heun at
 1, 2, 4, 10, 50 steps, writes samples.png and generative_eval.json, and prints the energy distance
 to 2,000 fresh target points beside the floor (two independent target draws).
 

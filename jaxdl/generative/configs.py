@@ -14,7 +14,7 @@ DISTRIBUTIONS = ("moons", "8gaussians", "checkerboard", "swissroll")
 
 
 def toy2d_config(task: str, name: str, arg=None):
-  """2-D toys: residual MLP denoiser (3 x 128), AdamW 2e-3 warmup-cosine, batch 256, 6k steps.
+  """2-D toys: residual MLP denoiser (4 x 256), AdamW 2e-3 warmup-cosine, batch 256, 8k steps.
 
   arg: None (moons), a distribution name, or 'smoke' (300 steps of a small model).
   """
@@ -28,7 +28,7 @@ def toy2d_config(task: str, name: str, arg=None):
   c.data.n = 50_000
   c.data.n_eval = 5_000
   c.data.batch_size = 256
-  c.model = dict(name="denoiser_mlp", hidden=128, depth=3, emb_dim=64, num_classes=0,
+  c.model = dict(name="denoiser_mlp", hidden=256, depth=4, emb_dim=128, num_classes=0,
                  dropout=0.0)
   c.gen = default_gen_config(task)
   c.gen.eval_num = 2000
@@ -37,7 +37,7 @@ def toy2d_config(task: str, name: str, arg=None):
   c.optim.lr = 2e-3
   c.optim.weight_decay = 0.0
   c.optim.clip_norm = 1.0
-  c.train.steps = 6_000
+  c.train.steps = 8_000
   c.train.eval_every = 2_000
   c.train.log_every = 200
   c.train.ckpt_every = 2_000
