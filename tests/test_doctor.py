@@ -136,7 +136,7 @@ def test_history_first_loss_flat_spike_nonfinite():
   assert "first_loss" in _symptoms(_train([46.0, 20.0, 5.0, 2.0]), ln_k=math.log(10))
   assert "flat" in _symptoms(_train([2.30] * 40), ln_k=math.log(10))
   losses = list(2.3 * np.exp(-np.arange(60) / 20) + 0.2)
-  losses[40] = 5 * losses[39]                            # one step at 5 x its neighbours
+  losses[40] = 10 * losses[39]                           # one step at 10 x its neighbours
   spike = [d for d in diagnose_history(_train(losses)) if d.symptom == "spike"]
   assert spike and spike[0].step == 41
   nan = _train([2.3, 2.0, float("nan")])

@@ -9,10 +9,12 @@ Rules (L_s train loss at step s, E_s eval loss; thresholds are stated where used
   first_loss      |L_first - ln K| > 0.5 ln K                      (only when K is known)
   nonfinite       some logged loss or grad norm is NaN or Inf
   flat            over the run, min L in the last quarter > 0.95 L_first
-  spike           L_s > 3 x median of the previous 10 logged losses (after the first 10%)
+  spike           L_s > 5 x median m of the previous 10 logged losses and L_s - m > 0.1 L_first
+                  (after the first 10% of the records)
   overfitting     E rose > 10% above its minimum at the last eval while L kept falling
   val_below_train E < 0.9 L at every eval in the second half of the run
-  eval_mode       at every eval, from the first on: accuracy < train accuracy - 0.15, or E > 2 L
+  eval_mode       at every eval, from the first on: accuracy < train accuracy - 0.15 (without
+                  accuracies: E > 2 L and E - L > 0.1 L_first)
 """
 
 from __future__ import annotations
@@ -152,8 +154,9 @@ def diagnose_history(train: list[dict], evals: list[dict] = (), *, ln_k: float |
   start = max(10, n // 10)
   for i in range(start, n):
     med = float(np.median(losses[i - 10:i]))
-    if losses[i] > 3.0 * med:
-      out.append(Diagnosis("spike", f"loss {losses[i]:.3g} > 3 x the running median "
+    # Relative to the run's scale too: near a zero loss, small-batch noise is many x the median.
+    if losses[i] > 5.0 * med and losses[i] - med > 0.1 * first:
+      out.append(Diagnosis("spike", f"loss {losses[i]:.3g} > 5 x the running median "
                            f"{med:.3g}", train[i]["step"]))
       break
   rewinds = [e for e in events if e.get("event") == "rewind"]
@@ -176,7 +179,11 @@ def _diagnose_eval(train: list[dict], evals: list[dict]) -> list[Diagnosis]:
   gap_acc = [t_acc - e["accuracy"] for e, _, t_acc in pairs
              if t_acc is not None and "accuracy" in e]
   gap_loss = [e["loss"] / max(t_loss, 1e-8) for e, t_loss, _ in pairs]
-  if (gap_acc and min(gap_acc) > 0.15) or min(gap_loss) > 2.0:
+  first = train[0]["loss"]
+  # With accuracies, their gap decides (a memorized training set makes any loss ratio large);
+  # without, the eval loss must exceed twice the training loss by a visible margin.
+  if (gap_acc and min(gap_acc) > 0.15) or (not gap_acc and min(gap_loss) > 2.0 and min(
+      e["loss"] - t for e, t, _ in pairs) > 0.1 * first):
     e, t_loss, t_acc = pairs[-1]
     acc = (f", accuracy train {t_acc:.3f} vs eval {e['accuracy']:.3f}"
            if t_acc is not None and "accuracy" in e else "")
