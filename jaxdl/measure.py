@@ -13,7 +13,8 @@ Signal propagation (section 2 of the lesson):
   stack_rms              RMS of h_l / RMS of h_0 for the linear branch F(h) = a W h,
                          W ~ Var 1/n: plain h_l = F(h_{l-1}) -> a^l; residual
                          h_l = h_{l-1} + F(h_{l-1}) -> (1 + a^2)^(l/2) (the cross term has mean 0).
-Attention, dropout, first loss, convolutions, GPT blocks:
+Normalization, attention, dropout, first loss, convolutions, GPT blocks:
+  batchnorm_moons_curves the moons MLP's training loss per epoch with and without BatchNorm
   qk_score_std           std of q . k and of q . k / sqrt(d_k) for unit-variance q, k
   dropout_draws          the activations of `jaxdl.models.mlp.MLP`'s inverted dropout
   first_loss             cross-entropy of a fresh MLP classifier with its head scaled
@@ -323,6 +324,31 @@ def decoupled_decay_factor(optim_cfg, steps: int) -> float:
 
   (w, _), _ = jax.lax.scan(step, (w, tx.init(w)), None, length=steps)
   return float(jnp.mean(w["w"]))
+
+
+# ------------------------------------------------------------------------- normalization
+
+
+def batchnorm_moons_curves(steps: int = 200) -> dict:
+  """Per-step BCE training loss of experiments/moons_mlp.py without and with its 'bn' arg.
+
+  Each run is `jaxdl.train.run` for `steps` full-batch epochs in a temporary workdir; returns
+  {'plain': (steps_S, loss_S), 'bn': (steps_S, loss_S)} from the runs' metrics.jsonl. The loss of
+  step s is the training-mode loss (BatchNorm on batch statistics) before update s.
+  """
+  import tempfile
+  from jaxdl.config import load_config
+  from jaxdl.train import run
+  from jaxdl.train.writers import read_metrics
+  out = {}
+  for name, spec in (("plain", "moons_mlp"), ("bn", "moons_mlp:bn")):
+    config, _ = load_config(spec, [f"train.steps={steps}", "train.plot=False", "train.log_every=1",
+                                   f"train.ckpt_every={steps}", f"train.eval_every={steps}"])
+    with tempfile.TemporaryDirectory() as workdir:
+      run(config, workdir, progress=False)
+      records = read_metrics(workdir, "train")
+    out[name] = (np.array([r["step"] for r in records]), np.array([r["loss"] for r in records]))
+  return out
 
 
 # ------------------------------------------------------------------------- attention maps
