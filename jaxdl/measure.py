@@ -396,7 +396,7 @@ def example_loss_curves(steps: int = 300, eval_every: int = 20, num_classes: int
     first_loss       the logits start huge (loss 46 at step 1), then it comes down
     nonfinite        the loss diverges from step 180 and is NaN from step 200
     flat             the loss stays near ln K
-    spike            one batch at step 170 gives 5x the loss, then it recovers
+    spike            a few batches at step 170 give 8x the loss, then it recovers
     overfitting      eval loss turns up after step 100 while train keeps falling
     val_below_train  eval loss 25% below train (dropout acts only in training)
   """
@@ -423,7 +423,7 @@ def example_loss_curves(steps: int = 300, eval_every: int = 20, num_classes: int
   flat = noisy(np.full(s.shape, ln_k * 0.995))
   add("flat", flat, np.full(ev.shape, ln_k))
   spike = noisy(base.copy())
-  spike[(s >= 170) & (s < 174)] *= 5.0
+  spike[(s >= 170) & (s < 174)] *= 8.0
   add("spike", spike, healthy_eval)
   train = noisy(0.05 + (ln_k - 0.05) * np.exp(-s / 50.0))
   over = 0.6 + (ln_k - 0.6) * np.exp(-ev / 40.0) + 0.004 * np.maximum(ev - 100, 0)

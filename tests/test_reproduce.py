@@ -138,3 +138,46 @@ def test_cli_entry_point_dispatches_to_reproduce(tmp_path):
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert "conv_sizes.receptive_field_3x3x3" in proc.stdout
   assert all(r["ok"] for r in json.loads(out.read_text()))
+
+
+# ------------------------------------------------------------------ jaxdl.measure beyond the claims
+
+
+def test_relu_stack_backward_follows_the_forward_theory():
+  import numpy as np
+  from jaxdl import measure
+  r = measure.relu_stack_moments("lecun_normal", depth=6, width=256, batch=64, nets=8)
+  # Var 1/n: each ReLU layer halves the second moment forwards and backwards.
+  np.testing.assert_allclose(r["forward"] / r["forward"][0], 0.5 ** np.arange(7), rtol=0.15)
+  np.testing.assert_allclose(r["backward"] / r["backward"][-1], 0.5 ** np.arange(6, -1, -1),
+                             rtol=0.15)
+  he = measure.relu_stack_moments("he_normal", depth=6, width=256, batch=64, nets=8)
+  np.testing.assert_allclose(he["backward"] / he["backward"][-1], 1.0, rtol=0.15)
+
+
+def test_attention_maps_are_causal_rows_and_leave_the_model_unchanged():
+  import jax
+  import numpy as np
+  from jaxdl import measure, models
+  cfg = models.gpt_config("tiny")
+  model = models.build_model(cfg)
+  tokens = jax.random.randint(jax.random.PRNGKey(0), (2, 10), 0, cfg.vocab_size)
+  params = model.init(jax.random.PRNGKey(1), tokens, train=False)["params"]
+  maps = measure.attention_maps(cfg, params, tokens)
+  assert len(maps) == cfg.n_layer and maps[0].shape == (2, cfg.n_head, 10, 10)
+  for w in maps:
+    np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-5)
+    assert np.all(np.triu(w, k=1) == 0.0)
+  # Unstacking the scanned params gives the same function (what attention_maps relies on).
+  unrolled = models.build_model(models.gpt_config("tiny", scan_layers=False))
+  from jaxdl.models.gpt import unstack_layers
+  np.testing.assert_allclose(
+      unrolled.apply({"params": unstack_layers(params, cfg.n_layer)}, tokens, train=False),
+      model.apply({"params": params}, tokens, train=False), atol=1e-5)
+
+
+def test_example_loss_curves_are_diagnosed_as_their_symptom():
+  from jaxdl import doctor, measure
+  for case, h in measure.example_loss_curves().items():
+    found = {d.symptom for d in doctor.diagnose_history(h["train"], h["eval"], ln_k=h["ln_k"])}
+    assert case in found, (case, found)
