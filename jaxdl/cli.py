@@ -144,11 +144,25 @@ def cmd_train(args) -> int:
   except (ValueError, loop.WorkdirMismatchError) as e:
     print(f"jaxdl: error: {str(e).splitlines()[0]}", file=sys.stderr)
     return 2
-  except (loop.NonFiniteLossError, loop.SpikeError) as e:
+  except loop.NonFiniteLossError as e:
+    print(f"jaxdl: {e}", file=sys.stderr)
+    _locate(config, workdir, e.step)
+    return 1
+  except (loop.SpikeError, loop.PreflightError) as e:
     print(f"jaxdl: {e}", file=sys.stderr)
     return 1
   print(json.dumps({"workdir": workdir, **_jsonable(summary)}, indent=2))
   return 0
+
+
+def _locate(config, workdir, step: int) -> None:
+  """Replays the failed step from the last checkpoint and names the first non-finite module."""
+  from jaxdl.doctor import locate_nonfinite
+  try:
+    print(locate_nonfinite(config, workdir, step).text(), file=sys.stderr)
+  except Exception as e:  # noqa: BLE001 -- the locator is a diagnosis aid, never a new failure
+    print(f"jaxdl: the NaN locator could not run ({type(e).__name__}: {e}); try "
+          f"`jaxdl doctor {config.name} --workdir {workdir} --locate {step}`", file=sys.stderr)
 
 
 def _jsonable(x):

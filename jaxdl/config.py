@@ -214,6 +214,7 @@ def base_config() -> ml_collections.ConfigDict:
       plot=True,
       # Spike guard: on loss (or grad norm) > spike_factor x the rolling median of the last
       # spike_window steps, rewind to the last checkpoint and skip the offending batch.
+      doctor=False,           # run `jaxdl doctor`'s preflight before training; stop if it fails
       spike_guard=False,
       spike_factor=5.0,
       spike_window=20,

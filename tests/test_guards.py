@@ -62,3 +62,11 @@ def test_spike_rewinds_to_last_checkpoint_and_skips_the_batch(poisoned_npz, tmp_
 def test_spike_before_any_checkpoint_stops_clearly(poisoned_npz, tmp_path):
   with pytest.raises(SpikeError, match="no checkpoint to rewind to yet"):
     run(_config(poisoned_npz, "train.ckpt_every=0"), tmp_path / "run", progress=False)
+
+
+def test_doctor_switch_stops_a_planted_bug_before_the_workdir(tmp_path):
+  from jaxdl.train import loop
+  config, _ = load_config("bug_last_layer_x100", ["train.doctor=True"])
+  with pytest.raises(loop.PreflightError, match="last_layer_too_large"):
+    run(config, tmp_path / "run", progress=False)
+  assert not (tmp_path / "run").exists()

@@ -57,6 +57,10 @@ class SpikeError(RuntimeError):
   """A loss spike the guard could not rewind (no checkpoint yet, or too many rewinds)."""
 
 
+class PreflightError(RuntimeError):
+  """`train.doctor` is on and the preflight checks failed; nothing was written."""
+
+
 class WorkdirMismatchError(ValueError):
   """The workdir holds a run of a different experiment or config."""
 
@@ -168,6 +172,13 @@ def run(config, workdir, *, force: bool = False, progress: bool = True) -> dict:
   workdir = pathlib.Path(workdir)
   config_json = json.loads(config.to_json_best_effort())
   old_json = _check_workdir(workdir, config_json, force)
+  if config.train.get("doctor", False):
+    from jaxdl.doctor import run_preflight  # the doctor builds on the engine, not vice versa
+    report = run_preflight(config)
+    log.info("%s", report.text())
+    if not report.ok:
+      raise PreflightError(f"preflight failed for {config.name}: {report.causes()}; "
+                           f"run `jaxdl doctor {config.name}` for details")
   guard = (guards.SpikeDetector(config.train.spike_factor, config.train.spike_window,
                                 config.train.spike_watch) if config.train.spike_guard else None)
 
@@ -238,13 +249,17 @@ class _Loop:
     if restored is None:
       return None
     self.start, self.state, data_state = restored
+    data_state = dict(data_state)
+    self.skip_batches |= set(data_state.pop("skip_batches", []))
     self.train_it.set_state(data_state)
     self.writer.write_event(self.start, "resume")
     return self.start
 
   def save(self, step: int) -> None:
     self.ckpt.save(step, self.strategy.single_copy(self.state),
-                   data_state=self.train_it.get_state(), config=self.config_json,
+                   data_state={**self.train_it.get_state(),
+                               "skip_batches": sorted(self.skip_batches)},
+                   config=self.config_json,
                    manifest=self.meta,
                    metrics={f"eval/{k}": v for k, v in self.last_eval.items()} or None)
 
@@ -261,7 +276,9 @@ class _Loop:
     spike = guard.check(metrics) if guard is not None else None
     if spike is not None:
       raise SpikeRewind(step, spike)
-    if every(step, self.config.train.log_every) or step == self.config.train.steps:
+    # Step 1 is always logged: the first loss is the doctor's first check (ln K).
+    if (every(step, self.config.train.log_every) or step == 1 or
+        step == self.config.train.steps):
       self.writer.write(step, "train", metrics)
       self.bar.update(step, metrics)
     return metrics
