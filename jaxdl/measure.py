@@ -269,7 +269,8 @@ def block_kernel_params(preset: str = "gpt2-small") -> float:
 
 
 def block_grad_norms(ln: str, *, n_layer: int = 8, d_model: int = 64, n_head: int = 4,
-                     vocab: int = 64, seq: int = 32, batch: int = 8, seed: int = 0) -> np.ndarray:
+                     vocab: int = 64, seq: int = 32, batch: int = 8, init: str = "gpt2",
+                     seed: int = 0) -> np.ndarray:
   """||d loss / d params of block l|| for l = 1..L of a fresh GPT ('pre' or 'post' LN).
 
   Next-token loss on random tokens at init; the blocks are one scan (params 'h' with a leading
@@ -278,7 +279,7 @@ def block_grad_norms(ln: str, *, n_layer: int = 8, d_model: int = 64, n_head: in
   the later norms; pre-LN keeps an identity path from the loss to every block.
   """
   cfg = gpt_config("", n_layer=n_layer, d_model=d_model, n_head=n_head, vocab_size=vocab,
-                   block_size=seq, ln=ln, scan_layers=True)
+                   block_size=seq, ln=ln, scan_layers=True, init=init)
   model = build_model(cfg)
   kt, kp = jax.random.split(jax.random.PRNGKey(seed))
   tokens = jax.random.randint(kt, (batch, seq + 1), 0, vocab)
