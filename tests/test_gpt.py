@@ -95,7 +95,7 @@ def test_scan_vs_unrolled_and_remat_vs_plain(tiny):
   chex.assert_trees_all_close(g2, g0, atol=1e-6)
 
 
-@pytest.mark.parametrize("kw", [{}, dict(pos="rope", scan_layers=False)])
+@pytest.mark.parametrize("kw", [{}, dict(pos="rope", scan_layers=False, attn_impl="chunked")])
 def test_kv_cache_matches_full_forward(kw, tiny, full_forward):
   m = _model(**kw)
   p = _init(m) if kw else tiny[1]

@@ -42,6 +42,8 @@ def test_fast_path_matches_reference_with_masks():
   np.testing.assert_allclose(fast, ref, atol=1e-5)
   np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-6)  # rows sum to 1
   assert float(jnp.abs(jnp.triu(w, 1)).max()) == 0.0  # nothing from the future
+  chunked = jax.jit(lambda q, k, v: layers.attention_causal_chunked(q, k, v, num_chunks=3))
+  np.testing.assert_allclose(chunked(q, k, v), ref, atol=1e-5)  # 5 rows in chunks of 2, 1, 2
   mask = jax.random.bernoulli(ks[3], 0.7, (2, 1, 5, 5)) | jnp.eye(5, dtype=bool)
   ref = layers.dot_product_attention(q, k, v, mask, impl="reference")
   fast = layers.dot_product_attention(q, k, v, mask, impl="xla")
