@@ -115,9 +115,18 @@ def run_benches(names: list[str], log=print) -> tuple[dict, list[dict]]:
                        r["ratio"] <= 0.2, "s"))
     elif name == "sampler":
       r = engine.bench_sampler()
+      r["smoke_model"] = small = engine.bench_sampler(hidden=64, depth=2, linearity=False)
       rows += [
-          _row("sampler", f"python loop vs lax.scan, {r['steps']} steps x {r['batch']} (s/call)",
+          _row("sampler", f"lax.scan vs python loop, {r['steps']} steps x {r['batch']}, "
+               "4 x 256 (s)",
                r["lax_s"], r["python_s"], r["speedup"], ">= 3x", r["speedup"] >= 3.0, "s"),
+          _row("sampler", "  same, CPU seconds (load-insensitive)", None, None,
+               r["speedup_cpu"], ">= 3x", r["speedup_cpu"] >= 3.0),
+          _row("sampler", "  same with fm_toy2d:smoke's denoiser (2 x 64), wall",
+               small["lax_s"], small["python_s"], small["speedup"], ">= 3x",
+               small["speedup"] >= 3.0, "s"),
+          _row("sampler", "  same with fm_toy2d:smoke's denoiser, CPU seconds", None, None,
+               small["speedup_cpu"], ">= 3x", small["speedup_cpu"] >= 3.0),
           _row("sampler", "same samples: max |lax - python|", r["max_abs_diff"], 0.0, None,
                "<= 1e-4", r["max_abs_diff"] <= 1e-4),
           _row("sampler", "CPU time at 25/50/100 steps: max residual of a line",
