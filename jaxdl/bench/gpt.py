@@ -8,9 +8,9 @@ for the attention scores and the weighted sum. Model FLOP/s = F x tokens/s; MFU 
 over the peak, a large matmul timed on the same device in the same run (not a datasheet number).
 
 The baseline is written the way the flax examples (lm1b, wmt) write a decoder: an `nn.Module`
-per block with `nn.SelfAttention` and an `nn.make_causal_mask` mask, the blocks unrolled in a
-Python loop, `flax.training.train_state.TrainState` with `optax.chain(clip, adamw)`, and a
-`jax.jit` step without donation.
+per block with `nn.MultiHeadDotProductAttention` on an `nn.make_causal_mask` mask, the blocks
+unrolled in a Python loop, `flax.training.train_state.TrainState` with `optax.chain(clip,
+adamw)`, and a `jax.jit` step without donation.
 
 Shapes: B batch, T context, D width, V vocabulary, L layers.
 """
@@ -109,8 +109,9 @@ class BaselineBlock(nn.Module):
   def __call__(self, x_BxTxD, mask):
     init = nn.initializers.normal(0.02)
     y = nn.LayerNorm(dtype=self.dtype)(x_BxTxD)
-    y = nn.SelfAttention(num_heads=self.n_head, qkv_features=self.d_model, kernel_init=init,
-                         dtype=self.dtype, deterministic=True)(y, mask=mask)
+    y = nn.MultiHeadDotProductAttention(num_heads=self.n_head, qkv_features=self.d_model,
+                                        kernel_init=init, dtype=self.dtype,
+                                        deterministic=True)(y, mask=mask)
     x_BxTxD = x_BxTxD + y
     y = nn.LayerNorm(dtype=self.dtype)(x_BxTxD)
     y = nn.gelu(nn.Dense(4 * self.d_model, kernel_init=init, dtype=self.dtype)(y))
