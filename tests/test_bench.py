@@ -26,7 +26,9 @@ def test_baseline_and_jaxdl_gpt_have_the_same_parameters():
   ours = jax.eval_shape(lambda k: bgpt.jaxdl_model(setup).init(k, x, train=False),
                         jax.random.PRNGKey(0))
   d, v, t, layers = setup.d_model, setup.vocab, setup.context, setup.n_layer
-  per_layer = 2 * d + (3 * d * d + 3 * d) + (d * d + d) + 2 * d + (4 * d * d + 4 * d) + (4 * d * d + d)
+  # ln_1, c_attn (qkv), attention output, ln_2, c_fc, c_proj
+  per_layer = (2 * d + (3 * d * d + 3 * d) + (d * d + d) + 2 * d + (4 * d * d + 4 * d)
+               + (4 * d * d + d))
   expected = v * d + t * d + layers * per_layer + 2 * d  # wte, wpe, blocks, ln_f (tied head)
   assert count(ours) == expected
   assert count(base) == expected

@@ -110,7 +110,8 @@ def run_benches(names: list[str], log=print) -> tuple[dict, list[dict]]:
     elif name == "checkpoint":
       abstract, _ = gpt.jaxdl_step(setup, abstract=True)
       r = engine.bench_checkpoint(engine.synthetic_state(abstract))
-      rows.append(_row("checkpoint", f"loop blocked: async vs sync save ({r['bytes'] / 1e6:.0f} MB)",
+      mb = r["bytes"] / 1e6
+      rows.append(_row("checkpoint", f"loop blocked: async vs sync save ({mb:.0f} MB)",
                        r["async_blocked_s"], r["sync_s"], r["ratio"], "<= 0.2",
                        r["ratio"] <= 0.2, "s"))
     elif name == "sampler":

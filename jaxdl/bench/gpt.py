@@ -173,7 +173,8 @@ def jaxdl_step(setup: GPTSetup, *, options: dict | None = None, abstract: bool =
   config.task = "lm"
   task = tasks.make_task(config)
   tx, schedule = joptim.make_optimizer(joptim.default_optim_config(), 1000)
-  init = lambda k: create_train_state(model, tx, k, jnp.zeros((1, setup.context), jnp.int32))  # noqa: E731
+  example = jnp.zeros((1, setup.context), jnp.int32)
+  init = lambda k: create_train_state(model, tx, k, example)  # noqa: E731
   key = jax.random.PRNGKey(0)
   state = jax.eval_shape(init, key) if abstract else jax.jit(init)(key)
   step = jstep.make_train_step(model.apply, task.loss_fn, tx, schedule, jax.random.PRNGKey(1))
