@@ -29,15 +29,15 @@ def unet():
   return model, init(jax.random.PRNGKey(0))
 
 
-@pytest.mark.parametrize("shape", [(3, 8, 8, 1), (3, 64)])
-def test_unet_keeps_the_input_shape_jitted_or_not(unet, shape):
+def test_unet_keeps_the_input_shape_flat_or_image(unet):
   model, variables = unet
-  x = jax.random.normal(jax.random.PRNGKey(1), shape)
+  x = jax.random.normal(jax.random.PRNGKey(1), (3, 8, 8, 1))
   t, y = jnp.array([0.1, 0.5, 0.9]), jnp.array([0, 4, 9])
-  jitted = jax.jit(lambda v, x: model.apply(v, x, t, y=y, train=False))(variables, x)
-  assert jitted.shape == shape and bool(jnp.all(jnp.isfinite(jitted)))
-  if len(shape) == 2:  # eager op-by-op is slow; once is enough
-    np.testing.assert_allclose(model.apply(variables, x, t, y=y, train=False), jitted, atol=1e-5)
+  apply = jax.jit(lambda v, x: model.apply(v, x, t, y=y, train=False))
+  image, flat = apply(variables, x), apply(variables, x.reshape(3, 64))
+  assert image.shape == (3, 8, 8, 1) and flat.shape == (3, 64)
+  assert bool(jnp.all(jnp.isfinite(image)))
+  np.testing.assert_allclose(flat, image.reshape(3, 64), atol=1e-5)
 
 
 def test_unet_condition_and_time_change_the_output_and_none_is_the_null_class(unet):
@@ -56,12 +56,11 @@ def test_mlp_denoiser_through_the_registry_with_dropout():
   model = build_model(cfg)
   assert isinstance(model, MLPDenoiser)
   x = jnp.ones((4, 2))
-  variables = model.init({"params": jax.random.PRNGKey(0)}, x, train=False)
+  variables = jax.jit(lambda k: model.init({"params": k}, x, train=False))(jax.random.PRNGKey(0))
   t = jnp.full((4,), 0.5)
-  a = model.apply(variables, x, t, y=jnp.array([0, 1, 2, 3]), train=True,
-                  rngs={"dropout": jax.random.PRNGKey(1)})
-  b = model.apply(variables, x, t, y=jnp.array([0, 1, 2, 3]), train=True,
-                  rngs={"dropout": jax.random.PRNGKey(2)})
+  apply = jax.jit(lambda k: model.apply(variables, x, t, y=jnp.array([0, 1, 2, 3]), train=True,
+                                        rngs={"dropout": k}))
+  a, b = apply(jax.random.PRNGKey(1)), apply(jax.random.PRNGKey(2))
   assert a.shape == (4, 2) and not np.allclose(a, b)  # dropout is active in training
 
 
@@ -100,7 +99,7 @@ def test_task_loss_trains_a_denoiser_on_two_points(task):
   eval_loss_jit = jax.jit(lambda p: tk.loss_fn(model.apply, p, {}, {"x": x}, {}, False)[0])
   eval_loss = lambda p: float(eval_loss_jit(p))
   before = eval_loss(params)
-  for i in range(200):
+  for i in range(120):
     params, opt, _ = step(params, opt, i)
   assert eval_loss(params) < 0.8 * before
 
@@ -110,7 +109,7 @@ def test_task_honours_the_mask_and_checks_its_config():
   tk = TASKS["flow_matching"](config)
   model = build_model(config.model)
   x = jnp.ones((8, 2))
-  params = model.init({"params": jax.random.PRNGKey(1)}, x, train=False)["params"]
+  params = jax.jit(lambda k: model.init({"params": k}, x, train=False))(jax.random.PRNGKey(1))["params"]
   mask = jnp.array([1.0] * 4 + [0.0] * 4)
   a = tk.loss_fn(model.apply, params, {}, {"x": x, "mask": mask}, {}, False)[0]
   b = tk.loss_fn(model.apply, params, {}, {"x": x.at[4:].set(50.0), "mask": mask}, {}, False)[0]
@@ -133,18 +132,19 @@ def test_guided_sampling_with_a_real_unet(unet):
     sample(variables, jax.random.PRNGKey(0), 4, y=10)
 
 
+@pytest.mark.slow
 def test_fm_toy2d_smoke_trains_on_the_engine_and_evaluates(tmp_path):
   """End to end: experiments/fm_toy2d.py:smoke through jaxdl.train.run, then the evaluation."""
   from jaxdl.config import load_config
   from jaxdl.generative import evaluation
   from jaxdl.train import run
   config, _ = load_config("experiments/fm_toy2d.py:smoke",
-                          ["train.steps=60", "train.eval_every=60", "train.ckpt_every=60",
-                           "train.plot=False"])
+                          ["train.steps=30", "train.eval_every=30", "train.ckpt_every=30",
+                           "train.plot=False", "data.n=2000", "data.n_eval=256"])
   summary = run(config, tmp_path, progress=False)
-  assert summary["step"] == 60 and np.isfinite(summary["eval"]["loss"])
+  assert summary["step"] == 30 and np.isfinite(summary["eval"]["loss"])
   out = evaluation.evaluate(config, tmp_path, steps_list=(1, 4), num=200, figure=False)
-  assert out["step"] == 60 and set(out["results"]) == {"euler@1", "euler@4", "heun@1", "heun@4"}
+  assert out["step"] == 30 and set(out["results"]) == {"euler@1", "euler@4", "heun@1", "heun@4"}
   assert out["floor"]["energy"] > 0
   # one Euler step collapses towards the mean: far worse than 4 steps
   assert out["results"]["euler@1"]["energy"] > out["results"]["euler@4"]["energy"]
