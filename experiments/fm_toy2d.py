@@ -11,8 +11,9 @@ with warmup + cosine, batch 256, 8,000 steps. After training, `run` samples 2,00
 1, 2, 4, 10, 50 steps, writes samples.png and generative_eval.json, and prints the energy distance
 to 2,000 fresh target points beside the floor (two independent target draws).
 
-Expected: one Euler step collapses onto the data mean (energy distance far above the floor);
-at 50 steps Euler and Heun are within 3x of the floor on moons and 8gaussians (W2 within 1.5x).
+Expected: one Euler step collapses onto the data mean (energy distance ~1500x the floor); at 50
+steps Euler and Heun are within 3x of the floor on moons (measured at the default config, moons:
+Euler@50 2.4x, Heun@50 1.8x, Heun@10 2.0x the energy floor 5.4e-4; W2 1.4x / 1.3x its floor 0.068).
 """
 
 from jaxdl.generative import evaluation
