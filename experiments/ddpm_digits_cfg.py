@@ -6,9 +6,8 @@ Run:
 
 Setup: as fm_digits_cfg, but the DDPM eps loss on the cosine alpha_bar schedule (T = 1000) and
 DDIM sampling (eta = 0, 50 steps, x_hat clipped to [-1, 1]) with guidance w = 2; 2,000 steps.
-After training,
-`run` draws 50 samples per class, writes digits_grid.png and reports the fraction a digits
-classifier labels as the conditioning class.
+After training, `run` draws 50 samples per class, writes digits_grid.png and reports the fraction
+a digits classifier labels as the conditioning class.
 
 Expected: class_accuracy >= 0.90 at the default guidance w = 2 (measured 1.00 on 500 samples,
 SVM classifier).
