@@ -75,8 +75,9 @@ def test_hf_names_without_prefix_buffers_and_errors(tmp_path):
   bad = dict(sd)
   del bad["h.1.ln_2.bias"]
   bad["h.0.mlp.c_fc.weight"] = np.zeros((128, 32), np.float32)
-  with pytest.raises(ValueError, match=r"missing: \['h.1.ln_2.bias'\].*misshaped: "
-                                       r"\['h.0.mlp.c_fc.weight: \(128, 32\), expected \(32, 128\)"):
+  want = (r"missing: \['h.1.ln_2.bias'\].*misshaped: "
+          r"\['h.0.mlp.c_fc.weight: \(128, 32\), expected \(32, 128\)")
+  with pytest.raises(ValueError, match=want):
     convert.gpt2_to_params(bad, m)
   with pytest.raises(ValueError, match="GPT-2 has 'layer'"):
     convert.gpt2_to_params(sd, m.clone(norm="rms"))

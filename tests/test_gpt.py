@@ -144,7 +144,8 @@ def test_sample_logits_filters():
 
 def test_bad_inputs():
   m = _model()
-  shape_init = lambda m, x: jax.eval_shape(lambda: m.init(jax.random.key(0), x, train=False))  # noqa: E731
+  def shape_init(m, x):
+    return jax.eval_shape(lambda: m.init(jax.random.key(0), x, train=False))
   with pytest.raises(ValueError, match="exceeds the context of 32"):
     shape_init(m, jnp.zeros((1, 33), jnp.int32))
   with pytest.raises(AssertionError, match="tokens must be int"):

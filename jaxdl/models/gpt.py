@@ -73,8 +73,8 @@ class Block(nn.Module):
       return y, aux["cache"]
 
     mlp = MlpBlock(kind=self.mlp, hidden=self.mlp_hidden, use_bias=self.use_bias,
-                   init_name=self.init_name, n_residual=self.n_residual, dtype=self.dtype, param_dtype=self.param_dtype,
-                   name="mlp")
+                   init_name=self.init_name, n_residual=self.n_residual, dtype=self.dtype,
+                   param_dtype=self.param_dtype, name="mlp")
     if self.ln == "pre":
       a, new_cache = attend(self._norm("ln_1")(x_BxTxD))
       x_BxTxD = x_BxTxD + drop(a)
@@ -186,12 +186,13 @@ class GPT(nn.Module):
                        f"{limit} (block_size={self.block_size})")
     if self.pos not in ("learned", "rope"):
       raise ValueError(f"pos: unknown {self.pos!r}; expected one of ['learned', 'rope']")
-    emb = lambda n, name: nn.Embed(n, self.d_model, embedding_init=nn.initializers.normal(0.02),  # noqa: E731
-                                   dtype=self.dtype, param_dtype=self.param_dtype, name=name)
-    wte = emb(self.vocab_size, "wte")
+    emb = functools.partial(nn.Embed, features=self.d_model, dtype=self.dtype,
+                            param_dtype=self.param_dtype,
+                            embedding_init=nn.initializers.normal(0.02))
+    wte = emb(self.vocab_size, name="wte")
     x_BxTxD = wte(x)
     if self.pos == "learned":
-      x_BxTxD = x_BxTxD + emb(self.block_size, "wpe")(pos + jnp.arange(t))[None]
+      x_BxTxD = x_BxTxD + emb(self.block_size, name="wpe")(pos + jnp.arange(t))[None]
     x_BxTxD = nn.Dropout(self.dropout, deterministic=not train)(x_BxTxD)
     x_BxTxD, new_cache = apply_blocks(self, x_BxTxD, causal=True, train=train, cache=cache,
                                       pos=pos)
@@ -345,4 +346,5 @@ def build_gpt(cfg) -> GPT:
              attn_dropout=c["attn_dropout"], tie_embeddings=c["tie_embeddings"],
              use_bias=c["bias"], qk_norm=c["qk_norm"], scan_layers=c["scan_layers"],
              remat=c["remat"], attn_impl=c["attn_impl"], init_name=c["init"],
-             epsilon=c["epsilon"],             dtype=layers.to_dtype(c["dtype"]), param_dtype=layers.to_dtype(c["param_dtype"]))
+             epsilon=c["epsilon"], dtype=layers.to_dtype(c["dtype"]),
+             param_dtype=layers.to_dtype(c["param_dtype"]))

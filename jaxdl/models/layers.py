@@ -197,10 +197,11 @@ def dot_product_attention(q_BxTxHxK, k_BxSxHxK, v_BxSxHxK, mask=None, *, causal=
                           dropout_rng=None):
   """softmax(Q K^T / sqrt(K)) V. Returns out BxTxHxK, or (out, weights BxHxTxS).
 
-  impl: 'reference' (einsum + softmax), 'chunked' (causal self-attention skipping masked
-  blocks; XLA when there is a mask), 'xla' / 'cudnn' (`jax.nn.dot_product_attention`), or 'auto': cuDNN on GPU for
-  bf16/fp16 inputs with no explicit mask, 'chunked' on CPU for causal self-attention of
-  T >= 128 with no explicit mask (about 10% faster GPT training steps there), XLA otherwise.
+  impl: 'reference' (einsum + softmax); 'chunked' (causal self-attention skipping masked
+  blocks; XLA when there is a mask); 'xla' / 'cudnn' (`jax.nn.dot_product_attention`); or
+  'auto': cuDNN on GPU for bf16/fp16 inputs with no explicit mask, 'chunked' on CPU for causal
+  self-attention of T >= 128 with no explicit mask (about 10% less CPU per GPT train step
+  there), XLA otherwise.
   Returned weights and attention dropout need the reference path.
   """
   if impl not in ATTN_IMPLS:
@@ -272,9 +273,9 @@ class MultiHeadAttention(nn.Module):
     if d % self.num_heads:
       raise ValueError(f"{self.name}: width {d} is not divisible by num_heads {self.num_heads}")
     h, k = self.num_heads, d // self.num_heads
-    dense = lambda n, name, init: nn.Dense(n, use_bias=self.use_bias, kernel_init=init,  # noqa: E731
-                                           dtype=self.dtype, param_dtype=self.param_dtype,
-                                           name=name)
+    def dense(n, name, init):
+      return nn.Dense(n, use_bias=self.use_bias, kernel_init=init, dtype=self.dtype,
+                      param_dtype=self.param_dtype, name=name)
     if context is None:
       qkv = dense(3 * d, "c_attn", self.kernel_init)(x_BxTxD).reshape(b, t, 3, h, k)
       q, k_, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
