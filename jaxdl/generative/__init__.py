@@ -9,7 +9,5 @@
 
 from jaxdl.generative import losses, metrics, paths, samplers  # noqa: F401
 from jaxdl.generative.samplers import make_sampler  # noqa: F401
-# Registers 'denoiser_mlp' / 'denoiser_unet' until jaxdl.models imports the module itself.
-from jaxdl.models import denoiser as _denoiser  # noqa: F401,E402
 # Registers the 'flow_matching' and 'ddpm' tasks in jaxdl.train.tasks.TASKS.
 from jaxdl.generative import tasks as _tasks  # noqa: F401,E402

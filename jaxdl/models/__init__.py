@@ -28,6 +28,8 @@ def build_model(model_cfg) -> nn.Module:
   """Builds the model named by `model_cfg.name`."""
   name = model_cfg.name
   if name not in MODELS:
+    import jaxdl.doctor.planted  # noqa: F401 -- registers the doctor's planted-bug models
+  if name not in MODELS:
     raise ValueError(
         f"model.name: unknown model {name!r}; expected one of {sorted(MODELS)}")
   return MODELS[name](model_cfg)
@@ -37,7 +39,7 @@ def build_model(model_cfg) -> nn.Module:
 from jaxdl.models import layers  # noqa: E402,F401
 from jaxdl.models import mlp  # noqa: E402,F401
 from jaxdl.models import gpt  # noqa: E402,F401
-from jaxdl.models import cnn, rnn, vit  # noqa: E402,F401
+from jaxdl.models import cnn, denoiser, rnn, vit  # noqa: E402,F401
 from jaxdl.models.cnn import conv_output_size, receptive_field  # noqa: E402,F401
 from jaxdl.models.layers import count_params  # noqa: E402,F401
 from jaxdl.models.gpt import gpt_config  # noqa: E402,F401

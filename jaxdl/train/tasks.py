@@ -47,7 +47,15 @@ def register_task(name: str):
   return wrap
 
 
+# Packages that register tasks on import (they build on this module, so it cannot import them).
+_TASK_PLUGINS = ("jaxdl.generative", "jaxdl.doctor.planted")
+
+
 def make_task(config) -> Task:
+  if config.task not in TASKS:
+    import importlib
+    for module in _TASK_PLUGINS:
+      importlib.import_module(module)
   if config.task not in TASKS:
     raise ValueError(f"task: unknown task {config.task!r}; expected one of {sorted(TASKS)}")
   return TASKS[config.task](config)
