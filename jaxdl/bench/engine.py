@@ -109,16 +109,16 @@ def bench_loop(segments: int = 6, segment: int = 8, burst: int = 8, warmup: int 
             float(m["loss"])
         rec[f"lag{lag}_s"].append(clock.wall / burst)
       rec["bare"] = state
-      rec["times"][-1] = time.perf_counter()  # the next interval starts after the burst
-      rec["cpu"][-1] = time.process_time()
 
   with tempfile.TemporaryDirectory() as tmp, _recording_strategy(on_step):
     run(config, pathlib.Path(tmp) / "run", progress=False)
-  t = rec["times"]  # t[i]: after dispatching step i + 1
+  # t[i], c[i]: clocks right after dispatching step i + 1 (before a burst run at that step).
+  # Segment k spans the dispatches of steps a..e: it starts two steps after a burst and ends
+  # where the next burst starts, so no burst time falls inside it.
+  t, c = rec["times"], rec["cpu"]
   edges = [warmup] + [b + 2 for b in bursts_at]
   ends = bursts_at + [len(t)]
   loop_s = [(t[e - 1] - t[a - 1]) / (e - a) for a, e in zip(edges, ends)]
-  c = rec["cpu"]
   loop_cpu_s = min((c[e - 1] - c[a - 1]) / (e - a) for a, e in zip(edges, ends))
   loop_rate, bare_rate = 1.0 / min(loop_s), 1.0 / min(rec["bare_s"])
   return {"loop_steps_per_s": loop_rate, "bare_steps_per_s": bare_rate,
