@@ -9,8 +9,8 @@ DDIM sampling (eta = 0, 50 steps, x_hat clipped to [-1, 1]) with guidance w = 2;
 After training, `run` draws 50 samples per class, writes digits_grid.png and reports the fraction
 a digits classifier labels as the conditioning class.
 
-Expected: class_accuracy >= 0.90 at the default guidance w = 2 (measured 1.00 on 500 samples,
-SVM classifier).
+Expected: class_accuracy >= 0.90 at the default guidance w = 2 (measured on 500 samples:
+0.998 with a trained digits_cnn run as the classifier, 1.00 with the SVM).
 """
 
 from jaxdl.generative import evaluation
