@@ -18,7 +18,7 @@ Expected (measured, moons, 8,000 steps): ancestral@50 2.1x the energy floor 5.4e
 DDIM@50 3.7x (W2 1.8x); 1 step lands far off (x_hat at alpha_T ~ 0.006). With the eps target the
 same budget gives ancestral@50 3.3x but DDIM@50 11.5x: eps errors at high noise are amplified by
 sigma/alpha in x_hat, which the deterministic sampler never re-noises away. The cosine schedule with
-eps and no clip_x0 diverges (alpha_T ~ 1e-4); the digits experiments clip x_hat to [-1, 1].
+eps and no clip_x0 diverges (alpha_T ~ 5e-5); the digits experiments clip x_hat to [-1, 1].
 """
 
 from jaxdl.generative import evaluation
