@@ -36,10 +36,12 @@ def _free_port() -> int:
 
 
 def _env(timeout: int = 60) -> dict:
-  env = dict(os.environ, JAX_PLATFORMS="cpu", OMP_NUM_THREADS="1",
-             JAXDL_DIST_TIMEOUT=str(timeout),
-             XLA_FLAGS="--xla_force_host_platform_device_count=2")
-  return env
+  """The test environment (conftest's XLA flags) with 2 devices per process instead of 4."""
+  flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
+           if not f.startswith("--xla_force_host_platform_device_count")]
+  return dict(os.environ, JAX_PLATFORMS="cpu", OMP_NUM_THREADS="1",
+              JAXDL_DIST_TIMEOUT=str(timeout),
+              XLA_FLAGS=" ".join(flags + ["--xla_force_host_platform_device_count=2"]))
 
 
 def _command(workdir, port: int, process_id: int) -> list[str]:
