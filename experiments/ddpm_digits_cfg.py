@@ -25,6 +25,6 @@ def get_config(arg=None):
   return c
 
 
-def run(config, workdir):
-  """Trains with `jaxdl.train.run`, then evaluates the final checkpoint."""
-  return evaluation.train_and_evaluate(config, workdir)
+def after_training(config, workdir, summary):
+  """Samples the final checkpoint and measures it (generative_eval.json, figures)."""
+  return evaluation.after_training(config, workdir, summary)

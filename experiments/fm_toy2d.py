@@ -7,7 +7,7 @@ Run:
 
 Setup: standardized 2-D data (50,000 training points), x_t = t x + (1 - t) eps with t ~ U[0, 1],
 velocity MSE against x - eps; a residual time-embedded MLP (4 blocks of width 256); AdamW 2e-3
-with warmup + cosine, batch 256, 8,000 steps. After training, `run` samples 2,000 points with
+with warmup + cosine, batch 256, 8,000 steps. After training, `after_training` samples 2,000 points with
 Euler and Heun at 1, 2, 4, 10, 50 steps, writes samples.png and generative_eval.json, and prints the energy distance
 to 2,000 fresh target points beside the floor (two independent target draws).
 
@@ -26,6 +26,6 @@ def get_config(arg=None):
   return c
 
 
-def run(config, workdir):
-  """Trains with `jaxdl.train.run`, then evaluates the final checkpoint."""
-  return evaluation.train_and_evaluate(config, workdir)
+def after_training(config, workdir, summary):
+  """Samples the final checkpoint and measures it (generative_eval.json, figures)."""
+  return evaluation.after_training(config, workdir, summary)

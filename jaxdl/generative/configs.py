@@ -76,6 +76,9 @@ def digits_config(task: str, name: str, arg=None):
   c.gen.guidance = 2.0
   c.gen.steps = 25 if task == "flow_matching" else 50  # 50 network calls either way (Heun: 2/step)
   c.gen.eval_num = 500  # 50 per class
+  # The judge of the class check: a digits_cnn run trained into <workdir>/classifier after the
+  # model (reused when present), or 'svm' (an RBF SVM, seconds to fit) for quick runs.
+  c.gen.classifier = "digits_cnn"
   if task == "ddpm":
     c.gen.schedule = "cosine"
     c.gen.clip_x0 = 1.0
@@ -92,6 +95,7 @@ def digits_config(task: str, name: str, arg=None):
     c.model.channels = (8, 16)
     c.model.emb_dim = 32
     c.gen.eval_num = 100
+    c.gen.classifier = "svm"
     c.train.steps = 60
     c.train.eval_every = 30
     c.train.ckpt_every = 30

@@ -120,6 +120,17 @@ def _to_pixels16(x_N, scale: str):
   return np.clip(16.0 * x, 0.0, 16.0).reshape(len(x), 64)
 
 
+def train_digits_classifier(workdir) -> pathlib.Path:
+  """Trains the `digits_cnn` experiment into <workdir>/classifier (a finished run there is reused
+  as is: the engine resumes at its last step) and returns that directory."""
+  from jaxdl.config import load_config  # pylint: disable=g-import-not-at-top
+  from jaxdl.train import run as train_run  # pylint: disable=g-import-not-at-top
+  directory = pathlib.Path(workdir) / "classifier"
+  config, _ = load_config("digits_cnn", ["train.plot=False"])
+  train_run(config, directory, progress=False)
+  return directory
+
+
 def digits_classifier(classifier_workdir=None):
   """Returns (predict(pixels16_Nx64) -> labels_N, test_accuracy, name)."""
   from jaxdl.data.sources import digits_split  # pylint: disable=g-import-not-at-top
@@ -172,15 +183,23 @@ def _digit_grid(img_KxMx8x8, path):
   plt.imsave(path, canvas, cmap="gray_r", vmin=0, vmax=16)
 
 
-def train_and_evaluate(config, workdir, **eval_kwargs) -> dict:
-  """`jaxdl.train.run(config, workdir)`, then `evaluate` on the final checkpoint (the experiments'
-  `run`). The evaluation is added to the summary under 'generative'."""
-  from jaxdl.train import run as train_run  # pylint: disable=g-import-not-at-top
-  summary = train_run(config, workdir)
+def after_training(config, workdir, summary=None, **eval_kwargs) -> dict:
+  """The experiments' post-training hook (`jaxdl train` calls it after `jaxdl.train.run`):
+  `evaluate` on the final checkpoint, returned under 'generative'."""
+  del summary
   num = config.gen.get("eval_num", 2000)
   if config.data.name == "digits":
     eval_kwargs.setdefault("per_class", max(num // config.gen.num_classes, 1))
+    if config.gen.get("classifier", "svm") == "digits_cnn":
+      eval_kwargs.setdefault("classifier_workdir", train_digits_classifier(workdir))
   else:
     eval_kwargs.setdefault("num", num)
-  summary["generative"] = evaluate(config, workdir, **eval_kwargs)
+  return {"generative": evaluate(config, workdir, **eval_kwargs)}
+
+
+def train_and_evaluate(config, workdir, **eval_kwargs) -> dict:
+  """`jaxdl.train.run(config, workdir)`, then `after_training` (for scripts and notebooks)."""
+  from jaxdl.train import run as train_run  # pylint: disable=g-import-not-at-top
+  summary = train_run(config, workdir)
+  summary.update(after_training(config, workdir, summary, **eval_kwargs))
   return summary

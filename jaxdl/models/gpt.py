@@ -134,7 +134,8 @@ def apply_blocks(m, x_BxTxD, *, causal: bool, train: bool, cache=None, pos=0):
   if m.scan_layers:
     stack = nn.scan(block_cls, variable_axes={"params": 0},
                     split_rngs={"params": True, "dropout": True},
-                    in_axes=(0, nn.broadcast), length=m.n_layer)
+                    in_axes=(0, nn.broadcast), length=m.n_layer,
+                    unroll=max(1, min(m.scan_unroll, m.n_layer)))
     return stack(**kw, name="h")(x_BxTxD, cache, pos)
   new = []
   for i in range(m.n_layer):
@@ -167,6 +168,9 @@ class GPT(nn.Module):
   use_bias: bool = True
   qk_norm: bool = False
   scan_layers: bool = True
+  # Layers per scan iteration: > 1 trades a little compile time for fewer loop-carried copies
+  # (the params stay stacked under 'h' either way, so checkpoints do not change).
+  scan_unroll: int = 1
   remat: bool = False
   attn_impl: str = "auto"
   init_name: str = "gpt2"
@@ -316,7 +320,7 @@ PRESETS = {
 GPT_DEFAULTS = dict(
     preset="", vocab_size=256, block_size=256, n_layer=4, n_head=4, d_model=128, mlp="gelu",
     mlp_hidden=0, norm="layer", ln="pre", pos="learned", dropout=0.0, attn_dropout=0.0,
-    tie_embeddings=True, bias=True, qk_norm=False, scan_layers=True, remat=False,
+    tie_embeddings=True, bias=True, qk_norm=False, scan_layers=True, scan_unroll=1, remat=False,
     attn_impl="auto", init="gpt2", epsilon=1e-5, dtype="float32", param_dtype="float32")
 
 
@@ -345,6 +349,7 @@ def build_gpt(cfg) -> GPT:
              norm=c["norm"], ln=c["ln"], pos=c["pos"], dropout=c["dropout"],
              attn_dropout=c["attn_dropout"], tie_embeddings=c["tie_embeddings"],
              use_bias=c["bias"], qk_norm=c["qk_norm"], scan_layers=c["scan_layers"],
+             scan_unroll=c["scan_unroll"],
              remat=c["remat"], attn_impl=c["attn_impl"], init_name=c["init"],
              epsilon=c["epsilon"], dtype=layers.to_dtype(c["dtype"]),
              param_dtype=layers.to_dtype(c["param_dtype"]))

@@ -107,6 +107,12 @@ def _check_workdir(workdir: pathlib.Path, config_json: dict, force: bool) -> dic
   old = json.loads(path.read_text())
   differing = [d for d in diff_configs(old, config_json)
                if not any(d.startswith(k + ":") for k in RESUMABLE_KEYS)]
+  # Keys that did not exist when the old run started (a newer jaxdl) are not a different config.
+  added = [d for d in differing if ": '<missing>' -> " in d]
+  if added:
+    log.warning("config keys new since this workdir's run (resuming with them): %s",
+                "; ".join(added))
+  differing = [d for d in differing if d not in added]
   if differing and not force:
     raise WorkdirMismatchError(
         f"workdir {workdir} holds a run with a different config ({'; '.join(differing)}); "
