@@ -176,20 +176,30 @@ def attention_reference(q_BxTxHxK, k_BxSxHxK, v_BxSxHxK, mask=None, *, causal=Fa
 def attention_causal_chunked(q_BxTxHxK, k_BxTxHxK, v_BxTxHxK, num_chunks: int = 4):
   """Causal attention that skips the all-masked blocks: query chunk i only reads keys up to its
   own end, so about (n + 1) / 2n of the T x T scores are computed. Same maths as the reference
-  (exact up to rounding); on CPU, where XLA has no fused attention, it is the faster path."""
+  (exact up to rounding); on CPU, where XLA has no fused attention, it is the faster path.
+
+  Per chunk, with m the row max (held constant: the output does not depend on it):
+    P = exp(S - m),  O = (P V) / rowsum(P)  (= softmax(S) V; the divide is on T x K, not T x S).
+  Q, K, V are put in B x H x T x K order once, so the chunks' batched matmuls need no copies
+  (measured on the 2-core CPU at B16 T256 H4 K64: about 12% less CPU for forward + backward).
+  """
   t = q_BxTxHxK.shape[1]
   scale = 1.0 / math.sqrt(q_BxTxHxK.shape[-1])
+  q_BxHxTxK, k_BxHxTxK, v_BxHxTxK = (jnp.transpose(a, (0, 2, 1, 3))
+                                     for a in (q_BxTxHxK, k_BxTxHxK, v_BxTxHxK))
   bounds = [round(i * t / num_chunks) for i in range(num_chunks + 1)]
   outs = []
   for lo, hi in zip(bounds[:-1], bounds[1:]):
     if hi == lo:
       continue
-    logits = jnp.einsum("bthk,bshk->bhts", q_BxTxHxK[:, lo:hi], k_BxTxHxK[:, :hi],
+    logits = jnp.einsum("bhtk,bhsk->bhts", q_BxHxTxK[:, :, lo:hi], k_BxHxTxK[:, :, :hi],
                         preferred_element_type=jnp.float32) * scale
     logits = jnp.where(causal_mask(hi - lo, hi, offset=lo), logits, jnp.finfo(jnp.float32).min)
-    w = jax.nn.softmax(logits, axis=-1).astype(v_BxTxHxK.dtype)
-    outs.append(jnp.einsum("bhts,bshk->bthk", w, v_BxTxHxK[:, :hi]))
-  return jnp.concatenate(outs, axis=1)
+    p = jnp.exp(logits - jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True)))
+    o = jnp.einsum("bhts,bhsk->bhtk", p.astype(v_BxTxHxK.dtype), v_BxHxTxK[:, :, :hi],
+                   preferred_element_type=jnp.float32)
+    outs.append((o / jnp.sum(p, axis=-1, keepdims=True)).astype(v_BxTxHxK.dtype))
+  return jnp.transpose(jnp.concatenate(outs, axis=2), (0, 2, 1, 3))
 
 
 def dot_product_attention(q_BxTxHxK, k_BxSxHxK, v_BxSxHxK, mask=None, *, causal=False,
