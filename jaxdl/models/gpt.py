@@ -135,7 +135,7 @@ def apply_blocks(m, x_BxTxD, *, causal: bool, train: bool, cache=None, pos=0):
     stack = nn.scan(block_cls, variable_axes={"params": 0},
                     split_rngs={"params": True, "dropout": True},
                     in_axes=(0, nn.broadcast), length=m.n_layer,
-                    unroll=max(1, min(m.scan_unroll, m.n_layer)))
+                    unroll=max(1, min(getattr(m, "scan_unroll", 1), m.n_layer)))
     return stack(**kw, name="h")(x_BxTxD, cache, pos)
   new = []
   for i in range(m.n_layer):
