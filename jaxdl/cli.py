@@ -82,7 +82,14 @@ def _split_config_flags(argv: list[str]) -> list[str]:
 
 
 def _setup_logging() -> None:
-  logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+  # jaxdl's own messages go to stderr at INFO whatever absl did to the root logger on import.
+  logger = logging.getLogger("jaxdl")
+  if not logger.handlers:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger.addHandler(handler)
+  logger.setLevel(logging.INFO)
+  logger.propagate = False
   for noisy in ("absl", "orbax", "jax._src", "etils"):
     logging.getLogger(noisy).setLevel(logging.WARNING)
   try:
