@@ -165,6 +165,17 @@ def test_extension_wsd_allowed_cosine_refused(tmp_path):
   assert summary["start_step"] == 10 and summary["step"] == 30
   lrs = {r["step"]: r["lr"] for r in read_metrics(wsd, "train")}
   assert lrs[11] == lrs[20] == pytest.approx(0.01)  # still stable where the old run decayed
+  # With the default warmup_frac the warmup would move with train.steps; the engine pins it.
+  frac = tmp_path / "wsd_frac"
+  wsd_frac = ["train.ckpt_every=10", "optim.schedule.name='wsd'", "optim.schedule.warmup_frac=0.1"]
+  run(_config("train.steps=20", *wsd_frac), frac, progress=False)
+  shutil.rmtree(frac / "checkpoints" / "20")
+  before = {r["step"]: r["lr"] for r in read_metrics(frac, "train")}
+  assert run(_config("train.steps=30", *wsd_frac), frac, progress=False)["start_step"] == 10
+  after = [r for r in read_metrics(frac, "train")][-20:]
+  assert before[2] == pytest.approx(0.005)  # warmup of 2 steps = 10% of the original 20
+  assert json.loads((frac / "config.json").read_text())["optim"]["schedule"]["warmup_steps"] == 2
+  assert [r["step"] for r in after] == list(range(11, 31))
   cos = tmp_path / "cos"
   run(_config("train.steps=20", "optim.schedule.name='cosine'", *base), cos, progress=False)
   with pytest.raises(ValueError, match="train.steps: the new schedule changes the lr of steps already taken"):

@@ -41,6 +41,7 @@ log = logging.getLogger("jaxdl")
 # schedule decides whether a new length keeps the learning rates already taken).
 RESUMABLE_KEYS = ("train.steps", "train.eval_every", "train.log_every", "train.ckpt_every",
                   "train.keep_ckpts", "train.patience", "train.plot", "train.async_checkpoint",
+                  "optim.schedule.warmup_steps",  # checked by value: see _check_run_length
                   "parallel.strategy", "parallel.devices", "parallel.fsdp", "description")
 
 
@@ -120,9 +121,28 @@ def _check_workdir(workdir: pathlib.Path, config_json: dict, force: bool) -> dic
   return old
 
 
+def _pin_wsd_warmup(config, workdir: pathlib.Path):
+  """Extending a WSD run keeps the warmup it had: a `warmup_frac` would move with train.steps."""
+  path = workdir / "config.json"
+  if not path.exists() or "optim" not in config or "schedule" not in config.optim:
+    return config
+  old = json.loads(path.read_text())
+  sched, old_sched = config.optim.schedule, old.get("optim", {}).get("schedule", {})
+  if (sched.get("name") != "wsd" or old_sched.get("name") != "wsd" or
+      sched.get("warmup_steps") is not None or old["train"]["steps"] == config.train.steps):
+    return config
+  warmup = joptim.schedules.resolve_warmup(ml_collections.ConfigDict(old_sched),
+                                           old["train"]["steps"])
+  config = config.copy_and_resolve_references()
+  config.optim.schedule.warmup_steps = warmup
+  log.info("optim.schedule.warmup_steps pinned to %d, the warmup of the run being extended",
+           warmup)
+  return config
+
+
 def _check_run_length(old_json: dict | None, config, start: int) -> None:
-  """A changed train.steps must keep every learning rate already taken (WSD yes, cosine no)."""
-  if old_json is None or start == 0 or old_json["train"]["steps"] == config.train.steps:
+  """A resumed run must keep every learning rate already taken (extending WSD yes, cosine no)."""
+  if old_json is None or start == 0:
     return
   problem = joptim.extension_problem(ml_collections.ConfigDict(old_json), config, start)
   if problem is not None:
@@ -174,8 +194,9 @@ def build(config):
 
 def run(config, workdir, *, force: bool = False, progress: bool = True) -> dict:
   """Trains `config` in `workdir`, resuming from its latest checkpoint; returns a summary."""
-  ds, task, strategy, tx, schedule, policy, model = build(config)
   workdir = pathlib.Path(workdir)
+  config = _pin_wsd_warmup(config, workdir)
+  ds, task, strategy, tx, schedule, policy, model = build(config)
   config_json = json.loads(config.to_json_best_effort())
   old_json = _check_workdir(workdir, config_json, force)
   if config.train.get("doctor", False):
