@@ -19,11 +19,13 @@ the loop passes `state_shardings(abstract_state)` as orbax's restore target.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from jaxdl.train.parallel import JitStrategy
 
 log = logging.getLogger("jaxdl")
 
@@ -51,13 +53,15 @@ def sharding_table(state, fsdp_size: int) -> list[tuple[str, tuple, str]]:
   return rows
 
 
-class FsdpStrategy:
-  """`jit` over Mesh((N/F, F), ('data', 'fsdp')): batch over both axes, state over 'fsdp'."""
-  name = "fsdp"
-  axis_name = None
-  model_overrides: dict = {}
+class FsdpStrategy(JitStrategy):
+  """`jit` over Mesh((N/F, F), ('data', 'fsdp')): batch over both axes, state over 'fsdp'.
 
-  def __init__(self, devices=None, fsdp: int = 0):
+  Placement, batch assembly, compilation and checkpoint copies are the `jit` strategy's; only the
+  mesh and the state shardings differ.
+  """
+  name = "fsdp"
+
+  def __init__(self, devices=None, fsdp: int = 0):  # pylint: disable=super-init-not-called
     self.devices = list(devices if devices is not None else jax.devices())
     n = len(self.devices)
     self.fsdp_size = fsdp or n
@@ -69,13 +73,6 @@ class FsdpStrategy:
     self.replicated = NamedSharding(self.mesh, P())
     self.batch_sharding = NamedSharding(self.mesh, P((DATA_AXIS, FSDP_AXIS)))
     self._reported = False
-
-  @property
-  def num_global_devices(self) -> int:
-    return len(self.devices)
-
-  def describe(self) -> dict:
-    return {"strategy": self.name, "mesh": dict(self.mesh.shape), "devices": len(self.devices)}
 
   def state_shardings(self, state) -> Any:
     """NamedSharding per leaf by the shape rule; logs the replicated parameters once."""
@@ -101,28 +98,3 @@ class FsdpStrategy:
              f"are replicated:", f"  {'parameter':<{width}}  shape"]
     lines += [f"  {p:<{width}}  {s}" for p, s in rows]
     log.info("\n".join(lines))
-
-  def place_state(self, state):
-    """Puts a state onto the mesh with the FSDP shardings (a no-op when already there)."""
-    return jax.device_put(state, self.state_shardings(state))
-
-  def shard_batch(self, local_batch: dict) -> dict:
-    """Assembles this process's rows into one global array split over ('data', 'fsdp')."""
-    return {k: jax.make_array_from_process_local_data(self.batch_sharding, np.asarray(v))
-            for k, v in local_batch.items()}
-
-  def compile_train(self, train_step: Callable, state) -> Callable:
-    shardings = self.state_shardings(state)
-    return jax.jit(train_step, in_shardings=(shardings, self.batch_sharding),
-                   out_shardings=(shardings, self.replicated), donate_argnums=0)
-
-  def compile_eval(self, eval_step: Callable, state) -> Callable:
-    return jax.jit(eval_step, in_shardings=(self.state_shardings(state), self.batch_sharding),
-                   out_shardings=self.replicated)
-
-  def single_copy(self, state):
-    """The state as saved: one logical copy (orbax writes each shard from its owner)."""
-    return state
-
-  def first(self, metrics):
-    return metrics

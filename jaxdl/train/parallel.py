@@ -20,8 +20,6 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from jaxdl.train.fsdp import FsdpStrategy
-
 PMAP_AXIS = "batch"
 
 
@@ -138,6 +136,7 @@ def make_strategy(name: str, num_devices: int = 0, fsdp: int = 0):
   if name == "pmap":
     return PmapStrategy(devices)
   if name == "fsdp":
+    from jaxdl.train.fsdp import FsdpStrategy  # fsdp builds on JitStrategy defined here
     return FsdpStrategy(devices, fsdp)
   raise ValueError(f"parallel.strategy: unknown strategy {name!r}; expected 'jit', 'pmap' or "
                    f"'fsdp'")
