@@ -66,6 +66,29 @@ def test_chunked_attention_gradients_match_reference():
     np.testing.assert_allclose(g, r, atol=1e-5)
 
 
+def test_layer_norm_value_and_gradients_written_out():
+  # y = gamma (x - mu) / sqrt(var + eps) + beta; its hand-written backward against autodiff of
+  # the same formula in numpy-style jnp.
+  ks = jax.random.split(jax.random.key(4), 4)
+  x = jax.random.normal(ks[0], (3, 5, 16)) * 2.0 + 1.0
+  gamma, beta = jax.random.normal(ks[1], (16,)), jax.random.normal(ks[2], (16,))
+  ct = jax.random.normal(ks[3], x.shape)
+  norm = layers.make_norm("layer", train=True)
+
+  def ours(x, g, b):
+    return norm.apply({"params": {"scale": g, "bias": b}}, x)
+
+  def formula(x, g, b):
+    mu = x.mean(-1, keepdims=True)
+    return g * (x - mu) / jnp.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + 1e-5) + b
+
+  np.testing.assert_allclose(ours(x, gamma, beta), formula(x, gamma, beta), atol=1e-5)
+  got = jax.grad(lambda *a: jnp.sum(ours(*a) * ct), argnums=(0, 1, 2))(x, gamma, beta)
+  want = jax.grad(lambda *a: jnp.sum(formula(*a) * ct), argnums=(0, 1, 2))(x, gamma, beta)
+  for g, w in zip(got, want):
+    np.testing.assert_allclose(g, w, atol=1e-4)
+
+
 def test_causal_mask_offset():
   m = np.asarray(layers.causal_mask(2, 5, offset=2))
   np.testing.assert_array_equal(m, [[1, 1, 1, 0, 0], [1, 1, 1, 1, 0]])
