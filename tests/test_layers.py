@@ -89,6 +89,23 @@ def test_layer_norm_value_and_gradients_written_out():
     np.testing.assert_allclose(g, w, atol=1e-4)
 
 
+def test_wide_in_dense_value_and_gradients():
+  # y = x W + b; dL/dx = dy W^T, dL/dW = x^T dy (flattened over B, T), dL/db = sum dy.
+  ks = jax.random.split(jax.random.key(5), 3)
+  x = jax.random.normal(ks[0], (2, 3, 12))
+  dense = nn.Dense(5, dot_general=layers.wide_in_dot_general)
+  v = dense.init(ks[1], x)
+  dy = jax.random.normal(ks[2], (2, 3, 5))
+  w, b = np.asarray(v["params"]["kernel"]), np.asarray(v["params"]["bias"])
+  xn, dyn = np.asarray(x), np.asarray(dy)
+  np.testing.assert_allclose(dense.apply(v, x), xn @ w + b, atol=1e-5)
+  gv, gx = jax.jit(jax.grad(lambda v, x: jnp.sum(dense.apply(v, x) * dy), argnums=(0, 1)))(v, x)
+  np.testing.assert_allclose(gx, dyn @ w.T, atol=1e-5)
+  np.testing.assert_allclose(gv["params"]["kernel"],
+                             xn.reshape(-1, 12).T @ dyn.reshape(-1, 5), atol=1e-5)
+  np.testing.assert_allclose(gv["params"]["bias"], dyn.sum((0, 1)), atol=1e-5)
+
+
 def test_causal_mask_offset():
   m = np.asarray(layers.causal_mask(2, 5, offset=2))
   np.testing.assert_array_equal(m, [[1, 1, 1, 0, 0], [1, 1, 1, 1, 0]])

@@ -115,7 +115,8 @@ class MlpBlock(nn.Module):
     else:
       raise ValueError(f"mlp: unknown {self.kind!r}; expected one of ['gelu', 'swiglu']")
     oinit = layers.residual_out_init(self.init_name, self.n_residual)
-    return dense(d, kernel_init=oinit, name="c_proj")(h_BxTxF)
+    return dense(d, kernel_init=oinit, dot_general=layers.wide_in_dot_general,
+                 name="c_proj")(h_BxTxF)
 
 
 def _block_kwargs(m, *, causal: bool, train: bool) -> dict:

@@ -95,6 +95,40 @@ def count_params(params) -> int:
   return int(sum(x.size for x in jax.tree.leaves(params)))
 
 
+@jax.custom_vjp
+def _matmul_wide_in(x_NxI, w_IxO):
+  return jnp.dot(x_NxI, w_IxO)
+
+
+def _matmul_wide_in_fwd(x_NxI, w_IxO):
+  return jnp.dot(x_NxI, w_IxO), (x_NxI, w_IxO)
+
+
+def _matmul_wide_in_bwd(res, dy_NxO):
+  x_NxI, w_IxO = res
+  dx_NxI = jax.lax.dot_general(dy_NxO, w_IxO, (((1,), (1,)), ((), ())))
+  # dW = X^T dY is computed as (dY^T X)^T: for I > O the XLA CPU dot is ~30% faster in that
+  # order, and the barrier keeps XLA from folding the transpose back into the dot.
+  dw_OxI = jax.lax.dot_general(dy_NxO, x_NxI, (((0,), (0,)), ((), ())))
+  return dx_NxI, jax.lax.optimization_barrier(dw_OxI).T
+
+
+_matmul_wide_in.defvjp(_matmul_wide_in_fwd, _matmul_wide_in_bwd)
+
+
+def wide_in_dot_general(lhs, rhs, dimension_numbers, precision=None,
+                        preferred_element_type=None):
+  """`nn.Dense(dot_general=...)` for layers with more inputs than outputs (an MLP's c_proj):
+  the same x W, with the weight gradient taken in the order the CPU dot runs faster."""
+  (lc, rc), (lb, rb) = dimension_numbers
+  if (tuple(lc), tuple(rc), tuple(lb), tuple(rb)) != ((lhs.ndim - 1,), (0,), (), ()) or (
+      rhs.ndim != 2 or precision is not None or preferred_element_type is not None):
+    return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
+                               preferred_element_type=preferred_element_type)
+  y = _matmul_wide_in(lhs.reshape(-1, lhs.shape[-1]), rhs)
+  return y.reshape(*lhs.shape[:-1], rhs.shape[1])
+
+
 # ---------------------------------------------------------------------------------------------
 # Norms by name.
 
