@@ -92,7 +92,7 @@ def test_layer_norm_value_and_gradients_written_out():
 def test_wide_in_dense_value_and_gradients():
   # y = x W + b; dL/dx = dy W^T, dL/dW = x^T dy (flattened over B, T), dL/db = sum dy.
   ks = jax.random.split(jax.random.key(5), 3)
-  x = jax.random.normal(ks[0], (2, 3, 12))
+  x = jax.random.normal(ks[0], (2, 3, 12))  # I 12 > O 5: the transposed order
   dense = nn.Dense(5, dot_general=layers.wide_in_dot_general)
   v = dense.init(ks[1], x)
   dy = jax.random.normal(ks[2], (2, 3, 5))

@@ -107,8 +107,11 @@ def _matmul_wide_in_fwd(x_NxI, w_IxO):
 def _matmul_wide_in_bwd(res, dy_NxO):
   x_NxI, w_IxO = res
   dx_NxI = jax.lax.dot_general(dy_NxO, w_IxO, (((1,), (1,)), ((), ())))
+  if x_NxI.shape[1] <= dy_NxO.shape[1]:
+    return dx_NxI, jax.lax.dot_general(x_NxI, dy_NxO, (((0,), (0,)), ((), ())))
   # dW = X^T dY is computed as (dY^T X)^T: for I > O the XLA CPU dot is ~30% faster in that
-  # order, and the barrier keeps XLA from folding the transpose back into the dot.
+  # order (measured at N 4096: I 1024, O 256 33 -> 23 ms; for I <= O it is slower), and the
+  # barrier keeps XLA from folding the transpose back into the dot.
   dw_OxI = jax.lax.dot_general(dy_NxO, x_NxI, (((0,), (0,)), ((), ())))
   return dx_NxI, jax.lax.optimization_barrier(dw_OxI).T
 
