@@ -106,6 +106,18 @@ def test_wide_in_dense_value_and_gradients():
   np.testing.assert_allclose(gv["params"]["bias"], dyn.sum((0, 1)), atol=1e-5)
 
 
+def test_gelu_tanh_value_and_written_out_derivative():
+  x = jnp.linspace(-6.0, 6.0, 241)
+  c = np.sqrt(2.0 / np.pi)
+
+  def formula(x):
+    return 0.5 * x * (1.0 + jnp.tanh(c * (x + 0.044715 * x ** 3)))
+
+  np.testing.assert_allclose(layers.gelu_tanh(x), formula(x), atol=1e-6)
+  np.testing.assert_allclose(jax.vmap(jax.grad(layers.gelu_tanh))(x),
+                             jax.vmap(jax.grad(formula))(x), atol=1e-5)
+
+
 def test_causal_mask_offset():
   m = np.asarray(layers.causal_mask(2, 5, offset=2))
   np.testing.assert_array_equal(m, [[1, 1, 1, 0, 0], [1, 1, 1, 1, 0]])

@@ -107,7 +107,7 @@ class MlpBlock(nn.Module):
     kinit = layers.get_initializer(self.init_name)
     if self.kind == "gelu":
       f = self.hidden or 4 * d
-      h_BxTxF = nn.gelu(dense(f, kernel_init=kinit, name="c_fc")(x_BxTxD))
+      h_BxTxF = layers.gelu_tanh(dense(f, kernel_init=kinit, name="c_fc")(x_BxTxD))
     elif self.kind == "swiglu":
       f = self.hidden or 8 * d // 3
       gate, up = jnp.split(dense(2 * f, kernel_init=kinit, name="c_fc")(x_BxTxD), 2, axis=-1)

@@ -74,6 +74,31 @@ ACTIVATIONS: dict[str, Callable] = {
 }
 
 
+_GELU_C = math.sqrt(2.0 / math.pi)
+
+
+@jax.custom_vjp
+def gelu_tanh(x):
+  """GELU, tanh form (`nn.gelu`'s default): 0.5 x (1 + tanh(c (x + 0.044715 x^3))), c = sqrt(2/pi).
+
+  Its derivative is written out, 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 * 0.044715 x^2), so the
+  backward keeps only x and recomputes t in one fused pass."""
+  return nn.gelu(x, approximate=True)
+
+
+def _gelu_tanh_fwd(x):
+  return nn.gelu(x, approximate=True), x
+
+
+def _gelu_tanh_bwd(x, g):
+  x2 = x * x
+  t = jnp.tanh(_GELU_C * x * (1.0 + 0.044715 * x2))
+  return (g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _GELU_C * (1.0 + 0.134145 * x2)),)
+
+
+gelu_tanh.defvjp(_gelu_tanh_fwd, _gelu_tanh_bwd)
+
+
 def get_activation(name: str) -> Callable:
   if name not in ACTIVATIONS:
     raise ValueError(f"activation: unknown {name!r}; expected one of {sorted(ACTIVATIONS)}")
