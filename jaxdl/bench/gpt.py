@@ -170,8 +170,9 @@ def jaxdl_model(setup: GPTSetup, **overrides):
 
 def jaxdl_step(setup: GPTSetup, *, options: dict | None = None, abstract: bool = False,
                **overrides):
-  """(state, step) for jaxdl's GPT: scanned blocks, fused qkv, `jax.nn.dot_product_attention`,
-  the lm task loss, AdamW + clipping from `jaxdl.optim`, state donated."""
+  """(state, step) for jaxdl's GPT: scanned blocks, fused qkv, attention 'auto' (the chunked
+  causal path on CPU, `jax.nn.dot_product_attention` elsewhere), the lm task loss, AdamW +
+  clipping from `jaxdl.optim`, state donated."""
   model = jaxdl_model(setup, **overrides)
   config = base_config()
   config.task = "lm"
