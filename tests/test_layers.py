@@ -67,8 +67,8 @@ def test_chunked_attention_gradients_match_reference():
 
 
 def test_layer_norm_value_and_gradients_written_out():
-  # y = gamma (x - mu) / sqrt(var + eps) + beta; its hand-written backward against autodiff of
-  # the same formula in numpy-style jnp.
+  # y = gamma (x - mu) / sqrt(var + eps) + beta: make_norm('layer') and its gradients against
+  # autodiff of the formula written out in jnp.
   ks = jax.random.split(jax.random.key(4), 4)
   x = jax.random.normal(ks[0], (3, 5, 16)) * 2.0 + 1.0
   gamma, beta = jax.random.normal(ks[1], (16,)), jax.random.normal(ks[2], (16,))

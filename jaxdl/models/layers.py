@@ -178,57 +178,6 @@ class RMSNorm(nn.Module):
     return (y * scale.astype(jnp.float32)).astype(self.dtype)
 
 
-@jax.custom_vjp
-def _layer_norm(x, scale, bias, epsilon):
-  return _layer_norm_fwd(x, scale, bias, epsilon)[0]
-
-
-def _layer_norm_fwd(x, scale, bias, epsilon):
-  x32 = x.astype(jnp.float32)
-  xc = x32 - jnp.mean(x32, axis=-1, keepdims=True)
-  r = jax.lax.rsqrt(jnp.mean(xc * xc, axis=-1, keepdims=True) + epsilon)
-  xhat = xc * r
-  y = xhat * scale.astype(jnp.float32) + bias.astype(jnp.float32)
-  return y, (xhat, r, scale, bias, epsilon)
-
-
-def _layer_norm_bwd(res, dy):
-  # dx = r (g - mean(g) - xhat mean(g xhat)), g = dy * gamma: one fused pass, and only
-  # xhat and r (not a B x T x D broadcast of gamma r) are kept from the forward.
-  xhat, r, scale, bias, epsilon = res
-  dy = dy.astype(jnp.float32)
-  g = dy * scale.astype(jnp.float32)
-  dx = r * (g - jnp.mean(g, axis=-1, keepdims=True)
-            - xhat * jnp.mean(g * xhat, axis=-1, keepdims=True))
-  axes = tuple(range(dy.ndim - 1))
-  return (dx, jnp.sum(dy * xhat, axis=axes).astype(scale.dtype),
-          jnp.sum(dy, axis=axes).astype(bias.dtype), jnp.zeros_like(epsilon))
-
-
-_layer_norm.defvjp(_layer_norm_fwd, _layer_norm_bwd)
-
-
-class LayerNorm(nn.Module):
-  """y = gamma (x - mean(x)) / sqrt(var(x) + eps) + beta over the last axis (statistics in fp32).
-
-  The parameters are flax's `nn.LayerNorm`'s ('scale', 'bias'); the backward pass is written out
-  (saves x-hat and 1/sigma only), which measured less CPU per GPT train step than autodiff
-  through `nn.LayerNorm`.
-  """
-
-  epsilon: float = 1e-5
-  dtype: Dtype = jnp.float32
-  param_dtype: Dtype = jnp.float32
-
-  @nn.compact
-  def __call__(self, x):
-    d = x.shape[-1]
-    scale = self.param("scale", nn.initializers.ones, (d,), self.param_dtype)
-    bias = self.param("bias", nn.initializers.zeros, (d,), self.param_dtype)
-    y = _layer_norm(x, scale, bias, jnp.asarray(self.epsilon, jnp.float32))
-    return y.astype(self.dtype)
-
-
 def make_norm(kind: str, *, train: bool, name: str | None = None, dtype: Dtype = jnp.float32,
               param_dtype: Dtype = jnp.float32, momentum: float = 0.9, epsilon: float = 1e-5,
               num_groups: int = 8, axis_name: str | None = None) -> Callable:
@@ -245,7 +194,8 @@ def make_norm(kind: str, *, train: bool, name: str | None = None, dtype: Dtype =
     return nn.BatchNorm(use_running_average=not train, momentum=momentum, epsilon=epsilon,
                         axis_name=axis_name, dtype=dtype, param_dtype=param_dtype, name=name)
   if kind == "layer":
-    return LayerNorm(epsilon=epsilon, dtype=dtype, param_dtype=param_dtype, name=name)
+    # flax's LayerNorm: a hand-written backward measured within noise (0.5-3%) of it on CPU.
+    return nn.LayerNorm(epsilon=epsilon, dtype=dtype, param_dtype=param_dtype, name=name)
   if kind == "rms":
     return RMSNorm(epsilon=epsilon, dtype=dtype, param_dtype=param_dtype, name=name)
   if kind == "group":
