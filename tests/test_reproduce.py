@@ -1,7 +1,7 @@
 """`jaxdl reproduce`: every claim of the registry holds, and the command's table, JSON and exit codes.
 
 Each claim is one test (the slow one, which trains two moons MLPs, is marked `slow` but still runs
-in the default suite). The expected numbers live in the claims (jaxdl/reproduce.py), written out
+in the default suite). The expected numbers live in the claims (jaxdl/reproduce/claims.py), written out
 from the course; the tests below also pin the key ones here, so editing a claim's expectation
 cannot silently turn a failure into a pass.
 """
