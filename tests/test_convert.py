@@ -5,7 +5,6 @@ import struct
 
 import chex
 import jax
-import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from jaxdl import cli
-from jaxdl.config import experiments_dir, list_experiments, load_config, resolve_experiment
+from jaxdl.config import list_experiments, load_config, resolve_experiment
 
 NAMES = [name for name, _ in list_experiments()]
 

@@ -10,7 +10,6 @@ from jaxdl.config import apply_overrides, load_config
 from jaxdl.data import default_data_config
 from jaxdl.train import SpikeError, run
 from jaxdl.train.guards import SpikeDetector
-from jaxdl.train.writers import read_metrics
 
 
 def test_detector_flags_only_values_far_above_the_median():

@@ -5,7 +5,6 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
-import pytest
 
 from jaxdl.models.mlp import MLP
 from jaxdl.optim import precision

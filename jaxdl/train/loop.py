@@ -13,6 +13,7 @@ Order of a run:
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import logging
 import math
@@ -24,7 +25,6 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import orbax.checkpoint as ocp
 
 from jaxdl import data as jdata
 from jaxdl import models as jmodels
@@ -71,9 +71,11 @@ def every(step: int, n: int) -> bool:
 
 
 def manifest(strategy, config) -> dict:
-  import flax as _flax, optax as _optax  # noqa: E401
-  return {"jax": jax.__version__, "flax": _flax.__version__, "optax": _optax.__version__,
-          "orbax": ocp.__version__ if hasattr(ocp, "__version__") else "",
+  """What a checkpoint was written by: library versions, devices, processes, mesh, strategy."""
+  versions = {name: importlib.metadata.version(dist) for name, dist in (
+      ("jax", "jax"), ("flax", "flax"), ("optax", "optax"), ("orbax", "orbax-checkpoint"),
+      ("grain", "grain"))}
+  return {**versions,
           "backend": jax.default_backend(), "device_count": jax.device_count(),
           "local_device_count": jax.local_device_count(), "process_count": jax.process_count(),
           **strategy.describe(), "experiment": config.name}
@@ -212,8 +214,8 @@ def run(config, workdir, *, force: bool = False, progress: bool = True) -> dict:
   init_key, base_key = jax.random.split(jax.random.PRNGKey(config.seed))
   example_x = task.init_input(next(ds.train_iter(process_index=0, process_count=1)))
   initial_scale = precision.DynamicLossScale.create() if policy.loss_scaling else None
-  init_fn = jax.jit(lambda k: create_train_state(model, tx, k, example_x[:1],
-                                                 loss_scale=initial_scale))
+  init_fn = lambda k: create_train_state(model, tx, k, example_x[:1],  # noqa: E731
+                                         loss_scale=initial_scale)
   abstract = jax.eval_shape(init_fn, init_key)
 
   workdir.mkdir(parents=True, exist_ok=True)
@@ -221,9 +223,7 @@ def run(config, workdir, *, force: bool = False, progress: bool = True) -> dict:
   if loop.restore() is None:
     # Created where it lives (replicated under jit, sharded under fsdp, on every process of a
     # multi-host run), never whole on one device first; pmap stacks a copy per device later.
-    shardings = (strategy.state_shardings(abstract) if hasattr(strategy, "state_shardings")
-                 else None)
-    loop.state = jax.jit(init_fn, out_shardings=shardings)(init_key)
+    loop.state = jax.jit(init_fn, out_shardings=strategy.state_shardings(abstract))(init_key)
   _check_run_length(None if force else old_json, config, loop.start)
   if loop.is_main:
     (workdir / "config.json").write_text(json.dumps(config_json, indent=2))
@@ -268,10 +268,7 @@ class _Loop:
 
   def restore(self):
     """Loads the newest readable checkpoint into (state, data position); None if there is none."""
-    target = jax.tree.map(
-        lambda _: jax.sharding.SingleDeviceSharding(jax.local_devices()[0]), self.abstract)
-    if hasattr(self.strategy, "state_shardings"):  # jit / fsdp: straight onto the mesh
-      target = self.strategy.state_shardings(self.abstract)
+    target = self.strategy.state_shardings(self.abstract)  # straight to where it lives
     restored = self.ckpt.restore(jckpt.abstract_like(self.abstract, target))
     if restored is None:
       return None

@@ -94,6 +94,10 @@ class PmapStrategy:
     return {"strategy": self.name, "mesh": {PMAP_AXIS: len(self.devices)},
             "devices": len(self.devices)}
 
+  def state_shardings(self, state) -> Any:
+    """Where the single copy lives (created or restored) before `place_state` stacks it."""
+    return jax.tree.map(lambda _: jax.sharding.SingleDeviceSharding(self.devices[0]), state)
+
   def place_state(self, state):
     """One copy per device along a leading axis (what `jax.device_put_replicated` used to do)."""
     n = len(self.devices)
