@@ -40,6 +40,25 @@ def test_unet_keeps_the_input_shape_flat_or_image(unet):
   np.testing.assert_allclose(flat, image.reshape(3, 64), atol=1e-5)
 
 
+@pytest.mark.parametrize("kind", ["mlp", "unet"])
+def test_a_shared_time_embeds_once_and_equals_per_sample_times(unet, kind):
+  """Samplers pass one time of shape (1,); it must give what B equal per-sample times give."""
+  if kind == "unet":
+    model, variables = unet
+    x = jax.random.normal(jax.random.PRNGKey(1), (4, 8, 8, 1))
+  else:
+    model = MLPDenoiser(hidden=16, depth=2, emb_dim=16, num_classes=10)
+    x = jax.random.normal(jax.random.PRNGKey(1), (4, 2))
+    variables = model.init(jax.random.PRNGKey(0), x, train=False)
+  y = jnp.array([0, 3, 10, 9])  # 10 is the null class
+  per_sample = model.apply(variables, x, jnp.full((4,), 0.3), y=y, train=False)
+  for shared in (jnp.array([0.3]), jnp.array(0.3)):
+    np.testing.assert_allclose(model.apply(variables, x, shared, y=y, train=False), per_sample,
+                               atol=1e-5)
+  with pytest.raises(ValueError, match=r"t has shape \(3,\); expected"):
+    model.apply(variables, x, jnp.zeros(3), y=y, train=False)
+
+
 def test_unet_condition_and_time_change_the_output_and_none_is_the_null_class(unet):
   model, variables = unet
   x = jax.random.normal(jax.random.PRNGKey(1), (2, 8, 8, 1))

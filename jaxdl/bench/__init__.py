@@ -128,6 +128,10 @@ def run_benches(names: list[str], log=print) -> tuple[dict, list[dict]]:
                small["speedup"] >= 3.0, "s"),
           _row("sampler", "  same with fm_toy2d:smoke's denoiser, CPU seconds", None, None,
                small["speedup_cpu"], ">= 3x", small["speedup_cpu"] >= 3.0),
+          _row("sampler", "  2 x 64: python's added time per step vs the compiled step "
+               "(speedup = 1 + ratio)", small["python_overhead_per_step_s"],
+               small["lax_step_s"], small["python_overhead_per_step_s"] / small["lax_step_s"],
+               "", None, "s"),
           _row("sampler", "same samples: max |lax - python|", r["max_abs_diff"], 0.0, None,
                "<= 1e-4", r["max_abs_diff"] <= 1e-4),
           _row("sampler", "CPU time at 25/50/100 steps: max residual of a line",

@@ -60,17 +60,17 @@ def ancestral_mean_var(x_t, x_hat, alpha_t, sigma_t, alpha_s, sigma_s):
   return mean, sigma_ts2 * sigma_s**2 / sigma_t**2
 
 
-def guided_output(apply_fn, variables, x_t, tm_B, y_B, guidance, null_class):
-  """Network output, with classifier-free guidance when `guidance` is not None.
+def guided_output(apply_fn, variables, x_t, tm_1, y_B, guidance, null_class):
+  """Network output at the shared model time tm_1 (shape (1,)), with classifier-free guidance
+  when `guidance` is not None.
 
   out~ = out(x, null) + w (out(x, y) - out(x, null)); the two branches run as one 2B batch.
   """
   if guidance is None:
-    return apply_fn(variables, x_t, tm_B, y=y_B, train=False)
+    return apply_fn(variables, x_t, tm_1, y=y_B, train=False)
   num = x_t.shape[0]
   y2_B = jnp.concatenate([y_B, jnp.full_like(y_B, null_class)])
-  out = apply_fn(variables, jnp.concatenate([x_t, x_t]), jnp.concatenate([tm_B, tm_B]),
-                 y=y2_B, train=False)
+  out = apply_fn(variables, jnp.concatenate([x_t, x_t]), tm_1, y=y2_B, train=False)
   cond, uncond = out[:num], out[num:]
   return uncond + guidance * (cond - uncond)
 
@@ -104,8 +104,10 @@ def _build(apply_fn, path, *, sampler, steps, sample_shape, prediction, eta, gui
 
   def predict(variables, x, j, y_B):
     """(x_hat, eps_hat, raw output) at grid point j."""
-    tm_B = jnp.full((x.shape[0],), consts["tm"][j])
-    out = guided_output(apply_fn, variables, x, tm_B, y_B, guidance, null_class)
+    # Every sample is at the same time: pass it once, shape (1,), so that a denoiser can embed it
+    # once and broadcast (per-sample (B,) times are for training).
+    tm_1 = consts["tm"][j][None]
+    out = guided_output(apply_fn, variables, x, tm_1, y_B, guidance, null_class)
     x_hat, eps_hat = paths_lib.to_x_eps(out, x, consts["alpha"][j], consts["sigma"][j], prediction)
     if clip_x0 is not None:
       x_hat = jnp.clip(x_hat, -clip_x0, clip_x0)
@@ -162,8 +164,9 @@ def make_sampler(apply_fn: Callable, path, *, sampler: str = "heun", steps: int 
   """Builds a jitted sampler for a denoiser trained on `path`.
 
   Args:
-    apply_fn: `apply_fn(variables, x_t, t_B, y=y_B or None, train=False) -> out` (the denoiser
-      convention; `t_B` is `path.model_time(t)`, y = None or the null class means unconditional).
+    apply_fn: `apply_fn(variables, x_t, t_1, y=y_B or None, train=False) -> out` (the denoiser
+      convention; `t_1` is `path.model_time(t)` with shape (1,), shared by the batch; y = None
+      or the null class means unconditional).
     path: `paths.FlowPath()` or a `paths.DDPMPath` (see `paths.make_path`).
     sampler: 'ddpm' (ancestral), 'ddim', 'euler' or 'heun' (the last two need the flow path).
     steps: number of updates N >= 1 (network calls: N, 2N for Heun, doubled under guidance).

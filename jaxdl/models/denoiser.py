@@ -2,7 +2,9 @@
 
 Call convention: `model.apply(variables, x_t, t_B, y=y_B, train=bool)` returns an array of x_t's
 shape (eps, x0, v or velocity, whatever the task trains). t_B is the model time in [0, 1]
-(`path.model_time`); t = None means zeros (handy for `init`). y = None, or the null class
+(`path.model_time`), one per sample (B,) as in training, or one time shared by the whole batch,
+shape () or (1,), as in sampling: then the time embedding and its MLP run on one row and broadcast,
+which is most of a small denoiser's cost at batch 256. t = None means zeros (handy for `init`). y = None, or the null class
 K = num_classes, means "no condition" (classifier-free guidance drops labels to K in training).
 
 - `MLPDenoiser` ('denoiser_mlp'): residual MLP for low-dimensional data (2-D toys); the time
@@ -44,19 +46,27 @@ class CondEmbedding(nn.Module):
 
   @nn.compact
   def __call__(self, t_B, y_B):
+    """t_B: (B,) or (1,); y_B: (B,) or None. Returns (B, E), or (1, E) when both are shared."""
     e_BxE = nn.Dense(self.emb_dim)(timestep_embedding(t_B, self.emb_dim))
     e_BxE = nn.Dense(self.emb_dim)(nn.silu(e_BxE))
     if self.num_classes:
       if y_B is None:
-        y_B = jnp.full(t_B.shape, self.num_classes, jnp.int32)
+        y_B = jnp.full((1,), self.num_classes, jnp.int32)
       e_BxE = e_BxE + nn.Embed(self.num_classes + 1, self.emb_dim)(y_B)
     return e_BxE
 
 
 def _prepare_t(x, t):
+  """t as (B,) per-sample times or (1,) one shared time (broadcast after embedding)."""
   if t is None:
-    return jnp.zeros((x.shape[0],), jnp.float32)
-  return jnp.broadcast_to(jnp.asarray(t, jnp.float32), (x.shape[0],))
+    return jnp.zeros((1,), jnp.float32)
+  t = jnp.asarray(t, jnp.float32)
+  if t.ndim == 0 or t.shape == (1,):
+    return t.reshape(1)
+  if t.shape != (x.shape[0],):
+    raise ValueError(f"t has shape {t.shape}; expected (), (1,) or ({x.shape[0]},) for a batch of "
+                     f"{x.shape[0]}")
+  return t
 
 
 class MLPDenoiser(nn.Module):
