@@ -159,11 +159,20 @@ def test_fm_toy2d_smoke_trains_on_the_engine_and_evaluates(tmp_path):
   from jaxdl.train import run
   config, _ = load_config("experiments/fm_toy2d.py:smoke",
                           ["train.steps=30", "train.eval_every=30", "train.ckpt_every=30",
-                           "train.plot=False", "data.n=2000", "data.n_eval=256"])
+                           "train.plot=False", "data.n=2000", "data.n_eval=256",
+                           "optim.ema_decay=0.9"])
   summary = run(config, tmp_path, progress=False)
   assert summary["step"] == 30 and np.isfinite(summary["eval"]["loss"])
-  out = evaluation.evaluate(config, tmp_path, steps_list=(1, 4), num=200, figure=False)
+  # sampling reads the parameter average from the checkpoint; ema=False gives the last iterate
+  _, _, averaged, _ = evaluation.load_run(tmp_path)
+  _, _, last, _ = evaluation.load_run(tmp_path, ema=False)
+  gaps = jax.tree.leaves(jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))),
+                                      averaged["params"], last["params"]))
+  assert jax.tree.structure(averaged) == jax.tree.structure(last) and max(gaps) > 1e-4
+  out = evaluation.evaluate(config, tmp_path, steps_list=(1, 4), num=200, repeats=2, figure=False)
   assert out["step"] == 30 and set(out["results"]) == {"euler@1", "euler@4", "heun@1", "heun@4"}
-  assert out["floor"]["energy"] > 0
+  assert out["floor"]["energy"] > 0 and len(out["floor"]["energy_rounds"]) == 2
+  assert out["floor"]["energy"] == pytest.approx(np.mean(out["floor"]["energy_rounds"]))
+  assert out["results"]["euler@4"]["energy_se"] >= 0
   # one Euler step collapses towards the mean: far worse than 4 steps
   assert out["results"]["euler@1"]["energy"] > out["results"]["euler@4"]["energy"]

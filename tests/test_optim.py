@@ -6,7 +6,7 @@ import numpy as np
 import optax
 import pytest
 
-from jaxdl.optim import RULES, decay_table, default_optim_config, make_optimizer
+from jaxdl.optim import RULES, decay_table, default_optim_config, find_ema, make_optimizer
 from jaxdl.optim.masks import decay_mask
 
 STEPS = 5
@@ -263,6 +263,7 @@ def test_every_rule_runs_under_jit_and_decreases_a_quadratic(name):
     ("weight_decay", -0.1, r"^optim\.weight_decay: "),
     ("b2", 1.0, r"^optim\.b2: "),
     ("clip_norm", -1.0, r"^optim\.clip_norm: "),
+    ("ema_decay", 1.0, r"^optim\.ema_decay: must be in \[0, 1\)"),
     ("lrr", 0.1, r"^optim\.lrr: unknown key; expected one of \['b1'"),
 ])
 def test_bad_config_names_the_key(key, value, pattern):
@@ -286,3 +287,23 @@ def test_default_config_builds_and_accepts_typed_overrides():
   tx, sched = make_optimizer(ml_collections.ConfigDict({"name": "adam", "lr": 0.1}), 100)
   # default warmup_cosine: 5% warmup from 0
   assert float(sched(0)) == 0.0 and float(sched(5)) == pytest.approx(0.1)
+
+
+def test_parameter_ema_follows_its_formula_and_leaves_training_unchanged():
+  """ema_0 = theta_0, ema_k = d ema_{k-1} + (1 - d) theta_k, on top of any rule; same iterates."""
+  d = 0.9
+  cfg = _cfg("adam", ema_decay=d)
+  tx, _ = make_optimizer(cfg, 100)
+  p = jax.tree.map(jnp.asarray, _params())
+  st = tx.init(p)
+  ema_ref = jax.tree.map(lambda x: np.asarray(x, np.float64), _params())
+  for t in range(STEPS):
+    u, st = tx.update(jax.tree.map(jnp.asarray, _grads(t)), st, p)
+    p = optax.apply_updates(p, u)
+    ema_ref = jax.tree.map(lambda e, x: d * e + (1 - d) * np.asarray(x, np.float64), ema_ref, p)
+  _assert_close(p, jax.tree.map(np.asarray, _run_optax(_cfg("adam"))))  # training unchanged
+  _assert_close(find_ema(st), ema_ref)
+  assert find_ema(make_optimizer(_cfg("adam"), 9)[0].init(p)) is None
+  # a state restored without a target: named tuples come back as dicts keyed by field name
+  restored = [{"count": 1}, {"ema": jax.tree.map(np.asarray, find_ema(st))}]
+  _assert_close(find_ema(restored), ema_ref)

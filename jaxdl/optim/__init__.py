@@ -21,6 +21,8 @@ Config keys (`default_optim_config()` holds them all, with these defaults):
   decay_mask        None     list of path regexes replacing the default mask (which decays
                              kernels, plus embeddings when decay_embeddings)
   clip_norm         1.0      global-norm clipping g * min(1, c / ||g||_2); None disables
+  ema_decay         None     d in [0, 1): also keep ema <- d ema + (1 - d) params in the optimizer
+                             state (`jaxdl.optim.ema`; samplers of generative runs use it)
   schedule.name     'warmup_cosine'  constant | step | cosine | warmup_cosine | wsd
   schedule.warmup_steps  None  warmup W in steps (wins over warmup_frac; use it for runs that
                                may be extended, since a fraction moves with train.steps)
@@ -40,6 +42,7 @@ import ml_collections
 from ml_collections import config_dict
 import optax
 
+from jaxdl.optim.ema import ema_params, find_ema
 from jaxdl.optim.masks import decay_mask, decay_table
 from jaxdl.optim.rules import RULES, build_rule
 from jaxdl.optim.schedules import (SCHEDULES, extension_check, extension_problem,
@@ -63,6 +66,7 @@ def default_optim_config() -> ml_collections.ConfigDict:
   c.decay_mask = config_dict.placeholder(list)
   c.clip_norm = config_dict.placeholder(float)
   c.clip_norm = 1.0
+  c.ema_decay = config_dict.placeholder(float)
   c.schedule = ml_collections.ConfigDict()
   c.schedule.name = "warmup_cosine"
   c.schedule.warmup_steps = config_dict.placeholder(int)
@@ -88,6 +92,9 @@ def validate(optim_cfg) -> None:
     v = optim_cfg.get(key, 0.5)
     if v is None or not 0.0 <= v < 1.0:
       raise ValueError(f"optim.{key}: must be in [0, 1), got {v}")
+  ema = optim_cfg.get("ema_decay")
+  if ema is not None and not 0.0 <= ema < 1.0:
+    raise ValueError(f"optim.ema_decay: must be in [0, 1) or None (no average), got {ema}")
   clip = optim_cfg.get("clip_norm")
   if clip is not None and clip <= 0:
     raise ValueError(f"optim.clip_norm: must be > 0 or None (no clipping), got {clip}")
@@ -120,10 +127,13 @@ def make_optimizer(optim_cfg, total_steps: int):
   if cfg.clip_norm is not None:
     parts.append(optax.clip_by_global_norm(cfg.clip_norm))
   parts.append(build_rule(cfg, schedule, decay_mask(cfg)))
+  if cfg.ema_decay is not None:
+    parts.append(ema_params(cfg.ema_decay))  # last: it averages the parameters after the update
   return optax.chain(*parts), schedule
 
 
 __all__ = ["make_optimizer", "default_optim_config", "validate", "decay_mask", "decay_table",
+           "ema_params", "find_ema",
            "make_schedule", "extension_check", "extension_problem", "first_changed_step",
            "linear_scaled_lr",
            "sqrt_scaled_lr", "RULES", "SCHEDULES"]
