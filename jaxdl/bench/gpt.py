@@ -209,7 +209,7 @@ def runner(state, step: Callable, batch: dict):
   return run
 
 
-def bench_gpt(setup: GPTSetup, *, steps: int | None = None, rounds: int = 3) -> dict:
+def bench_gpt(setup: GPTSetup, *, steps: int | None = None, rounds: int = 5) -> dict:
   """tokens/s, model FLOP/s and MFU of jaxdl's step and the baseline, timed in alternation.
 
   tokens/s and MFU use wall time; `cpu_step_s` (process CPU time per step) is kept beside it
