@@ -116,7 +116,8 @@ def run_benches(names: list[str], log=print) -> tuple[dict, list[dict]]:
                        r["ratio"] <= 0.2, "s"))
     elif name == "sampler":
       r = engine.bench_sampler()
-      r["smoke_model"] = small = engine.bench_sampler(hidden=64, depth=2, linearity=False)
+      r["smoke_model"] = small = engine.bench_sampler(hidden=64, depth=2, rounds=9,
+                                                               linearity=False)
       rows += [
           _row("sampler", f"lax.scan vs python loop, {r['steps']} steps x {r['batch']}, "
                "4 x 256 (s)",

@@ -195,7 +195,7 @@ def _sampler_parts(hidden: int, depth: int):
 
 
 def bench_sampler(steps: int = 100, batch: int = 256, hidden: int = 256, depth: int = 4,
-                  sampler: str = "euler", rounds: int = 3, linearity: bool = True) -> dict:
+                  sampler: str = "euler", rounds: int = 5, linearity: bool = True) -> dict:
   """Seconds per sample call, scan vs Python loop; by default fm_toy2d's denoiser (4 blocks of
   width 256; its smoke variant is 2 x 64)."""
   from jaxdl.generative import samplers
