@@ -372,9 +372,9 @@ class MultiHeadAttention(nn.Module):
                       param_dtype=self.param_dtype, name=name)
     if context is None and self._head_major(x_BxTxD, train, mask, cache, return_weights):
       # Causal self-attention on the chunked path: the projections as 2-D token matmuls and one
-      # transpose each way between token-major and head-major (measured on the 2-core CPU at
-      # B16 T256 D256: about 10 ms less per layer forward + backward than three per-tensor
-      # transposes around 3-D matmuls).
+      # transpose each way between token-major and head-major, not three per-tensor transposes
+      # around 3-D matmuls. Measured on the 2-core CPU at B16 T256 D256 H4: one block's forward
+      # + backward 100 vs 110 ms alone; in the whole d256-L4 train step, 0.757 vs 0.767 s.
       qkv_NxE = dense(3 * d, "c_attn", self.kernel_init)(x_BxTxD.reshape(b * t, d))
       q, k_, v = jnp.transpose(qkv_NxE.reshape(b, t, 3, h, k), (2, 0, 3, 1, 4))
       out_BxHxTxK = attention_causal_chunked_heads(q, k_, v)
