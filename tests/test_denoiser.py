@@ -169,6 +169,14 @@ def test_fm_toy2d_smoke_trains_on_the_engine_and_evaluates(tmp_path):
   gaps = jax.tree.leaves(jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))),
                                       averaged["params"], last["params"]))
   assert jax.tree.structure(averaged) == jax.tree.structure(last) and max(gaps) > 1e-4
+  # `jaxdl sample` draws from the average by default, from the last parameters with --no-ema
+  from jaxdl import cli
+  base = ["sample", str(tmp_path), "--steps", "4", "--num", "8"]
+  assert cli.main([*base, "--out", str(tmp_path / "ema.npy")]) == 0
+  assert cli.main([*base, "--no-ema", "--out", str(tmp_path / "last.npy")]) == 0
+  x_ema, x_last = np.load(tmp_path / "ema.npy"), np.load(tmp_path / "last.npy")
+  assert x_ema.shape == x_last.shape == (8, 2) and np.abs(x_ema - x_last).max() > 1e-4
+  assert cli.main([*base, "--class", "3"]) == 2  # an unconditional run: one clear error
   out = evaluation.evaluate(config, tmp_path, steps_list=(1, 4), num=200, repeats=2, figure=False)
   assert out["step"] == 30 and set(out["results"]) == {"euler@1", "euler@4", "heun@1", "heun@4"}
   assert out["floor"]["energy"] > 0 and len(out["floor"]["energy_rounds"]) == 2

@@ -27,15 +27,19 @@ def add_arguments(parser) -> None:
   parser.add_argument("--num", type=int, default=64, help="number of samples")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--out", default="samples.png", help="output .png or .npy")
+  parser.add_argument("--no-ema", dest="ema", action="store_false",
+                      help="sample with the last parameters even if the run kept an average "
+                           "(optim.ema_decay)")
 
 
 def sample_run(workdir, *, sampler=None, steps=None, guidance=None, eta=None, cls=None, num=64,
-               seed=0):
-  """Returns (config, samples as a numpy array (num, *sample_shape)) for a trained run."""
+               seed=0, ema=True):
+  """Returns (config, samples as a numpy array (num, *sample_shape)) for a trained run, from its
+  parameter average when it kept one and `ema`, else from its last parameters."""
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from jaxdl.generative import evaluation, tasks  # pylint: disable=g-import-not-at-top
-  config, model, variables, _ = evaluation.load_run(workdir)
+  config, model, variables, _ = evaluation.load_run(workdir, ema=ema)
   if cls is not None and not config.gen.num_classes:
     raise ValueError(f"--class {cls}: the run in {workdir} is unconditional (gen.num_classes = 0)")
   if guidance is not None and cls is None:
@@ -78,7 +82,7 @@ def main(args) -> int:
   try:
     config, x = sample_run(args.workdir, sampler=args.sampler, steps=args.steps,
                            guidance=args.guidance, eta=args.eta, cls=args.cls, num=args.num,
-                           seed=args.seed)
+                           seed=args.seed, ema=args.ema)
   except (ValueError, FileNotFoundError) as e:
     print(f"jaxdl: error: {str(e).splitlines()[0]}", file=sys.stderr)
     return 2
