@@ -14,15 +14,14 @@ evenly spaced sub-sequences of 1, 2, 4, 10, 50 steps, writes samples.png and gen
 with the energy distance (and W2 at 50 steps) to 2,000 fresh target points beside the two-draw
 floor.
 
-Expected (measured, moons, 8,000 steps; means over 5 rounds of fresh draws, floor 3.2e-4):
-DDIM@50 4.6x the energy floor (standard error 0.7; W2 1.65x), ancestral@50 5.1x (0.6; W2 1.8x):
-both over the issue's 3x. Not fixed by 24,000 steps with a parameter average (DDIM 4.5x,
-ancestral 5.2x) nor by the cosine schedule (DDIM@50 5.1x; better at 10 steps, 20x vs 34x). The
-deterministic samples are under-dispersed (std 0.97 vs 1.00): the learned field, not the grid,
-is the limit (DDIM@50 and @250 agree). 1 step lands far off (x_hat at alpha_T ~ 0.006). With
-the eps target DDIM stalls much further off (a single-draw 11.5x against 3.7x for v): eps errors
-at high noise are amplified by sigma/alpha in x_hat, which the deterministic sampler never
-re-noises away. The cosine schedule with eps and no clip_x0 diverges (alpha_T ~ 5e-5); the
+Expected (measured, moons, 8,000 steps; means over 8 rounds of fresh draws, floor 2.0e-3):
+- DDIM@50: 1.04x the energy floor (standard error 0.29; W2 0.99x).
+- Ancestral@50: 1.32x (0.30; W2 1.06x).
+- At 10 steps: DDIM 5.4x, ancestral 11x.
+- 1 step lands far off (x_hat at alpha_T ~ 0.006).
+With the eps target, DDIM does much worse (measured against the older, stratified moons targets):
+eps errors at high noise are amplified by sigma/alpha in x_hat, which the deterministic sampler
+never re-noises away. The cosine schedule with eps and no clip_x0 diverges (alpha_T ~ 5e-5); the
 digits experiments clip x_hat to [-1, 1].
 """
 

@@ -11,13 +11,15 @@ with warmup + cosine, batch 256, 8,000 steps. After training, `after_training` s
 Euler and Heun at 1, 2, 4, 10, 50 steps, writes samples.png and generative_eval.json, and prints the energy distance
 to 2,000 fresh target points beside the floor (two independent target draws).
 
-Expected: one Euler step collapses onto the data mean (energy distance ~1500x the floor). At 50
-steps, measured at the default config on moons, as means over 5 rounds of fresh draws (the floor,
-two independent target draws, averages 3.2e-4; one round alone ranged 2.2e-4 .. 5.4e-4):
-Heun@50 2.8x the floor (standard error 0.4), Heun@10 2.8x, Euler@50 3.7x (0.2); W2 1.4x / 1.5x
-its floor. Heun is within the issue's 3x, Euler is not. Heun@10 = Heun@50 says the model, not the
-solver, sets the floor: 24,000 steps (Euler@50 2.6x, Heun@50 3.0x) and a parameter average
-(`--set optim.ema_decay=0.999`: Heun@50 3.0x at 8,000 steps) did not move it beyond the noise.
+Expected: one Euler step collapses onto the data mean (energy distance ~400x the floor). At 50
+steps both solvers reach the floor, the energy distance between two independent target draws.
+Measured at the default config on moons, as means over 8 rounds of fresh draws (the floor
+averages 2.0e-3; one round alone ranged 0.9e-3 .. 4.2e-3):
+- Euler@50: 1.04x the floor (standard error 0.22); Euler@10: 3.5x.
+- Heun@50: 0.92x (0.22); Heun@4: 1.02x.
+- W2 at 50 steps: 1.01x (Euler) and 1.00x (Heun) of its floor.
+The toy moons are independent samples: sklearn's make_moons spaces its points evenly along the
+arcs, and two such draws sit ~6x closer than independent samples can.
 """
 
 from jaxdl.generative import evaluation

@@ -90,6 +90,23 @@ def test_toy2d_standardized_and_seeded(name):
   assert not np.array_equal(x, data.sample_toy2d(name, 20_000, seed=2))
 
 
+@pytest.mark.parametrize("name", data.sources.TOY2D)
+def test_toy2d_draws_are_independent_samples(name):
+  """Two fresh draws are as far apart as two random halves of one big draw (independent points by
+  construction). make_moons' evenly spaced angles would fail this: its two-draw energy distance
+  is about 6x too small, a floor no sampler of the distribution could reach."""
+  from jaxdl.generative import metrics
+  big = data.sample_toy2d(name, 40_000, seed=7)
+  idx = np.random.default_rng(0).permutation(len(big))
+  fresh = np.mean([metrics.energy_distance(data.sample_toy2d(name, 1000, seed=100 + 2 * r),
+                                           data.sample_toy2d(name, 1000, seed=101 + 2 * r))
+                   for r in range(8)])
+  halves = np.mean([metrics.energy_distance(big[idx[2000 * r:2000 * r + 1000]],
+                                            big[idx[2000 * r + 1000:2000 * (r + 1)]])
+                    for r in range(8)])
+  assert 0.6 < fresh / halves < 1.6, (fresh, halves)
+
+
 def test_toy2d_dataset():
   ds = data.make_dataset(make_config("toy2d", distribution="8gaussians", n=512, batch_size=64))
   assert ds.info["kind"] == "generative" and ds.info["input_shape"] == (2,)

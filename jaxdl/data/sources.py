@@ -12,8 +12,9 @@ Datasets:
             eval = an independent draw with random_state data_seed + 1.        kind 'binary'
   digits    sklearn load_digits, x = pixels / 16 in [0, 1] (or 2 x - 1 in [-1, 1] with
             scale 'symmetric'), stratified 80/20 split with random_state 0.     kind 'classification'
-  toy2d     2-D generative targets (moons, 8gaussians, checkerboard, swissroll), each mapped by a
-            fixed affine so every coordinate has mean ~0 and std ~1.           kind 'generative'
+  toy2d     2-D generative targets (moons, 8gaussians, checkerboard, swissroll), independent
+            samples (toy moons are not make_moons' stratified draw), each mapped by a fixed
+            affine so every coordinate has mean ~0 and std ~1.                 kind 'generative'
   text      bytes of the Python standard library's .py files (sorted, capped at max_bytes),
             split by file: crc32(relative path) decides train or val.          kind 'lm'
   textfile  a user text file, the last val_frac of its bytes held out.         kind 'lm'
@@ -118,8 +119,15 @@ _TOY2D_AFFINE = {
 
 def _toy2d_raw(name: str, n: int, rng: np.random.Generator) -> np.ndarray:
   if name == "moons":
-    from sklearn.datasets import make_moons  # pylint: disable=g-import-not-at-top
-    return make_moons(n, noise=0.1, random_state=int(rng.integers(2**31)))[0]
+    # make_moons' distribution, drawn independently. make_moons itself puts its points at evenly
+    # spaced angles with exactly n/2 per moon: a stratified draw. Two such draws agree far better
+    # than independent samples can (the two-draw energy distance at n = 2,000 is 3.2e-4 against
+    # 1.9e-3 for independent draws), so no sampler could come near that floor.
+    theta_N = rng.uniform(0.0, np.pi, n)
+    inner_N = rng.random(n) < 0.5
+    x_Nx2 = np.stack([np.where(inner_N, 1.0 - np.cos(theta_N), np.cos(theta_N)),
+                      np.where(inner_N, 0.5 - np.sin(theta_N), np.sin(theta_N))], axis=1)
+    return x_Nx2 + 0.1 * rng.standard_normal((n, 2))
   if name == "8gaussians":
     # Eight isotropic Gaussians (std 0.2) with centres on a circle of radius 2.
     ang_N = rng.integers(0, 8, n) * (np.pi / 4)
