@@ -1,4 +1,4 @@
-"""Initializers, norms and attention in jaxdl.models.layers."""
+"""Initializers and norms (jaxdl.models.layers) and attention (jaxdl.models.attention)."""
 
 import flax.linen as nn
 import jax
@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdl.models import layers
+from jaxdl.models import attention, layers
 
 Q = np.array([[1, 0, 1, 0], [0, 1, 0, 1], [1, 1, 0, 0]], np.float32)
 K = np.array([[1, 1, 0, 0], [0, 0, 1, 1], [1, 0, 1, 0]], np.float32)
@@ -20,7 +20,7 @@ def _one_head(a):  # (T, K) -> (1, T, 1, K)
 @pytest.mark.parametrize("impl", ["reference", "xla"])
 def test_worked_attention_example(impl):
   # The course's example: weights and outputs to 2 decimals.
-  out, w = layers.dot_product_attention(_one_head(Q), _one_head(K), _one_head(V), impl=impl,
+  out, w = attention.dot_product_attention(_one_head(Q), _one_head(K), _one_head(V), impl=impl,
                                         return_weights=True)
   np.testing.assert_allclose(np.asarray(w[0, 0]), [[0.27, 0.27, 0.45], [0.38, 0.38, 0.23],
                                                    [0.51, 0.19, 0.31]], atol=0.006)
@@ -35,18 +35,18 @@ def test_worked_attention_example(impl):
 def test_fast_path_matches_reference_with_masks():
   ks = jax.random.split(jax.random.key(0), 4)
   q, k, v = (jax.random.normal(kk, (2, 5, 3, 8)) for kk in ks[:3])
-  ref, w = layers.dot_product_attention(q, k, v, causal=True, impl="reference",
+  ref, w = attention.dot_product_attention(q, k, v, causal=True, impl="reference",
                                         return_weights=True)
-  fast = jax.jit(lambda q, k, v: layers.dot_product_attention(q, k, v, causal=True,
+  fast = jax.jit(lambda q, k, v: attention.dot_product_attention(q, k, v, causal=True,
                                                               impl="xla"))(q, k, v)
   np.testing.assert_allclose(fast, ref, atol=1e-5)
   np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-6)  # rows sum to 1
   assert float(jnp.abs(jnp.triu(w, 1)).max()) == 0.0  # nothing from the future
-  chunked = jax.jit(lambda q, k, v: layers.attention_causal_chunked(q, k, v, num_chunks=3))
+  chunked = jax.jit(lambda q, k, v: attention.attention_causal_chunked(q, k, v, num_chunks=3))
   np.testing.assert_allclose(chunked(q, k, v), ref, atol=1e-5)  # 5 rows in chunks of 2, 1, 2
   mask = jax.random.bernoulli(ks[3], 0.7, (2, 1, 5, 5)) | jnp.eye(5, dtype=bool)
-  ref = layers.dot_product_attention(q, k, v, mask, impl="reference")
-  fast = layers.dot_product_attention(q, k, v, mask, impl="xla")
+  ref = attention.dot_product_attention(q, k, v, mask, impl="reference")
+  fast = attention.dot_product_attention(q, k, v, mask, impl="xla")
   np.testing.assert_allclose(fast, ref, atol=1e-5)
 
 
@@ -60,8 +60,8 @@ def test_chunked_attention_gradients_match_reference():
   def grads(f):
     return jax.jit(jax.grad(lambda q, k, v: jnp.sum(f(q, k, v) * ct), argnums=(0, 1, 2)))(q, k, v)
 
-  ref = grads(lambda q, k, v: layers.attention_reference(q, k, v, causal=True)[0])
-  got = grads(lambda q, k, v: layers.attention_causal_chunked(q, k, v, num_chunks=3))
+  ref = grads(lambda q, k, v: attention.attention_reference(q, k, v, causal=True)[0])
+  got = grads(lambda q, k, v: attention.attention_causal_chunked(q, k, v, num_chunks=3))
   for g, r in zip(got, ref):
     np.testing.assert_allclose(g, r, atol=1e-5)
 
@@ -119,26 +119,26 @@ def test_gelu_tanh_value_and_written_out_derivative():
 
 
 def test_causal_mask_offset():
-  m = np.asarray(layers.causal_mask(2, 5, offset=2))
+  m = np.asarray(attention.causal_mask(2, 5, offset=2))
   np.testing.assert_array_equal(m, [[1, 1, 1, 0, 0], [1, 1, 1, 1, 0]])
 
 
 def test_multihead_self_and_cross_attention():
   x = jax.random.normal(jax.random.key(1), (2, 6, 16))
   ctx = jax.random.normal(jax.random.key(2), (2, 4, 16))
-  mha = layers.MultiHeadAttention(num_heads=4, causal=True, qk_norm=True, rope=True)
+  mha = attention.MultiHeadAttention(num_heads=4, causal=True, qk_norm=True, rope=True)
   v = jax.jit(lambda: mha.init(jax.random.key(3), x, train=False))()
   assert set(v["params"]) == {"c_attn", "c_proj", "q_norm", "k_norm"}
   y, aux = jax.jit(lambda v, x: mha.apply(v, x, train=False, return_weights=True))(v, x)
   assert y.shape == (2, 6, 16) and aux["weights"].shape == (2, 4, 6, 6)
   np.testing.assert_allclose(aux["weights"].sum(-1), 1.0, atol=1e-6)
-  cross = layers.MultiHeadAttention(num_heads=4)
+  cross = attention.MultiHeadAttention(num_heads=4)
   vc = jax.jit(lambda: cross.init(jax.random.key(4), x, ctx, train=False))()
   yc, aux = cross.apply(vc, x, ctx, train=False, return_weights=True)
   assert yc.shape == (2, 6, 16) and aux["weights"].shape == (2, 4, 6, 4)
   assert bool(jnp.isfinite(yc).all())
   with pytest.raises(ValueError, match="not divisible by num_heads"):
-    bad = layers.MultiHeadAttention(num_heads=5)
+    bad = attention.MultiHeadAttention(num_heads=5)
     jax.eval_shape(lambda: bad.init(jax.random.key(0), x, train=False))
 
 
@@ -147,7 +147,7 @@ def test_head_major_self_attention_matches_the_reference(impl, t):
   """Causal self-attention on the chunked path (2-D projections, head-major scores; 'auto'
   takes it on CPU from T = 128) equals the reference path in output and in every gradient."""
   x = jax.random.normal(jax.random.key(1), (2, t, 16))
-  fast = layers.MultiHeadAttention(num_heads=4, causal=True, impl=impl)
+  fast = attention.MultiHeadAttention(num_heads=4, causal=True, impl=impl)
   ref = fast.clone(impl="reference")
   assert fast._head_major(x, False, None, None, False) == (jax.default_backend() == "cpu"
                                                            or impl == "chunked")
@@ -162,8 +162,8 @@ def test_head_major_self_attention_matches_the_reference(impl, t):
 def test_rope_depends_on_relative_position_only():
   q = jax.random.normal(jax.random.key(0), (1, 1, 1, 8))
   k = jax.random.normal(jax.random.key(1), (1, 1, 1, 8))
-  dot = lambda m, n: float(jnp.sum(layers.apply_rope(q, jnp.array([m]))  # noqa: E731
-                                   * layers.apply_rope(k, jnp.array([n]))))
+  dot = lambda m, n: float(jnp.sum(attention.apply_rope(q, jnp.array([m]))  # noqa: E731
+                                   * attention.apply_rope(k, jnp.array([n]))))
   np.testing.assert_allclose(dot(3, 1), dot(10, 8), rtol=1e-5)
   np.testing.assert_allclose(dot(0, 0), float(jnp.sum(q * k)), rtol=1e-5)
 

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from jaxdl.models import build_model, gpt_config, layers
+from jaxdl.models import attention, build_model, gpt_config
 
 
 # ------------------------------------------------------------------------- convolutions
@@ -113,7 +113,7 @@ def attention_maps(model_cfg, params, tokens_BxT) -> list[np.ndarray]:
   found = []
 
   def grab(next_fun, args, kwargs, context):
-    if isinstance(context.module, layers.MultiHeadAttention) and context.method_name == "__call__":
+    if isinstance(context.module, attention.MultiHeadAttention) and context.method_name == "__call__":
       if not kwargs.get("return_weights") and kwargs.get("cache") is None:
         y, aux = next_fun(*args, **dict(kwargs, return_weights=True))
         found.append(np.asarray(aux["weights"]))

@@ -127,7 +127,7 @@ def stack_rms_theory(gain: float, *, residual: bool, depth: int = 12) -> np.ndar
 def qk_score_std(d_k: int = 128, num: int = 100_000, seed: int = 0) -> tuple[float, float]:
   """(std of q . k, std of q . k / sqrt(d_k)) over `num` pairs of unit-variance vectors.
 
-  The scale is the one `layers.attention_reference` applies, 1 / sqrt(q.shape[-1]).
+  The scale is the one `attention.attention_reference` applies, 1 / sqrt(q.shape[-1]).
   """
   kq, kk = jax.random.split(jax.random.PRNGKey(seed))
   q = jax.random.normal(kq, (num, d_k))

@@ -36,7 +36,7 @@ def build_model(model_cfg) -> nn.Module:
 
 
 # Importing the family modules fills the registry.
-from jaxdl.models import layers  # noqa: E402,F401
+from jaxdl.models import attention, layers  # noqa: E402,F401
 from jaxdl.models import mlp  # noqa: E402,F401
 from jaxdl.models import gpt  # noqa: E402,F401
 from jaxdl.models import cnn, denoiser, rnn, vit  # noqa: E402,F401

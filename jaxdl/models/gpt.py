@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from jaxdl.models import layers, register_model
+from jaxdl.models import attention, layers, register_model
 
 Dtype = Any
 
@@ -60,7 +60,7 @@ class Block(nn.Module):
     kinit = layers.get_initializer(self.init_name)
     oinit = layers.residual_out_init(self.init_name, self.n_residual)
     drop = nn.Dropout(self.dropout, deterministic=not self.train)
-    attn = layers.MultiHeadAttention(
+    attn = attention.MultiHeadAttention(
         num_heads=self.n_head, causal=self.causal, qk_norm=self.qk_norm, rope=self.rope,
         use_bias=self.use_bias, attn_dropout=self.attn_dropout, impl=self.attn_impl,
         kernel_init=kinit, out_init=oinit, dtype=self.dtype, param_dtype=self.param_dtype,

@@ -140,7 +140,7 @@ def sqrt_dk_scaling() -> list[Row]:
 def attention_worked_example() -> list[Row]:
   """softmax(Q K^T / 2) V for the slides' Q, K, V (d_k = 4): weights and output within 0.01."""
   import jax.numpy as jnp
-  from jaxdl.models.layers import attention_reference
+  from jaxdl.models.attention import attention_reference
   q = jnp.array([[1, 0, 1, 0], [0, 1, 0, 1], [1, 1, 0, 0]], jnp.float32)
   k = jnp.array([[1, 1, 0, 0], [0, 0, 1, 1], [1, 0, 1, 0]], jnp.float32)
   v = jnp.array([[1, 0], [0, 1], [0.5, 0.5]], jnp.float32)
