@@ -21,7 +21,7 @@ import os
 import ml_collections
 
 from jaxdl.optim import default_optim_config
-from jaxdl.optim.toys import noisy_quiet_weights
+from jaxdl.course.toys import noisy_quiet_weights
 
 
 def get_config(arg=None):

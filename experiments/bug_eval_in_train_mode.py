@@ -5,7 +5,7 @@ Run:
   jaxdl train bug_eval_in_train_mode        # train accuracy high, eval accuracy much lower
   jaxdl doctor bug_eval_in_train_mode --history   # then: "good in training, bad in evaluation"
 
-Setup: the digits MLP of `jaxdl.doctor.planted` with BatchNorm after each hidden layer whose
+Setup: the digits MLP of `jaxdl.course.planted` with BatchNorm after each hidden layer whose
 eval path still normalizes with the statistics of the batch (model.eval_batch_stats = True),
 evaluated in batches of 2 (data.eval_batch_size = 2) as a small serving batch would be.
 
@@ -16,7 +16,7 @@ below train accuracy from the first eval on (about 0.54 vs 0.97 at step 300; eva
 train 0.13): `--history` reports "good in training, bad in evaluation".
 """
 
-from jaxdl.doctor import planted
+import jaxdl.course.planted as planted  # registers the planted-bug model and task
 
 
 def get_config(arg=None):

@@ -4,7 +4,7 @@ Run:
   jaxdl doctor bug_lr_too_high              # exit 1: first_steps FAILs
   jaxdl train bug_lr_too_high               # exit 1: loss became non-finite
 
-Setup: the healthy digits MLP of `jaxdl.doctor.planted` with plain SGD at lr 1000 and no
+Setup: the healthy digits MLP of `jaxdl.course.planted` with plain SGD at lr 1000 and no
 clipping.
 
 Expected diagnosis: first loss fine; within the first 20 steps the loss explodes (2.3 -> 4e6 ->
@@ -12,7 +12,7 @@ Expected diagnosis: first loss fine; within the first 20 steps the loss explodes
 becomes NaN or Inf).
 """
 
-from jaxdl.doctor import planted
+import jaxdl.course.planted as planted  # registers the planted-bug model and task
 
 
 def get_config(arg=None):

@@ -4,7 +4,7 @@ Run:
   jaxdl doctor bug_shuffled_labels          # exit 1: learnable FAILs
   jaxdl train bug_shuffled_labels           # the loss stays near ln 10, accuracy near 0.1
 
-Setup: the digits MLP of `jaxdl.doctor.planted` trained with task 'planted_shuffled_labels',
+Setup: the digits MLP of `jaxdl.course.planted` trained with task 'planted_shuffled_labels',
 which rolls each batch's labels by one row, so every input carries another example's label.
 
 Expected diagnosis: first loss fine (about ln 10) and one batch can still be memorized, but the
@@ -12,7 +12,7 @@ held-out loss stays at ln 10 = 2.30 after 100 steps: learnable FAIL, likely caus
 `labels_misaligned` (symptom: loss flat from the start).
 """
 
-from jaxdl.doctor import planted
+import jaxdl.course.planted as planted  # registers the planted-bug model and task
 
 
 def get_config(arg=None):

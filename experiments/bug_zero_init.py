@@ -4,7 +4,7 @@ Run:
   jaxdl doctor bug_zero_init                # exit 1: symmetry and overfit FAIL
   jaxdl train bug_zero_init                 # the loss stays at ln 10
 
-Setup: the digits MLP of `jaxdl.doctor.planted` with every kernel (and bias) initialized to 0
+Setup: the digits MLP of `jaxdl.course.planted` with every kernel (and bias) initialized to 0
 (model.zero_init = True).
 
 Expected diagnosis: the first loss is exactly ln 10 (all logits 0), so that check passes; every
@@ -13,7 +13,7 @@ head are identical at init and still after 20 steps: symmetry FAIL with cause
 `symmetric_init`; overfit FAIL (2.30 -> 2.1, never near 0).
 """
 
-from jaxdl.doctor import planted
+import jaxdl.course.planted as planted  # registers the planted-bug model and task
 
 
 def get_config(arg=None):

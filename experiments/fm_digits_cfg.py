@@ -17,7 +17,7 @@ Expected: class_accuracy >= 0.90 at the default guidance w = 2 (measured on 500 
 """
 
 from jaxdl.generative import evaluation
-from jaxdl.generative.configs import digits_config
+from jaxdl.course.generative_configs import digits_config
 
 
 def get_config(arg=None):

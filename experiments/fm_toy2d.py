@@ -23,7 +23,7 @@ arcs, and two such draws sit ~6x closer than independent samples can.
 """
 
 from jaxdl.generative import evaluation
-from jaxdl.generative.configs import toy2d_config
+from jaxdl.course.generative_configs import toy2d_config
 
 
 def get_config(arg=None):

@@ -20,7 +20,7 @@ import os
 import ml_collections
 
 from jaxdl.optim import default_optim_config
-from jaxdl.optim.toys import quadratic_loss, run_toy_quadratic
+from jaxdl.course.toys import quadratic_loss, run_toy_quadratic
 
 
 def _rule(name, lr, momentum=0.9):

@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Commands provided by other packages: each module defines HELP, add_arguments(parser), main(args).
 _EXTENSIONS = {"sample": "jaxdl.generative.cli", "doctor": "jaxdl.doctor",
-               "reproduce": "jaxdl.reproduce", "bench": "jaxdl.bench"}
+               "reproduce": "jaxdl.course.reproduce", "bench": "jaxdl.bench"}
 
 
 def _load_extension(module: str):

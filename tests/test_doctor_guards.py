@@ -1,6 +1,6 @@
 """Acceptance test of the loop's spike guard (train.spike_guard) with a planted bad batch.
 
-The planted digits MLP (`jaxdl.doctor.planted`) multiplies its logits by 1e4 in training whenever
+The planted digits MLP (`jaxdl.course.planted`) multiplies its logits by 1e4 in training whenever
 the batch holds one marked example (`model.poison_row`), chosen so that it sits in the batch at
 data position K of the seeded stream. That step's loss is ~1e4 x a normal one and its gradient
 poisons Adam's second moment. A guarded run must rewind to the last checkpoint, skip that batch,
@@ -13,7 +13,7 @@ import json
 import pytest
 
 from jaxdl import train
-from jaxdl.doctor import planted
+from jaxdl.course import planted
 from jaxdl.train import loop
 
 K = 14           # data position of the bad batch (0-based): the spike shows at step K + 1

@@ -1,6 +1,6 @@
 """NaN/Inf locator: a planted module turns one example's activations into +Inf at a known step.
 
-The planted digits MLP (`jaxdl.doctor.planted`, inf_layer=1) routes dense_1's output through a
+The planted digits MLP (`jaxdl.course.planted`, inf_layer=1) routes dense_1's output through a
 module named 'planted_inf' that sets the marked example's row to +Inf. The marked example sits at
 row 0 of the batch at data position K, so the run stops with NonFiniteLossError at step K + 1; the
 locator, replaying from the last checkpoint (step 10), must name 'planted_inf', that step, batch
@@ -10,7 +10,8 @@ position K and row 0.
 import pytest
 
 from jaxdl import train
-from jaxdl.doctor import locate_nonfinite, planted
+from jaxdl.course import planted
+from jaxdl.doctor import locate_nonfinite
 
 K = 12
 

@@ -1,7 +1,7 @@
 """`jaxdl reproduce`: every claim of the registry holds, and the command's table, JSON and exit codes.
 
 Each claim is one test (the slow one, which trains two moons MLPs, is marked `slow` but still runs
-in the default suite). The expected numbers live in the claims (jaxdl/reproduce/claims.py), written out
+in the default suite). The expected numbers live in the claims (jaxdl/course/claims.py), written out
 from the course; the tests below also pin the key ones here, so editing a claim's expectation
 cannot silently turn a failure into a pass.
 """
@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from jaxdl import reproduce
+from jaxdl.course import reproduce
 
 CLAIM_PARAMS = [pytest.param(name, marks=[pytest.mark.slow] if c.slow else [])
                 for name, c in reproduce.CLAIMS.items()]
@@ -140,12 +140,12 @@ def test_cli_entry_point_dispatches_to_reproduce(tmp_path):
   assert all(r["ok"] for r in json.loads(out.read_text()))
 
 
-# ------------------------------------------------------------------ jaxdl.measure beyond the claims
+# ------------------------------------------------------------------ jaxdl.course.measure beyond the claims
 
 
 def test_relu_stack_backward_follows_the_forward_theory():
   import numpy as np
-  from jaxdl import measure
+  from jaxdl.course import measure
   r = measure.relu_stack_moments("lecun_normal", depth=6, width=256, batch=64, nets=8)
   # Var 1/n: each ReLU layer halves the second moment forwards and backwards.
   np.testing.assert_allclose(r["forward"] / r["forward"][0], 0.5 ** np.arange(7), rtol=0.15)
@@ -158,7 +158,8 @@ def test_relu_stack_backward_follows_the_forward_theory():
 def test_attention_maps_are_causal_rows_and_leave_the_model_unchanged():
   import jax
   import numpy as np
-  from jaxdl import measure, models
+  from jaxdl import models
+  from jaxdl.course import measure
   cfg = models.gpt_config("tiny")
   model = models.build_model(cfg)
   tokens = jax.random.randint(jax.random.PRNGKey(0), (2, 10), 0, cfg.vocab_size)
@@ -177,7 +178,8 @@ def test_attention_maps_are_causal_rows_and_leave_the_model_unchanged():
 
 
 def test_example_loss_curves_are_diagnosed_as_their_symptom():
-  from jaxdl import doctor, measure
+  from jaxdl import doctor
+  from jaxdl.course import measure
   for case, h in measure.example_loss_curves().items():
     found = {d.symptom for d in doctor.diagnose_history(h["train"], h["eval"], ln_k=h["ln_k"])}
     assert case in found, (case, found)

@@ -7,7 +7,7 @@
 
 Python API: `run_preflight(config) -> Report`, `locate_nonfinite(config, workdir, step) ->
 Finding`, `lr_range_test(config, ...) -> LRRange`, `diagnose_history(train, eval)`,
-`diagnose_workdir(workdir)`. The planted-bug model and task live in `jaxdl.doctor.planted`.
+`diagnose_workdir(workdir)`. The planted-bug model and task live in `jaxdl.course.planted`.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 `paths` (schedules, conversions, exact fields), `losses` (denoising regressions, condition dropout),
 `samplers` (`make_sampler`: DDPM / DDIM / Euler / Heun as one `lax.scan`, classifier-free guidance),
 `metrics` (energy distance, exact W2), `tasks` (the 'flow_matching' and 'ddpm' training tasks),
-`evaluation` (post-training distances / classifier check), `examples` (the course's worked examples),
-`configs` (shared experiment configs), `cli` (`jaxdl sample`).
+`evaluation` (post-training distances / classifier check), `cli` (`jaxdl sample`). The course's
+worked examples and the generative experiments' shared configs live in `jaxdl.course`.
 """
 
 from jaxdl.generative import losses, metrics, paths, samplers  # noqa: F401

@@ -28,7 +28,7 @@ def build_model(model_cfg) -> nn.Module:
   """Builds the model named by `model_cfg.name`."""
   name = model_cfg.name
   if name not in MODELS:
-    import jaxdl.doctor.planted  # noqa: F401 -- registers the doctor's planted-bug models
+    import jaxdl.course.planted  # noqa: F401 -- registers the planted-bug models
   if name not in MODELS:
     raise ValueError(
         f"model.name: unknown model {name!r}; expected one of {sorted(MODELS)}")

@@ -48,7 +48,7 @@ def register_task(name: str):
 
 
 # Packages that register tasks on import (they build on this module, so it cannot import them).
-_TASK_PLUGINS = ("jaxdl.generative", "jaxdl.doctor.planted")
+_TASK_PLUGINS = ("jaxdl.generative", "jaxdl.course.planted")
 
 
 def make_task(config) -> Task:

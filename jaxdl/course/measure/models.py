@@ -113,7 +113,8 @@ def attention_maps(model_cfg, params, tokens_BxT) -> list[np.ndarray]:
   found = []
 
   def grab(next_fun, args, kwargs, context):
-    if isinstance(context.module, attention.MultiHeadAttention) and context.method_name == "__call__":
+    mha = isinstance(context.module, attention.MultiHeadAttention)
+    if mha and context.method_name == "__call__":
       if not kwargs.get("return_weights") and kwargs.get("cache") is None:
         y, aux = next_fun(*args, **dict(kwargs, return_weights=True))
         found.append(np.asarray(aux["weights"]))

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from jaxdl.reproduce.rows import Row, claim, close, exact
+from jaxdl.course.rows import Row, claim, close, exact
 
 
 # ============================================================================ optimizers
@@ -17,8 +17,8 @@ def adamw_vs_l2() -> list[Row]:
   """Adam+L2 vs AdamW on noisy/quiet weight groups: means [0.99, 0.262] vs [0.904, 0.904]."""
   import ml_collections
   from jaxdl.config import load_config
-  from jaxdl.measure import decoupled_decay_factor
-  from jaxdl.optim.toys import noisy_quiet_weights
+  from jaxdl.course.measure import decoupled_decay_factor
+  from jaxdl.course.toys import noisy_quiet_weights
   config, _ = load_config("adamw_vs_l2")
   toy = config.toy
   rows = []
@@ -41,7 +41,7 @@ def adamw_vs_l2() -> list[Row]:
 def sgd_vs_momentum() -> list[Row]:
   """16 steps on theta1^2/20 + theta2^2: SGD ends at (-2.052, 0.006), momentum (-0.832, -0.697)."""
   from jaxdl.config import load_config
-  from jaxdl.optim.toys import run_toy_quadratic
+  from jaxdl.course.toys import run_toy_quadratic
   config, _ = load_config("sgd_vs_momentum")
   toy = config.toy
   rows = []
@@ -89,7 +89,7 @@ def schedules() -> list[Row]:
 @claim("product_of_gains")
 def product_of_gains() -> list[Row]:
   """One number per layer, L = 20: the gradient through the product is 0.5^20 ~ 1e-6, 2^20 ~ 1e6."""
-  from jaxdl.measure import product_gradient
+  from jaxdl.course.measure import product_gradient
   return [close(f"product_of_gains.grad_a{a:g}_L20", a**20, product_gradient(a, 20), rtol=1e-6)
           for a in (0.5, 2.0)]
 
@@ -97,7 +97,7 @@ def product_of_gains() -> list[Row]:
 @claim("he_vs_lecun_init")
 def he_vs_lecun_init() -> list[Row]:
   """12 ReLU layers of width 512, 30 nets: final second moment 2.41e-4 (1/n) vs 0.988 (He)."""
-  from jaxdl.measure import relu_stack_moments
+  from jaxdl.course.measure import relu_stack_moments
   # The per-network final second moment has a spread of about 23% after 12 layers, so the
   # 30-net average carries a standard error of about 4%: a 5% tolerance is a ~1.2 sigma band.
   # Fixed seed 0; see docs/NOTEBOOKS.md and the final report.
@@ -111,7 +111,7 @@ def he_vs_lecun_init() -> list[Row]:
 @claim("residual_vs_plain_rms")
 def residual_vs_plain_rms() -> list[Row]:
   """RMS per layer: residual (1 + a^2)^(l/2), plain a^l (max relative error over l, 30 nets)."""
-  from jaxdl.measure import stack_rms, stack_rms_theory
+  from jaxdl.course.measure import stack_rms, stack_rms_theory
   rows = []
   for residual in (False, True):
     for a in (0.5, 2.0):
@@ -130,7 +130,7 @@ def residual_vs_plain_rms() -> list[Row]:
 @claim("sqrt_dk_scaling")
 def sqrt_dk_scaling() -> list[Row]:
   """Unit-variance q, k with d_k = 128: std of q.k is sqrt(128) = 11.3; scaled by 1/sqrt(d_k), 1."""
-  from jaxdl.measure import qk_score_std
+  from jaxdl.course.measure import qk_score_std
   raw, scaled = qk_score_std(128)
   return [close("sqrt_dk_scaling.qk_std", math.sqrt(128), raw, rtol=0.05),
           close("sqrt_dk_scaling.scaled_std", 1.0, scaled, rtol=0.05)]
@@ -159,7 +159,7 @@ def attention_worked_example() -> list[Row]:
 @claim("inverted_dropout")
 def inverted_dropout() -> list[Row]:
   """MLP dropout p = 0.2 on an activation of 3.0: values {0, 3.75}, mean 3.0 over 100k draws."""
-  from jaxdl.measure import dropout_draws
+  from jaxdl.course.measure import dropout_draws
   d = dropout_draws(0.2, 3.0, 100_000)
   values = sorted(set(np.round(d, 6).tolist()))
   return [exact("inverted_dropout.values", [0.0, 3.75], values),
@@ -188,8 +188,8 @@ def label_smoothing() -> list[Row]:
 
 @claim("first_loss")
 def first_loss() -> list[Row]:
-  """A fresh K-class classifier with a small last layer starts at ln K (2.30, 6.91); scaled up, far."""
-  from jaxdl.measure import first_loss as measure_first_loss
+  """A fresh K-class classifier with a small head starts at ln K (2.30, 6.91); scaled up, far."""
+  from jaxdl.course.measure import first_loss as measure_first_loss
   rows = [close(f"first_loss.ln_K{k}", math.log(k), measure_first_loss(k, 0.01), atol=0.05)
           for k in (10, 1000)]
   big = measure_first_loss(10, 10.0)
@@ -204,7 +204,7 @@ def first_loss() -> list[Row]:
 @claim("conv_sizes")
 def conv_sizes() -> list[Row]:
   """Conv output 32/k3/s2/p1 -> 16, 64/k5/s2/p2 -> 32; receptive field of three 3x3 convs -> 7."""
-  from jaxdl.measure import conv_output_length, measured_receptive_field
+  from jaxdl.course.measure import conv_output_length, measured_receptive_field
   from jaxdl.models import conv_output_size, receptive_field
   return [exact("conv_sizes.n32_k3_s2_p1", [16, 16],
                 [conv_output_size(32, 3, 2, 1), conv_output_length(32, 3, 2, 1)]),
@@ -217,7 +217,7 @@ def conv_sizes() -> list[Row]:
 @claim("gpt2_params")
 def gpt2_params() -> list[Row]:
   """GPT-2 small 124,439,808 and medium 354,823,168 parameters; 12 d^2 weights per block."""
-  from jaxdl.measure import block_kernel_params, gpt_param_shapes
+  from jaxdl.course.measure import block_kernel_params, gpt_param_shapes
   from jaxdl.models import count_params
   return [exact("gpt2_params.small", 124_439_808, count_params(gpt_param_shapes("gpt2-small"))),
           exact("gpt2_params.medium", 354_823_168,
@@ -232,7 +232,7 @@ def gpt2_params() -> list[Row]:
 @claim("batchnorm_moons", slow=True)
 def batchnorm_moons() -> list[Row]:
   """make_moons, 200 full-batch epochs of Adam 0.01: BCE train loss with BatchNorm < without."""
-  from jaxdl.measure import batchnorm_moons_curves
+  from jaxdl.course.measure import batchnorm_moons_curves
   curves = batchnorm_moons_curves(200)
   bn, plain = curves["bn"][1][-1], curves["plain"][1][-1]
   return [Row("batchnorm_moons.train_loss_bn_vs_plain", "bn < plain", [bn, plain], "bn < plain",
@@ -249,7 +249,7 @@ def flow_matching_two_points() -> list[Row]:
   import jax.numpy as jnp
   from jaxdl.generative import make_sampler
   from jaxdl.generative.paths import FlowPath
-  from jaxdl.measure import two_point_field
+  from jaxdl.course.measure import two_point_field
   eps = jnp.array([-1.3, -0.2, 0.05, 0.5, 2.0])[:, None]
   key = jax.random.PRNGKey(0)
   one = make_sampler(two_point_field, FlowPath(), sampler="euler", steps=1, sample_shape=(1,))

@@ -10,8 +10,8 @@ Exit codes: 0 every selected claim holds, 1 some claim failed, 2 bad input (an u
 
 A claim is a function registered with `@claim(name, slow=...)` that measures one statement
 through jaxdl's public API (`jaxdl.optim`, `jaxdl.models`, `jaxdl.generative`, `jaxdl.train`,
-`jaxdl.measure`) and returns rows. Each row is a `Row`: `expected` and `measured` are numbers,
-lists of numbers, or booleans; `tolerance` says how they are compared:
+`jaxdl.course.measure`) and returns rows. Each row is a `Row`: `expected` and `measured` are
+numbers, lists of numbers, or booleans; `tolerance` says how they are compared:
   'abs X'     |measured - expected| <= X, elementwise
   'rel X%'    |measured - expected| <= X/100 |expected|, elementwise
   'exact'     equal (integers, booleans, or floats meant to agree bit for bit)
@@ -25,8 +25,8 @@ import json
 import sys
 import time
 
-from jaxdl.reproduce.rows import CLAIMS, Claim, Row, claim, close, exact
-from jaxdl.reproduce import claims as _claims  # noqa: F401,E402 -- registers the claims
+from jaxdl.course import claims as _claims  # noqa: F401 -- registers the claims
+from jaxdl.course.rows import CLAIMS, Claim, Row, claim, close, exact
 
 HELP = "measure every worked number of the course material through jaxdl (claims table)"
 

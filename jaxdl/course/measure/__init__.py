@@ -29,13 +29,14 @@ Modules: `signal` (propagation, scores, dropout, first loss), `models` (convolut
 attention maps), `training` (flow field, decoupled decay, BatchNorm curves, example loss curves).
 """
 
-from jaxdl.measure.models import (attention_maps, block_grad_norms, block_kernel_params,
-                                  conv_output_length, gpt_param_shapes, measured_receptive_field)
-from jaxdl.measure.signal import (dropout_draws, first_loss, product_gradient, qk_score_std,
-                                  relu_stack_moments, relu_stack_theory, stack_rms,
-                                  stack_rms_theory)
-from jaxdl.measure.training import (batchnorm_moons_curves, decoupled_decay_factor,
-                                    example_loss_curves, two_point_field)
+from jaxdl.course.measure.models import (attention_maps, block_grad_norms,
+                                         block_kernel_params, conv_output_length,
+                                         gpt_param_shapes, measured_receptive_field)
+from jaxdl.course.measure.signal import (dropout_draws, first_loss, product_gradient,
+                                         qk_score_std, relu_stack_moments, relu_stack_theory,
+                                         stack_rms, stack_rms_theory)
+from jaxdl.course.measure.training import (batchnorm_moons_curves, decoupled_decay_factor,
+                                           example_loss_curves, two_point_field)
 
 __all__ = ["attention_maps", "batchnorm_moons_curves", "block_grad_norms", "block_kernel_params",
            "conv_output_length", "decoupled_decay_factor", "dropout_draws",

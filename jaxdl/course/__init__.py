@@ -1,0 +1,18 @@
+"""Course material measured through jaxdl: worked examples, toys, planted bugs and the claims.
+
+Nothing in the library imports this package; it sits above `train`, `generative` and `doctor`
+and uses only their public APIs. Importing `jaxdl.course` itself loads nothing heavy; import the
+module you need:
+
+  claims              every worked number of the course as a registered claim (the one place a
+                      course number is written down; tests and `jaxdl reproduce` run them)
+  rows                `Row`, `Claim`, the `@claim` registry and the `close` / `exact` comparisons
+  reproduce           the `jaxdl reproduce` command (run the claims, print the table, JSON)
+  measure             measurements behind the numbers (signal propagation, attention, dropout,
+                      first loss, convolutions, GPT blocks, the two-point flow field)
+  toys                optimizer toys on the public `make_optimizer`: a quadratic bowl, and
+                      noisy/quiet weight groups under weight decay
+  planted             the planted-bug model 'planted_mlp' and task 'planted_shuffled_labels'
+                      (registered on import) for the doctor's experiments
+  generative_configs  shared configs of the generative experiments (toy 2-D, digits)
+"""
