@@ -1,14 +1,12 @@
 """`jaxdl reproduce`: every claim of the registry holds, and the command's table, JSON and exit codes.
 
 Each claim is one test (the slow one, which trains two moons MLPs, is marked `slow` but still runs
-in the default suite). The expected numbers live in the claims (jaxdl/course/claims.py), written out
-from the course; the tests below also pin the key ones here, so editing a claim's expectation
-cannot silently turn a failure into a pass.
+in the default suite). The course's numbers are written once, in the claims
+(jaxdl/course/claims.py); tests elsewhere check properties and equivalences, not those numbers.
 """
 
 import argparse
 import json
-import math
 import subprocess
 import sys
 
@@ -19,62 +17,17 @@ from jaxdl.course import reproduce
 CLAIM_PARAMS = [pytest.param(name, marks=[pytest.mark.slow] if c.slow else [])
                 for name, c in reproduce.CLAIMS.items()]
 
-# Numbers of the course, independent of the registry (name -> expected).
-PINNED = {
-    "adamw_vs_l2.adam_l2_means": [0.99, 0.262],
-    "adamw_vs_l2.adamw_means": [0.904, 0.904],
-    "adamw_vs_l2.decay_closed_form": 0.905,
-    "sgd_vs_momentum.sgd_final": [-2.052, 0.006],
-    "sgd_vs_momentum.momentum_final": [-0.832, -0.697],
-    "schedules.step_at_0_10_50_100pct": [0.1, 0.1, 0.05, 0.0125],
-    "schedules.cosine_at_0_10_50_100pct": [0.1, 0.05 * (1 + math.cos(0.1 * math.pi)), 0.05, 0.0],
-    "product_of_gains.grad_a0.5_L20": 0.5**20,
-    "product_of_gains.grad_a2_L20": 2.0**20,
-    "he_vs_lecun_init.final_moment_1/n": 2.41e-4,
-    "he_vs_lecun_init.final_moment_he": 0.988,
-    "he_vs_lecun_init.1/n_vs_theory_2^-12": 2.0**-12,
-    "sqrt_dk_scaling.qk_std": math.sqrt(128),
-    "attention_worked_example.weights": [[0.27, 0.27, 0.45], [0.38, 0.38, 0.23],
-                                         [0.51, 0.19, 0.31]],
-    "attention_worked_example.output": [[0.50, 0.50], [0.50, 0.50], [0.66, 0.34]],
-    "inverted_dropout.values": [0.0, 3.75],
-    "inverted_dropout.mean_100k": 3.0,
-    "first_loss.ln_K10": math.log(10),
-    "first_loss.ln_K1000": math.log(1000),
-    "conv_sizes.n32_k3_s2_p1": [16, 16],
-    "conv_sizes.n64_k5_s2_p2": [32, 32],
-    "conv_sizes.receptive_field_3x3x3": [7, 7],
-    "gpt2_params.small": 124_439_808,
-    "gpt2_params.medium": 354_823_168,
-    "gpt2_params.block_weights_per_d2": [12, 12],
-    "flow_matching_two_points.two_steps_from_0.5": [0.5, 0.25, 0.462],
-    "flow_matching_two_points.exact_ode": [-1, -1, 1, 1, 1],
-    "ddim_by_hand.x_hat_score_x_prev": [1.0, -0.625, 1.1],
-}
-
-
-def _approx_equal(a, b):
-  if isinstance(a, list):
-    return isinstance(b, list) and len(a) == len(b) and all(map(_approx_equal, a, b))
-  if isinstance(a, bool) or isinstance(b, bool):
-    return a == b
-  return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
-
-
 @pytest.mark.parametrize("name", CLAIM_PARAMS)
 def test_claim_holds(name):
   rows = reproduce.run_claims([name])
   assert rows, name
   for r in rows:
     assert r.name.split(".")[0] == name
-    if r.name in PINNED:
-      assert _approx_equal(PINNED[r.name], r.expected), (r.name, r.expected)
     assert r.ok, f"{r.name}: expected {r.expected}, measured {r.measured} ({r.tolerance})"
 
 
-def test_every_pinned_number_belongs_to_a_claim():
-  claims = {k.split(".")[0] for k in PINNED}
-  assert claims <= set(reproduce.CLAIMS)
+def test_every_claim_registers():
+  # A claims module that stopped registering would leave fewer tests, not a failing one.
   assert len(reproduce.CLAIMS) >= 16
 
 

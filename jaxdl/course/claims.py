@@ -44,10 +44,14 @@ def sgd_vs_momentum() -> list[Row]:
   from jaxdl.course.toys import run_toy_quadratic
   config, _ = load_config("sgd_vs_momentum")
   toy = config.toy
-  rows = []
+  rows, paths = [], {}
   for rule, expected in (("sgd", [-2.052, 0.006]), ("momentum", [-0.832, -0.697])):
-    path = run_toy_quadratic(config[rule], tuple(toy.theta0), toy.steps, tuple(toy.coeffs))
-    rows.append(close(f"sgd_vs_momentum.{rule}_final", expected, path[-1], atol=0.002))
+    paths[rule] = run_toy_quadratic(config[rule], tuple(toy.theta0), toy.steps, tuple(toy.coeffs))
+    rows.append(close(f"sgd_vs_momentum.{rule}_final", expected, paths[rule][-1], atol=0.002))
+  # Points of the course's figure along the way: SGD after steps 1 and 4, momentum after 5.
+  rows.append(close("sgd_vs_momentum.figure_points",
+                    [[-7.777, -1.260], [-5.958, 0.432], [-6.987, -1.371]],
+                    [paths["sgd"][1], paths["sgd"][4], paths["momentum"][5]], atol=0.002))
   return rows
 
 
