@@ -23,9 +23,9 @@ from jaxdl.optim import default_optim_config
 from jaxdl.course.toys import quadratic_loss, run_toy_quadratic
 
 
-def _rule(name, lr, momentum=0.9):
+def _rule(name, lr, momentum=None):
   c = default_optim_config()
-  c.name, c.lr, c.momentum = name, lr, momentum
+  c.name, c.lr, c.momentum = name, lr, momentum  # plain sgd has no momentum: leave it unset
   c.weight_decay, c.clip_norm = 0.0, None
   c.schedule.name, c.schedule.warmup_frac = "constant", 0.0
   return c

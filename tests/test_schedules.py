@@ -6,9 +6,9 @@ import ml_collections
 import numpy as np
 import pytest
 
-from jaxdl.optim import default_optim_config, make_optimizer
-from jaxdl.optim.schedules import (extension_check, extension_problem, first_changed_step,
-                                   linear_scaled_lr, make_schedule, sqrt_scaled_lr)
+from jaxdl.optim import (default_optim_config, extension_check, extension_problem,
+                         first_changed_step, linear_scaled_lr, make_optimizer, make_schedule,
+                         sqrt_scaled_lr)
 
 ETA = 0.1
 T = 1000

@@ -30,9 +30,9 @@ def path_str(path) -> str:
   return "/".join(parts)
 
 
-def make_path_predicate(optim_cfg) -> Callable[[str], bool]:
-  """`path -> decayed?` for the config's mask (patterns or the default rule)."""
-  patterns = optim_cfg.get("decay_mask")
+def path_predicate(patterns, decay_embeddings: bool = False) -> Callable[[str], bool]:
+  """`path -> decayed?`: any of the regexes `patterns` found in the path, or (patterns None) the
+  default rule: leaf named 'kernel', or 'embedding' when `decay_embeddings`."""
   if patterns is not None:
     if isinstance(patterns, str):
       patterns = [patterns]
@@ -43,13 +43,20 @@ def make_path_predicate(optim_cfg) -> Callable[[str], bool]:
                        "expected a list of Python regexes matched against paths "
                        "like 'dense_0/kernel'") from e
     return lambda p: any(c.search(p) for c in compiled)
-  names = {"kernel"} | ({"embedding"} if optim_cfg.get("decay_embeddings", False) else set())
+  names = {"kernel"} | ({"embedding"} if decay_embeddings else set())
   return lambda p: p.rsplit("/", 1)[-1] in names
 
 
-def decay_mask(optim_cfg) -> Callable:
-  """`params -> pytree of bool` (True = decayed), usable as an optax `mask`."""
-  pred = make_path_predicate(optim_cfg)
+def make_path_predicate(optim) -> Callable[[str], bool]:
+  """`path -> decayed?` of a parsed `OptimConfig` or of a raw `optim` section (only its two mask
+  keys are read, so the doctor can ask before the optimizer is built)."""
+  if hasattr(optim, "get"):
+    return path_predicate(optim.get("decay_mask"), bool(optim.get("decay_embeddings", False)))
+  return path_predicate(optim.decay_mask, optim.decay_embeddings)
+
+
+def mask_of(pred: Callable[[str], bool]) -> Callable:
+  """`params -> pytree of bool` (True = decayed) from a path predicate: an optax `mask`."""
 
   def mask_fn(params):
     return jax.tree_util.tree_map_with_path(lambda p, _: pred(path_str(p)), params)
@@ -57,9 +64,13 @@ def decay_mask(optim_cfg) -> Callable:
   return mask_fn
 
 
-def decay_table(params, optim_cfg) -> str:
+def decay_mask(optim) -> Callable:
+  """`params -> pytree of bool` (True = decayed) for an `OptimConfig` or an `optim` section."""
+  return mask_of(make_path_predicate(optim))
+
+
+def mask_table(params, pred: Callable[[str], bool], weight_decay: float) -> str:
   """A text table of every parameter: path, shape, size, decayed; totals at the bottom."""
-  pred = make_path_predicate(optim_cfg)
   leaves = jax.tree_util.tree_leaves_with_path(params)
   rows = [(path_str(p), tuple(np.shape(x)), int(np.size(x)), pred(path_str(p)))
           for p, x in leaves]
@@ -69,7 +80,6 @@ def decay_table(params, optim_cfg) -> str:
     lines.append(f"{path:<{width}}  {str(shape):<16} {size:>10,}  {'yes' if dec else 'no'}")
   n_dec = sum(r[2] for r in rows if r[3])
   n_all = sum(r[2] for r in rows)
-  wd = optim_cfg.get("weight_decay", 0.0)
   lines.append(f"decayed {n_dec:,} of {n_all:,} parameters "
-               f"({sum(r[3] for r in rows)} of {len(rows)} arrays), weight_decay={wd}")
+               f"({sum(r[3] for r in rows)} of {len(rows)} arrays), weight_decay={weight_decay}")
   return "\n".join(lines)

@@ -20,12 +20,19 @@ g gradient, eta = schedule(t) learning rate, lambda weight decay, elementwise op
 
 Weight decay for sgd/momentum/nesterov/adagrad/rmsprop is the classic coupled L2 term
 (lambda theta added to g before the rule); for adamw and muon it is decoupled. In every case it
-touches only the parameters selected by `jaxdl.optim.masks.decay_mask`.
+touches only the parameters selected by `jaxdl.optim.masks.decay_mask`. `adam` has no weight
+decay: it refuses `optim.weight_decay` (other than 0) rather than ignore it.
+
+Each rule is a frozen dataclass registered in `OPTIMIZERS` by `@register_optimizer(name)`: its
+fields are its `optim.*` keys with their defaults (written only here), checked on construction,
+and `build(schedule, mask_fn)` returns its optax transformation. Adding an optimizer is one such
+class (fields, `build`) plus its test against the update formula.
 """
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+import dataclasses
+from typing import Callable, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -33,6 +40,7 @@ import optax
 from optax.contrib import MuonDimensionNumbers, muon as optax_muon
 
 from jaxdl.optim.masks import path_str
+from jaxdl.optim.schema import NONNEG, UNIT, Section, registrar, setting
 
 
 class AdagradState(NamedTuple):
@@ -82,59 +90,147 @@ def decoupled_weight_decay(weight_decay: float, schedule: optax.Schedule,
   return optax.GradientTransformation(init_fn, update_fn)
 
 
-def _muon_dims(optim_cfg) -> Callable:
+def _muon_dims(params):
   """Kernels with ndim >= 2 (not embeddings) go to Muon: last axis output, others reduction."""
-  del optim_cfg
 
-  def dims(params):
-    def one(path, x):
-      if path_str(path).rsplit("/", 1)[-1] == "kernel" and jnp.ndim(x) >= 2:
-        return MuonDimensionNumbers(reduction_axis=tuple(range(x.ndim - 1)),
-                                    output_axis=x.ndim - 1)
-      return None
+  def one(path, x):
+    if path_str(path).rsplit("/", 1)[-1] == "kernel" and jnp.ndim(x) >= 2:
+      return MuonDimensionNumbers(reduction_axis=tuple(range(x.ndim - 1)),
+                                  output_axis=x.ndim - 1)
+    return None
 
-    return jax.tree_util.tree_map_with_path(one, params)
-
-  return dims
+  return jax.tree_util.tree_map_with_path(one, params)
 
 
-def _l2(cfg, mask_fn):
-  return [optax.add_decayed_weights(cfg.weight_decay, mask_fn)] if cfg.weight_decay else []
+OPTIMIZERS: dict[str, type] = {}
+register_optimizer = registrar(OPTIMIZERS, "optimizer")
 
 
-def build_rule(cfg, schedule: optax.Schedule, mask_fn: Callable) -> optax.GradientTransformation:
-  """The transformation for `cfg.name` (names validated by the caller)."""
-  name, wd = cfg.name, cfg.weight_decay
-  if name == "sgd":
-    return optax.chain(*_l2(cfg, mask_fn), optax.sgd(schedule))
-  if name in ("momentum", "nesterov"):
-    return optax.chain(*_l2(cfg, mask_fn),
-                       optax.sgd(schedule, momentum=cfg.momentum, nesterov=name == "nesterov"))
-  if name == "adagrad":
-    return optax.chain(*_l2(cfg, mask_fn), scale_by_adagrad(cfg.eps),
+@dataclasses.dataclass(frozen=True)
+class Optimizer(Section):
+  """An update rule; its fields are its `optim.*` keys (lr, clipping, mask and EMA are common
+  to every rule and live in `jaxdl.optim.configs.OptimConfig`)."""
+
+  prefix: ClassVar[str] = "optim."
+  kind: ClassVar[str] = "optimizer"
+  # weight_decay=0 is what a rule without decay does, so configs may say "no decay" for any rule.
+  off_values: ClassVar[dict] = {"weight_decay": 0.0}
+
+  def build(self, schedule: optax.Schedule, mask_fn: Callable) -> optax.GradientTransformation:
+    """The rule as an optax transformation, lr `schedule(t)`, decay on `mask_fn(params)`."""
+    raise NotImplementedError
+
+
+# Fields shared by several rules are declared once, in these bases.
+@dataclasses.dataclass(frozen=True)
+class _Decayed(Optimizer):
+  weight_decay: float = setting(0.01, NONNEG)  # lambda
+
+  def l2(self, mask_fn: Callable) -> list:
+    """Coupled L2: g + lambda theta on the masked parameters (nothing when lambda = 0)."""
+    return [optax.add_decayed_weights(self.weight_decay, mask_fn)] if self.weight_decay else []
+
+
+@dataclasses.dataclass(frozen=True)
+class _Eps(Optimizer):
+  eps: float = setting(1e-8, NONNEG)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Moments(_Eps):
+  b1: float = setting(0.9, UNIT)
+  b2: float = setting(0.999, UNIT)
+
+
+@register_optimizer("sgd")
+@dataclasses.dataclass(frozen=True)
+class Sgd(_Decayed):
+
+  def build(self, schedule, mask_fn):
+    return optax.chain(*self.l2(mask_fn), optax.sgd(schedule))
+
+
+@register_optimizer("momentum")
+@dataclasses.dataclass(frozen=True)
+class Momentum(_Decayed):
+  momentum: float = setting(0.9, UNIT)  # mu
+  nesterov: ClassVar[bool] = False
+
+  def build(self, schedule, mask_fn):
+    return optax.chain(*self.l2(mask_fn),
+                       optax.sgd(schedule, momentum=self.momentum, nesterov=self.nesterov))
+
+
+@register_optimizer("nesterov")
+@dataclasses.dataclass(frozen=True)
+class Nesterov(Momentum):
+  nesterov: ClassVar[bool] = True
+
+
+@register_optimizer("adagrad")
+@dataclasses.dataclass(frozen=True)
+class Adagrad(_Decayed, _Eps):
+
+  def build(self, schedule, mask_fn):
+    return optax.chain(*self.l2(mask_fn), scale_by_adagrad(self.eps),
                        optax.scale_by_learning_rate(schedule))
-  if name == "rmsprop":
-    return optax.chain(*_l2(cfg, mask_fn),
-                       optax.scale_by_rms(decay=cfg.rho, eps=cfg.eps, eps_in_sqrt=False),
+
+
+@register_optimizer("rmsprop")
+@dataclasses.dataclass(frozen=True)
+class RmsProp(_Decayed, _Eps):
+  rho: float = setting(0.9, UNIT)
+
+  def build(self, schedule, mask_fn):
+    return optax.chain(*self.l2(mask_fn),
+                       optax.scale_by_rms(decay=self.rho, eps=self.eps, eps_in_sqrt=False),
                        optax.scale_by_learning_rate(schedule))
-  if name == "adam":
-    return optax.adam(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps)
-  if name == "adam_l2":
-    return optax.chain(*_l2(cfg, mask_fn), optax.adam(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps))
-  if name == "adamw":
-    return optax.adamw(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=wd,
-                       mask=mask_fn)
-  if name == "muon":
-    parts = [optax_muon(schedule, beta=cfg.get("muon_beta", 0.95), eps=cfg.eps,
-                        weight_decay=0.0, adam_b1=cfg.b1, adam_b2=cfg.b2, adam_weight_decay=0.0,
-                        muon_weight_dimension_numbers=_muon_dims(cfg))]
-    if wd:
-      parts.append(decoupled_weight_decay(wd, schedule, mask_fn))
+
+
+@register_optimizer("adam")
+@dataclasses.dataclass(frozen=True)
+class Adam(_Moments):
+  unset_hints: ClassVar[dict] = {"weight_decay": "use 'adamw' (decoupled) or 'adam_l2'"}
+
+  def build(self, schedule, mask_fn):
+    del mask_fn  # no decay, so nothing is masked
+    return optax.adam(schedule, b1=self.b1, b2=self.b2, eps=self.eps)
+
+
+@register_optimizer("adam_l2")
+@dataclasses.dataclass(frozen=True)
+class AdamL2(_Decayed, _Moments):
+
+  def build(self, schedule, mask_fn):
+    return optax.chain(*self.l2(mask_fn),
+                       optax.adam(schedule, b1=self.b1, b2=self.b2, eps=self.eps))
+
+
+@register_optimizer("adamw")
+@dataclasses.dataclass(frozen=True)
+class AdamW(_Decayed, _Moments):
+
+  def build(self, schedule, mask_fn):
+    return optax.adamw(schedule, b1=self.b1, b2=self.b2, eps=self.eps,
+                       weight_decay=self.weight_decay, mask=mask_fn)
+
+
+@register_optimizer("muon")
+@dataclasses.dataclass(frozen=True)
+class Muon(_Decayed, _Moments):
+  muon_beta: float = setting(0.95, UNIT)
+
+  def build(self, schedule, mask_fn):
+    # optax's own decay would skip the schedule and the mask; ours is applied after the rule.
+    parts = [optax_muon(schedule, beta=self.muon_beta, eps=self.eps, weight_decay=0.0,
+                        adam_b1=self.b1, adam_b2=self.b2, adam_weight_decay=0.0,
+                        muon_weight_dimension_numbers=_muon_dims)]
+    if self.weight_decay:
+      parts.append(decoupled_weight_decay(self.weight_decay, schedule, mask_fn))
     return optax.chain(*parts)
-  raise AssertionError(name)
 
 
-RULES = ("sgd", "momentum", "nesterov", "adagrad", "rmsprop", "adam", "adam_l2", "adamw",
-         "muon")
+RULES = tuple(OPTIMIZERS)  # the names, in registration order (kept for older callers)
 
-__all__ = ["RULES", "build_rule", "scale_by_adagrad", "decoupled_weight_decay"]
+__all__ = ["OPTIMIZERS", "RULES", "Optimizer", "register_optimizer", "scale_by_adagrad",
+           "decoupled_weight_decay"]

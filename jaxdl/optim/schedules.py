@@ -17,76 +17,32 @@ fraction (`optim.schedule.final_frac`).
 Warmup is linear from 0 (optax's convention: lr 0 at t = 0, eta0 at t = W). Any schedule may
 have a warmup (W > 0); the main schedule then starts at t = W and runs over T - W steps.
 
-Run extension: a WSD schedule is the same function of t for every t before the decay starts,
-whatever T is (as long as W is given in steps), so a run restored in its stable phase can be
-continued with a larger T and replays exactly; a cosine schedule depends on T at every t > 0.
-`extension_check` measures this instead of assuming it.
+Each schedule is a frozen dataclass registered in `SCHEDULES` by `@register_schedule(name)`:
+its fields are its `optim.schedule.*` keys with their defaults (written only here; every schedule
+has `warmup_steps` and `warmup_frac`), checked on construction; `build(peak, total_steps)` checks
+what depends on T and returns the `step -> lr` function. The peak eta0 is `optim.lr`, a key of
+the optimizer section (scaling rules and the lr range test change it without touching the
+schedule). Adding a schedule is one such class plus its test against its formula.
+
+Run extension (`jaxdl.optim.extension`): a WSD schedule is the same function of t for every t
+before the decay starts, whatever T is (as long as W is given in steps), so a run restored in its
+stable phase can be continued with a larger T and replays exactly; a cosine schedule depends on
+T at every t > 0.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from typing import ClassVar
 
 import jax.numpy as jnp
-import ml_collections
-import numpy as np
 import optax
 
-SCHEDULES = ("constant", "step", "cosine", "warmup_cosine", "wsd")
+from jaxdl.optim.schema import (FRACTION, NONNEG, OPEN_FRACTION, Section, one_of, registrar,
+                                setting)
+
 DECAY_SHAPES = ("linear", "cosine", "1-sqrt")
-
-
-def resolve_warmup(sched_cfg, total_steps: int) -> int:
-  """Warmup steps W: `warmup_steps` when given, else round(warmup_frac * T)."""
-  w = sched_cfg.get("warmup_steps")
-  if w is None:
-    w = int(round(float(sched_cfg.get("warmup_frac", 0.0) or 0.0) * total_steps))
-  return int(w)
-
-
-def validate_schedule(sched_cfg, total_steps: int) -> None:
-  """Raises ValueError naming the offending `optim.schedule.*` key."""
-  name = sched_cfg.name
-  if name not in SCHEDULES:
-    raise ValueError(f"optim.schedule.name: unknown schedule {name!r}; "
-                     f"expected one of {list(SCHEDULES)}")
-  if total_steps <= 0:
-    raise ValueError(f"train.steps: must be positive, got {total_steps}")
-  w_steps, w_frac = sched_cfg.get("warmup_steps"), sched_cfg.get("warmup_frac", 0.0)
-  if w_steps is not None and w_steps < 0:
-    raise ValueError(f"optim.schedule.warmup_steps: must be >= 0, got {w_steps}")
-  if w_steps is None and not 0.0 <= (w_frac or 0.0) <= 1.0:
-    raise ValueError(f"optim.schedule.warmup_frac: must be in [0, 1], got {w_frac}")
-  w = resolve_warmup(sched_cfg, total_steps)
-  if w > 0 and w >= total_steps:
-    key = "warmup_steps" if w_steps is not None else "warmup_frac"
-    raise ValueError(f"optim.schedule.{key}: warmup of {w} steps is not shorter than the run "
-                     f"({total_steps} steps)")
-  final = sched_cfg.get("final_frac", 0.1)
-  if not 0.0 <= final <= 1.0:
-    raise ValueError(f"optim.schedule.final_frac: must be in [0, 1], got {final}")
-  if name == "wsd":
-    df = sched_cfg.get("decay_frac", 0.2)
-    if not 0.0 < df <= 1.0:
-      raise ValueError(f"optim.schedule.decay_frac: must be in (0, 1], got {df}")
-    shape = sched_cfg.get("decay_shape", "linear")
-    if shape not in DECAY_SHAPES:
-      raise ValueError(f"optim.schedule.decay_shape: unknown shape {shape!r}; "
-                       f"expected one of {list(DECAY_SHAPES)}")
-    d = _decay_steps(df, total_steps)
-    if w + d > total_steps:
-      raise ValueError(f"optim.schedule.decay_frac: warmup ({w}) + decay ({d}) steps exceed "
-                       f"the run ({total_steps} steps)")
-  if name == "step":
-    every, gamma = sched_cfg.get("step_every_frac", 0.3), sched_cfg.get("gamma", 0.5)
-    if not 0.0 < every <= 1.0:
-      raise ValueError(f"optim.schedule.step_every_frac: must be in (0, 1], got {every}")
-    if not 0.0 < gamma <= 1.0:
-      raise ValueError(f"optim.schedule.gamma: must be in (0, 1], got {gamma}")
-
-
-def _decay_steps(decay_frac: float, total_steps: int) -> int:
-  return max(1, int(round(decay_frac * total_steps)))
 
 
 def step_decay(peak: float, every: int, gamma: float) -> optax.Schedule:
@@ -122,79 +78,115 @@ def wsd(peak: float, total_steps: int, warmup_steps: int, decay_steps: int,
   return optax.join_schedules(pieces, bounds)
 
 
-def make_schedule(optim_cfg, total_steps: int) -> optax.Schedule:
-  """The `step -> lr` schedule named by `optim_cfg.schedule.name` (validated first)."""
-  sc = optim_cfg.schedule
-  validate_schedule(sc, total_steps)
-  peak = float(optim_cfg.lr)
-  w = resolve_warmup(sc, total_steps)
-  final = float(sc.get("final_frac", 0.1))
-  if sc.name == "wsd":
-    return wsd(peak, total_steps, w, _decay_steps(sc.get("decay_frac", 0.2), total_steps),
-               final, sc.get("decay_shape", "linear"))
-  if sc.name == "warmup_cosine":
-    return optax.warmup_cosine_decay_schedule(0.0, peak, w, total_steps, end_value=final * peak)
-  rest = total_steps - w
-  if sc.name == "constant":
-    main = optax.constant_schedule(peak)
-  elif sc.name == "cosine":
-    main = optax.cosine_decay_schedule(peak, max(1, rest), alpha=0.0)
-  else:  # step
-    every = int(round(sc.get("step_every_frac", 0.3) * total_steps))
-    main = step_decay(peak, every, sc.get("gamma", 0.5))
-  if w == 0:
+def with_warmup(peak: float, warmup: int, main: optax.Schedule) -> optax.Schedule:
+  """Linear warmup 0 -> eta0 over W steps, then `main` (restarted at t = W)."""
+  if warmup == 0:
     return main
-  return optax.join_schedules([optax.linear_schedule(0.0, peak, w), main], [w])
+  return optax.join_schedules([optax.linear_schedule(0.0, peak, warmup), main], [warmup])
 
 
-def _schedule_of(cfg) -> optax.Schedule:
-  """The schedule of a whole experiment config (ConfigDict, or the plain dict saved with a run).
-  Missing optim keys take `default_optim_config()`'s values, as in `make_optimizer`."""
-  from jaxdl.optim import default_optim_config  # the package imports this module first
-  if not isinstance(cfg, ml_collections.ConfigDict):
-    cfg = ml_collections.ConfigDict(cfg)
-  optim = default_optim_config()
-  optim.update(cfg.optim.to_dict())
-  return make_schedule(optim, int(cfg.train.steps))
+SCHEDULES: dict[str, type] = {}
+register_schedule = registrar(SCHEDULES, "schedule")
 
 
-def first_changed_step(old_cfg, new_cfg, restored_step: int) -> int | None:
-  """First t < restored_step whose lr differs between the two configs' schedules, or None.
+@dataclasses.dataclass(frozen=True)
+class Schedule(Section):
+  """A learning-rate schedule; every schedule has a linear warmup of W steps (maybe 0)."""
 
-  Both configs are whole experiment configs (`optim` and `train.steps`).
-  """
-  if restored_step <= 0:
-    return None
-  old, new = _schedule_of(old_cfg), _schedule_of(new_cfg)
-  t = jnp.arange(restored_step)
-  diff = np.asarray(old(t)) != np.asarray(new(t))
-  return int(np.argmax(diff)) if diff.any() else None
+  prefix: ClassVar[str] = "optim.schedule."
+  kind: ClassVar[str] = "schedule"
+  # W in steps; wins over warmup_frac. Give it for runs that may be extended: a fraction moves
+  # with train.steps.
+  warmup_steps: int | None = setting(None, NONNEG)
+  warmup_frac: float = setting(0.05, FRACTION)  # W = round(warmup_frac * T)
+
+  def warmup(self, total_steps: int) -> int:
+    """W: `warmup_steps` when given, else round(warmup_frac * T)."""
+    if self.warmup_steps is not None:
+      return int(self.warmup_steps)
+    return int(round(self.warmup_frac * total_steps))
+
+  def check_steps(self, total_steps: int) -> None:
+    """Checks what depends on T (the warmup must be shorter than the run)."""
+    if total_steps <= 0:
+      raise ValueError(f"train.steps: must be positive, got {total_steps}")
+    w = self.warmup(total_steps)
+    if w > 0 and w >= total_steps:
+      key = "warmup_steps" if self.warmup_steps is not None else "warmup_frac"
+      self.fail(key, f"warmup of {w} steps is not shorter than the run ({total_steps} steps)")
+
+  def build(self, peak: float, total_steps: int) -> optax.Schedule:
+    """The `step -> lr` function for peak eta0 = `peak` over T = `total_steps` updates."""
+    total_steps = int(total_steps)
+    self.check_steps(total_steps)
+    return self.make(float(peak), total_steps, self.warmup(total_steps))
+
+  def make(self, peak: float, total_steps: int, warmup: int) -> optax.Schedule:
+    """The schedule, once T and W are known and checked."""
+    raise NotImplementedError
 
 
-def extension_problem(old_cfg, new_cfg, restored_step: int) -> str | None:
-  """None when the new config replays every lr already taken; else a one-line reason (for the
-  CLI's error) naming the first changed step and its two lrs."""
-  t = first_changed_step(old_cfg, new_cfg, restored_step)
-  if t is None:
-    return None
-  lr_old, lr_new = float(_schedule_of(old_cfg)(t)), float(_schedule_of(new_cfg)(t))
-  name = dict(dict(old_cfg["optim"]).get("schedule") or {}).get("name", "warmup_cosine")
-  why = {"wsd": "the checkpoint is past the start of the old decay, or the warmup or decay moved "
-                "(give schedule.warmup_steps in steps)",
-         }.get(name, f"a {name} schedule depends on train.steps at every step")
-  return (f"train.steps: the new schedule changes the lr of steps already taken (first at step "
-          f"{t}: {lr_old:.6g} -> {lr_new:.6g}); {why}; only a wsd schedule restored in its stable "
-          f"phase can be extended exactly")
+@dataclasses.dataclass(frozen=True)
+class _ToFinal(Schedule):
+  final_frac: float = setting(0.1, FRACTION)  # f: final lr / peak
 
 
-def extension_check(old_cfg, new_cfg, restored_step: int) -> bool:
-  """True when switching `old_cfg` -> `new_cfg` keeps the lr of every step already taken.
+@register_schedule("constant")
+@dataclasses.dataclass(frozen=True)
+class Constant(Schedule):
 
-  `restored_step` is the number of updates taken (the checkpoint's step). Exact comparison of the
-  two schedules on t = 0 .. restored_step - 1: True for a WSD run restored in its stable phase
-  and extended, False for cosine (every lr after t = 0 depends on T).
-  """
-  return first_changed_step(old_cfg, new_cfg, restored_step) is None
+  def make(self, peak, total_steps, warmup):
+    return with_warmup(peak, warmup, optax.constant_schedule(peak))
+
+
+@register_schedule("step")
+@dataclasses.dataclass(frozen=True)
+class Step(Schedule):
+  step_every_frac: float = setting(0.3, OPEN_FRACTION)  # s = step_every_frac * T
+  gamma: float = setting(0.5, OPEN_FRACTION)
+
+  def make(self, peak, total_steps, warmup):
+    every = int(round(self.step_every_frac * total_steps))
+    return with_warmup(peak, warmup, step_decay(peak, every, self.gamma))
+
+
+@register_schedule("cosine")
+@dataclasses.dataclass(frozen=True)
+class Cosine(Schedule):
+
+  def make(self, peak, total_steps, warmup):
+    main = optax.cosine_decay_schedule(peak, max(1, total_steps - warmup), alpha=0.0)
+    return with_warmup(peak, warmup, main)
+
+
+@register_schedule("warmup_cosine")
+@dataclasses.dataclass(frozen=True)
+class WarmupCosine(_ToFinal):
+
+  def make(self, peak, total_steps, warmup):
+    return optax.warmup_cosine_decay_schedule(0.0, peak, warmup, total_steps,
+                                              end_value=self.final_frac * peak)
+
+
+@register_schedule("wsd")
+@dataclasses.dataclass(frozen=True)
+class Wsd(_ToFinal):
+  decay_frac: float = setting(0.2, OPEN_FRACTION)  # D = round(decay_frac * T), at least 1
+  decay_shape: str = setting("linear", one_of(DECAY_SHAPES))
+
+  def decay_steps(self, total_steps: int) -> int:
+    return max(1, int(round(self.decay_frac * total_steps)))
+
+  def check_steps(self, total_steps):
+    super().check_steps(total_steps)
+    w, d = self.warmup(total_steps), self.decay_steps(total_steps)
+    if w + d > total_steps:
+      self.fail("decay_frac", f"warmup ({w}) + decay ({d}) steps exceed the run "
+                              f"({total_steps} steps)")
+
+  def make(self, peak, total_steps, warmup):
+    return wsd(peak, total_steps, warmup, self.decay_steps(total_steps), self.final_frac,
+               self.decay_shape)
 
 
 def linear_scaled_lr(base_lr: float, base_batch: int, batch: int) -> float:
@@ -205,3 +197,7 @@ def linear_scaled_lr(base_lr: float, base_batch: int, batch: int) -> float:
 def sqrt_scaled_lr(base_lr: float, base_batch: int, batch: int) -> float:
   """Square-root scaling rule (Adam): eta * sqrt(k) for batch * k."""
   return base_lr * math.sqrt(batch / base_batch)
+
+
+__all__ = ["SCHEDULES", "Schedule", "register_schedule", "DECAY_SHAPES", "step_decay",
+           "decay_to", "wsd", "with_warmup", "linear_scaled_lr", "sqrt_scaled_lr"]

@@ -1,0 +1,160 @@
+"""The `optim` section, parsed once: `parse_optim(optim_cfg) -> OptimConfig`.
+
+`OptimConfig` holds the keys every rule shares (lr, clip_norm, ema_decay, decay_embeddings,
+decay_mask), the rule (`jaxdl.optim.rules`, its own keys and defaults) and the schedule
+(`jaxdl.optim.schedules`). `default_optim_config()`, the ConfigDict experiments copy and `--set`
+overrides, is written from these classes: common keys carry their defaults, and each rule's or
+schedule's own key is a typed placeholder, None meaning "the chosen class's default". So a key
+is set only when someone means it, and a rule given a key it does not have refuses it:
+`optim.weight_decay: optimizer 'adam' has no weight decay (got 0.01); use 'adamw' (decoupled)
+or 'adam_l2', or leave it unset`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import ml_collections
+from ml_collections import config_dict
+import optax
+
+from jaxdl.optim import schema
+from jaxdl.optim.ema import ema_params
+from jaxdl.optim.masks import mask_of, mask_table, path_predicate
+from jaxdl.optim.rules import OPTIMIZERS, AdamW, Optimizer
+from jaxdl.optim.schedules import SCHEDULES, Schedule, WarmupCosine
+
+UNIT_OR_NONE = schema.Check(lambda v: 0 <= v < 1, "must be in [0, 1) or None (no average)")
+POSITIVE_OR_NONE = schema.Check(lambda v: v > 0, "must be > 0 or None (no clipping)")
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig(schema.Checked):
+  """A parsed `optim` section; `build(total_steps) -> (tx, schedule)`.
+
+  tx = chain(clip_by_global_norm(clip_norm), rule(schedule, mask), ema_params(ema_decay)),
+  the first and last links only when their key is set.
+  """
+
+  prefix: ClassVar[str] = "optim."
+  optimizer: Optimizer = dataclasses.field(default_factory=AdamW)        # key `name`
+  schedule: Schedule = dataclasses.field(default_factory=WarmupCosine)   # section `schedule`
+  lr: float = schema.setting(1e-3, schema.NONNEG)                        # peak eta0
+  clip_norm: float | None = schema.setting(1.0, POSITIVE_OR_NONE)        # c: g min(1, c/|g|)
+  ema_decay: float | None = schema.setting(None, UNIT_OR_NONE)           # d of the EMA
+  decay_embeddings: bool = False         # the default mask also decays 'embedding' tables
+  decay_mask: tuple[str, ...] | None = None  # path regexes replacing the default mask
+
+  def __post_init__(self):
+    super().__post_init__()
+    path_predicate(self.decay_mask)  # a bad regex fails here, before any compile
+    hint = self.optimizer.unset_hints.get("weight_decay", "use a rule with weight decay")
+    for key, off in (("decay_mask", None), ("decay_embeddings", False)):
+      if not self.has_decay and getattr(self, key) != off:
+        self.fail(key, f"optimizer {self.name!r} has no weight decay to mask "
+                       f"(got {getattr(self, key)!r}); {hint}, or leave it unset")
+
+  @property
+  def name(self) -> str:
+    return self.optimizer.name
+
+  @property
+  def has_decay(self) -> bool:
+    return "weight_decay" in schema.hints(type(self.optimizer))
+
+  @property
+  def weight_decay(self) -> float:
+    """lambda in effect (0 for a rule without decay)."""
+    return self.optimizer.weight_decay if self.has_decay else 0.0
+
+  def mask_fn(self):
+    """`params -> pytree of bool`: which parameters are decayed."""
+    return mask_of(path_predicate(self.decay_mask, self.decay_embeddings))
+
+  def schedule_fn(self, total_steps: int) -> optax.Schedule:
+    return self.schedule.build(self.lr, total_steps)
+
+  def build(self, total_steps: int):
+    """`(tx, schedule)` for a run of T = `total_steps` updates."""
+    schedule = self.schedule_fn(total_steps)
+    parts = []
+    if self.clip_norm is not None:
+      parts.append(optax.clip_by_global_norm(self.clip_norm))
+    parts.append(self.optimizer.build(schedule, self.mask_fn()))
+    if self.ema_decay is not None:
+      parts.append(ema_params(self.ema_decay))  # last: it averages the parameters after the update
+    return optax.chain(*parts), schedule
+
+
+_COMMON = ("lr", "clip_norm", "ema_decay", "decay_embeddings", "decay_mask")
+
+
+def _put(c: ml_collections.ConfigDict, key: str, default, t: type) -> None:
+  c[key] = config_dict.placeholder(t)  # typed, so `--set` checks types and None stays allowed
+  if default is not None:
+    c[key] = default
+
+
+def default_optim_config() -> ml_collections.ConfigDict:
+  """Every `optim.*` key: common keys with their defaults, each rule's and schedule's own keys
+  as typed placeholders (None = that class's default); built from the registered classes."""
+  d, common = OptimConfig(), schema.hints(OptimConfig)
+  c = ml_collections.ConfigDict()
+  c.name = d.optimizer.name
+  for key in _COMMON:
+    _put(c, key, getattr(d, key), schema.config_type(common[key]))
+  for key, t in schema.types_of(OPTIMIZERS).items():
+    _put(c, key, None, t)
+  s = ml_collections.ConfigDict()
+  s.name = d.schedule.name
+  base = schema.hints(Schedule)
+  for key, hint in base.items():
+    _put(s, key, getattr(d.schedule, key), schema.config_type(hint))
+  for key, t in schema.types_of(SCHEDULES, base=Schedule).items():
+    _put(s, key, None, t)
+  c.schedule = s
+  return c
+
+
+def _refuse_unknown(given: dict, known: dict, prefix: str) -> None:
+  """Unknown keys (typos) are errors, not silently ignored settings."""
+  for k, v in given.items():
+    if k not in known:
+      raise ValueError(f"{prefix}.{k}: unknown key; expected one of {sorted(known)}")
+    if isinstance(v, dict) and isinstance(known[k], dict):
+      _refuse_unknown(v, known[k], f"{prefix}.{k}")
+
+
+def parse_optim(optim_cfg, *, strict: bool = True) -> OptimConfig:
+  """The typed `OptimConfig` of an `optim` section (ConfigDict or plain dict; missing keys take
+  their defaults). Raises ValueError naming the key for unknown keys, wrong types, values out
+  of range and keys the chosen rule or schedule does not have. `strict=False` drops the latter
+  instead: for the `config.json` of a past run, written before they were refused."""
+  if isinstance(optim_cfg, OptimConfig):
+    return optim_cfg
+  given = schema.plain(optim_cfg)
+  _refuse_unknown(given, default_optim_config().to_dict(), "optim")
+  sched = given.pop("schedule", None) or {}
+  default = OptimConfig()
+  optimizer = schema.parse_section({k: v for k, v in given.items() if k not in _COMMON},
+                                   OPTIMIZERS, default.optimizer.name, strict=strict)
+  schedule = schema.parse_section(sched, SCHEDULES, default.schedule.name, strict=strict)
+  hints = schema.hints(OptimConfig)
+  common = {k: schema.coerce(f"optim.{k}", given[k], hints[k]) for k in _COMMON if k in given}
+  return OptimConfig(optimizer=optimizer, schedule=schedule, **common)
+
+
+def parse_schedule(sched_cfg, *, strict: bool = True) -> Schedule:
+  """The typed schedule of an `optim.schedule` section alone (see `parse_optim`)."""
+  given = schema.plain(sched_cfg)
+  _refuse_unknown(given, default_optim_config().schedule.to_dict(), "optim.schedule")
+  return schema.parse_section(given, SCHEDULES, OptimConfig().schedule.name, strict=strict)
+
+
+def decay_table(params, optim_cfg) -> str:
+  """A text table of every parameter: path, shape, size, decayed; totals and lambda at the
+  bottom (lambda in effect: the rule's default when unset, 0 for a rule without decay)."""
+  optim = parse_optim(optim_cfg)
+  return mask_table(params, path_predicate(optim.decay_mask, optim.decay_embeddings),
+                    optim.weight_decay)
