@@ -1,14 +1,16 @@
 """jaxdl.optim.schedules: values against the formulas, WSD extension, config errors."""
 
+import dataclasses
 import math
 
 import ml_collections
 import numpy as np
+import optax
 import pytest
 
 from jaxdl.optim import (default_optim_config, extension_check, extension_problem,
                          first_changed_step, linear_scaled_lr, make_optimizer, make_schedule,
-                         sqrt_scaled_lr)
+                         resolve_warmup, schedules, schema, sqrt_scaled_lr)
 
 ETA = 0.1
 T = 1000
@@ -149,3 +151,72 @@ def test_bad_schedule_config_names_the_key(name, sched, total, pattern):
 def test_scaling_rules():
   assert linear_scaled_lr(0.1, 256, 1024) == pytest.approx(0.4)
   assert sqrt_scaled_lr(1e-3, 256, 1024) == pytest.approx(2e-3)
+
+
+# --- one schema per schedule: own keys, defaults in the class, keys it lacks refused ------------
+
+@pytest.mark.parametrize("name,key,value,pattern", [
+    ("cosine", "final_frac", 0.1, r"^optim\.schedule\.final_frac: schedule 'cosine' has no final "
+                                  r"frac \(got 0\.1\); use one that has it \('warmup_cosine', "
+                                  r"'wsd'\), or leave it unset$"),
+    ("wsd", "gamma", 0.5, r"^optim\.schedule\.gamma: schedule 'wsd' has no gamma .*\('step'\)"),
+    ("constant", "decay_shape", "cosine", r"^optim\.schedule\.decay_shape: schedule 'constant' "),
+    ("wsd", "warmup_steps", 2.5, r"^optim\.schedule\.warmup_steps: expected int, got 2\.5$"),
+    ("wsd", "warmp_steps", 5, r"^optim\.schedule\.warmp_steps: unknown key; expected one of "),
+])
+def test_a_key_the_schedule_does_not_use_is_refused(name, key, value, pattern):
+  c = _cfg(name).to_dict()
+  c["schedule"][key] = value
+  with pytest.raises(ValueError, match=pattern):
+    make_optimizer(c, T)
+
+
+def test_a_schedule_built_directly_checks_its_ranges():
+  with pytest.raises(ValueError, match=r"^optim\.schedule\.decay_shape: must be one of "
+                                       r"\['linear', 'cosine', '1-sqrt'\], got 'exp'$"):
+    schedules.Wsd(decay_shape="exp")
+  wsd = schedules.Wsd(warmup_steps=50)
+  assert wsd.warmup(T) == 50 and schedules.Cosine().warmup(T) == 50  # 5% of T by default
+  assert float(wsd.build(ETA, T)(500)) == pytest.approx(ETA)
+
+
+def test_extension_reads_old_records_that_hold_every_key():
+  """A config.json written before keys were refused holds every default (cosine with a
+  final_frac, adam with weight_decay 0.01): extension checks read it, the optimizer refuses it."""
+  old = _full(_cfg("cosine"), T).to_dict()
+  old["optim"].update(name="adam", weight_decay=0.01, momentum=0.9)
+  old["optim"]["schedule"].update(final_frac=0.1, decay_frac=0.2, gamma=0.5)
+  new = _full(_cfg("cosine"), 2 * T).to_dict()
+  assert "first at step 1" in extension_problem(old, new, 700)
+  assert first_changed_step(old, old, 700) is None
+  assert resolve_warmup(old["optim"]["schedule"], T) == 0
+  with pytest.raises(ValueError, match=r"^optim\.(weight_decay|momentum): optimizer 'adam' has"):
+    make_optimizer(old["optim"], T)
+
+
+@pytest.fixture
+def linear_decay():
+  """A new schedule is one registered class: eta0 (1 - t / T) after the warmup."""
+
+  @schedules.register_schedule("linear_decay")
+  @dataclasses.dataclass(frozen=True)
+  class LinearDecay(schedules.Schedule):
+    end_frac: float = schema.setting(0.0, schema.FRACTION)
+
+    def make(self, peak, total_steps, warmup):
+      main = optax.linear_schedule(peak, self.end_frac * peak, total_steps - warmup)
+      return schedules.with_warmup(peak, warmup, main)
+
+  yield LinearDecay
+  del schedules.SCHEDULES["linear_decay"]
+
+
+def test_a_registered_schedule_gets_its_keys_and_follows_its_formula(linear_decay):
+  c = _cfg("linear_decay")
+  assert c.schedule.end_frac is None  # its key joins the config, unset
+  c.schedule.end_frac, c.schedule.warmup_steps = 0.5, 100
+  for t in (0, 50, 100, 550, T):
+    ref = ETA * t / 100 if t < 100 else ETA * (1 - 0.5 * (t - 100) / (T - 100))
+    assert _lr(c, t) == pytest.approx(ref, abs=1e-7), t
+  with pytest.raises(ValueError, match=r"^optim\.schedule\.end_frac: schedule 'wsd' has no"):
+    make_schedule(dict(c.to_dict(), schedule=dict(c.schedule.to_dict(), name="wsd")), T)
