@@ -1,5 +1,6 @@
 """jaxdl.data: datasets, the seeded global-batch stream, per-process shards, exact resume."""
 
+import dataclasses
 import json
 
 import ml_collections
@@ -70,7 +71,8 @@ def test_digits_split_is_stratified_fixed_and_scaled():
   # The split partitions the 1797 images (pixels * 16 are the original integers).
   both = np.concatenate([tr["x"], te["x"]])[..., 0] * 16
   ref = load_digits().images
-  key = lambda a: sorted(map(bytes, a.astype(np.uint8).reshape(len(a), -1)))
+  def key(a):
+    return sorted(map(bytes, a.astype(np.uint8).reshape(len(a), -1)))
   assert key(both) == key(ref)
   # Fixed: a fresh build (another seed) has the same test set.
   (te2,) = list(data.make_dataset(make_config("digits", seed=5)).eval_batches())
@@ -169,7 +171,8 @@ def test_textfile_and_npz(tmp_path):
 
 
 def test_determinism_by_seed_and_different_seeds_differ():
-  run = lambda seed: take(data.make_dataset(make_config("digits", seed=seed)).train_iter(), 3)
+  def run(seed):
+    return take(data.make_dataset(make_config("digits", seed=seed)).train_iter(), 3)
   a, b, c = run(0), run(0), run(1)
   assert_batches_equal(a, b)
   assert not np.array_equal(a[0]["y"], c[0]["y"])
@@ -273,6 +276,12 @@ def test_default_config_lists_every_key_and_type_checks_overrides():
     (dict(batch_size=0), "data.batch_size: must be positive"),
     (dict(noise="x"), "data.noise: expected float"),
     (dict(n=-5), "data.n: must be positive"),
+    (dict(n="3"), "data.n: expected int, got '3'"),
+    (dict(shuffle=1), "data.shuffle: expected bool, got 1"),
+    (dict(noise=-1), "data.noise: must be >= 0, got -1$"),
+    (dict(n_eval=0), "data.n_eval: must be positive, got 0"),
+    (dict(data_seed=None), r"data.data_seed: must be set \(expected int\)"),
+    (dict(name=""), "data.name: must be set; expected one of moons, digits"),
 ])
 def test_config_errors(overrides, message):
   d = {**data.default_data_config("moons").to_dict(), **overrides}
@@ -295,3 +304,51 @@ def test_sharding_and_path_errors(tmp_path):
   other = data.make_dataset(make_config("digits", batch_size=50)).train_iter()
   with pytest.raises(ValueError, match="global_batch_size"):
     other.set_state(state)
+
+
+def test_sources_are_typed_and_check_themselves():
+  assert data.DATASETS == ("moons", "digits", "toy2d", "text", "textfile", "npz")
+  src = data.parse_data(make_config("toy2d", n=512).data)
+  assert isinstance(src, data.sources.Toy2D) and (src.name, src.n, src.batch_size) == (
+      "toy2d", 512, 256)
+  # Built directly, a source refuses bad values as a parsed one does.
+  with pytest.raises(ValueError, match="^data.scale: 'x' is not one of unit, symmetric$"):
+    data.sources.Digits(scale="x")
+  with pytest.raises(ValueError, match="^data.batch_size: must be positive"):
+    data.sources.Text(batch_size=0)  # the base class's check holds under a new default
+  cfg = data.default_data_config("text")
+  assert (cfg.batch_size, cfg.eval_batch_size, cfg.max_bytes) == (32, 64, 2_000_000)
+  with pytest.raises(TypeError, match="frozen DataSource dataclass"):
+    data.register_source("loose")(type("Loose", (data.DataSource,), {}))  # no @dataclass
+  with pytest.raises(ValueError, match="'moons' is registered twice"):
+    data.register_source("moons")(data.sources.Moons)
+
+
+# --- extending: a new source is one registered class ------------------------------------------
+
+
+@data.register_source("ramp")
+@dataclasses.dataclass(frozen=True)
+class Ramp(data.DataSource):
+  """x = 0, 1, ..., n - 1 as (n, 1) float32 rows; eval is the same rows."""
+
+  batch_size: int = 16
+  n: int = data.setting(64, data.POSITIVE)
+
+  def build(self) -> data.Source:
+    x = {"x": np.arange(self.n, dtype=np.float32)[:, None]}
+    return data.arrays_source("generative", x, x)
+
+
+def test_a_new_source_is_one_registered_class():
+  cfg = data.default_data_config("ramp")
+  assert cfg.to_dict() == dict(name="ramp", batch_size=16, eval_batch_size=None, shuffle=True,
+                               n=64)
+  ds = data.make_dataset(ml_collections.ConfigDict({"seed": 0, "data": cfg}))
+  assert (ds.info["kind"], ds.info["num_train"], ds.info["steps_per_epoch"]) == ("generative",
+                                                                                 64, 4)
+  batch = next(ds.train_iter())
+  assert batch["x"].shape == (16, 1) and set(batch["x"][:, 0]) <= set(range(64))
+  cfg.n = 0
+  with pytest.raises(ValueError, match="^data.n: must be positive, got 0$"):
+    data.make_dataset(ml_collections.ConfigDict({"seed": 0, "data": cfg}))

@@ -28,7 +28,7 @@ from typing import Any, Iterator
 import grain
 import numpy as np
 
-from jaxdl.data.sources import Source, Split
+from jaxdl.data.schema import Source, Split
 
 # Everything is in memory and small: read in the calling thread so the order and the state are
 # exactly those of the index stream, with no background work racing a checkpoint.

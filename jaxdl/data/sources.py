@@ -1,9 +1,10 @@
 """Embedded and user datasets as in-memory arrays; nothing is downloaded.
 
-Each builder takes the dataset's config as a plain dict (defaults filled in, values checked by
-`jaxdl.data.make_dataset`) and returns a `Source`: a train `Split`, an eval `Split` and the
-`info` dict. A `Split` knows its size and gathers a batch of examples from an index array, so the
-pipeline only ever moves small integer indices around (the iterator state stays tiny).
+Each dataset is a registered `DataSource` dataclass (`jaxdl.data.schema`): its fields are its
+config keys with their defaults and checks, and `build()` returns a `Source`: a train `Split`,
+an eval `Split` and the `info` dict. A `Split` knows its size and gathers a batch of examples
+from an index array, so the pipeline only ever moves small integer indices around (the iterator
+state stays tiny).
 
 Shapes: N examples, B batch rows, T context length, D feature dims.
 
@@ -11,7 +12,7 @@ Datasets:
   moons     sklearn make_moons: train = the exact draw (n, noise, random_state=data_seed),
             eval = an independent draw with random_state data_seed + 1.        kind 'binary'
   digits    sklearn load_digits, x = pixels / 16 in [0, 1] (or 2 x - 1 in [-1, 1] with
-            scale 'symmetric'), stratified 80/20 split with random_state 0.     kind 'classification'
+            scale 'symmetric'), stratified 80/20 split, random_state 0.       kind 'classification'
   toy2d     2-D generative targets (moons, 8gaussians, checkerboard, swissroll), independent
             samples (toy moons are not make_moons' stratified draw), each mapped by a fixed
             affine so every coordinate has mean ~0 and std ~1.                 kind 'generative'
@@ -28,26 +29,14 @@ import functools
 import os
 import sysconfig
 import zlib
-from typing import Any, Callable
 
 import numpy as np
 
+from jaxdl.data.schema import (NONNEG, OPEN_UNIT, POSITIVE, DataSource, Source, Split, one_of,
+                               register_source, setting)
+
 KINDS = ("classification", "binary", "lm", "regression", "generative")
 TOY2D = ("moons", "8gaussians", "checkerboard", "swissroll")
-
-
-@dataclasses.dataclass(frozen=True)
-class Split:
-  """`num` examples; `gather(idx_B) -> dict of (B, ...) numpy arrays`."""
-  num: int
-  gather: Callable[[np.ndarray], dict[str, np.ndarray]]
-
-
-@dataclasses.dataclass(frozen=True)
-class Source:
-  train: Split
-  eval: Split
-  info: dict[str, Any]
 
 
 def _array_split(arrays: dict[str, np.ndarray]) -> Split:
@@ -61,23 +50,35 @@ def _info(kind, train, eval_, input_shape, num_classes=None, vocab_size=None):
               num_eval=eval_.num)
 
 
-def _arrays_source(kind, train, eval_, num_classes=None, vocab_size=None) -> Source:
+def arrays_source(kind: str, train: dict[str, np.ndarray], eval_: dict[str, np.ndarray],
+                  num_classes: int | None = None, vocab_size: int | None = None) -> Source:
+  """A `Source` over in-memory arrays: `train` / `eval_` map 'x' (N, ...) and optional 'y' (N,)
+  to arrays with N rows each; info's input_shape is x's shape without N, `kind` one of KINDS."""
   tr, ev = _array_split(train), _array_split(eval_)
   return Source(tr, ev, _info(kind, tr, ev, train["x"].shape[1:], num_classes, vocab_size))
 
 
 # --- moons ------------------------------------------------------------------------------------
 
-def moons(cfg) -> Source:
-  from sklearn.datasets import make_moons  # pylint: disable=g-import-not-at-top
-  n_eval = cfg["n"] if cfg["n_eval"] is None else cfg["n_eval"]
+@register_source("moons")
+@dataclasses.dataclass(frozen=True)
+class Moons(DataSource):
+  batch_size: int = 1000                       # the course's full batch
+  n: int = setting(1000, POSITIVE)             # training points
+  n_eval: int | None = setting(None, POSITIVE)  # None: n
+  noise: float = setting(0.25, NONNEG)         # std of the Gaussian added to each point
+  data_seed: int = 42                          # train random_state; eval uses data_seed + 1
 
-  def draw(n, seed):
-    x_NxD, y_N = make_moons(n_samples=n, noise=cfg["noise"], random_state=seed)
-    return {"x": x_NxD.astype(np.float32), "y": y_N.astype(np.float32)}
+  def build(self) -> Source:
+    from sklearn.datasets import make_moons  # pylint: disable=g-import-not-at-top
+    n_eval = self.n if self.n_eval is None else self.n_eval
 
-  return _arrays_source("binary", draw(cfg["n"], cfg["data_seed"]),
-                        draw(n_eval, cfg["data_seed"] + 1), num_classes=2)
+    def draw(n, seed):
+      x_NxD, y_N = make_moons(n_samples=n, noise=self.noise, random_state=seed)
+      return {"x": x_NxD.astype(np.float32), "y": y_N.astype(np.float32)}
+
+    return arrays_source("binary", draw(self.n, self.data_seed),
+                          draw(n_eval, self.data_seed + 1), num_classes=2)
 
 
 # --- digits -----------------------------------------------------------------------------------
@@ -93,16 +94,21 @@ def digits_split() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
   return x_tr, y_tr, x_te, y_te
 
 
-def digits(cfg) -> Source:
-  x_tr, y_tr, x_te, y_te = digits_split()
+@register_source("digits")
+@dataclasses.dataclass(frozen=True)
+class Digits(DataSource):
+  scale: str = setting("unit", one_of("unit", "symmetric"))  # x in [0, 1] or [-1, 1]
 
-  def prep(x_Nx8x8, y_N):
-    x = (x_Nx8x8 / 16.0).astype(np.float32)[..., None]
-    if cfg["scale"] == "symmetric":
-      x = 2.0 * x - 1.0  # the diffusion convention: data in [-1, 1]
-    return {"x": x, "y": y_N.astype(np.int32)}
+  def build(self) -> Source:
+    x_tr, y_tr, x_te, y_te = digits_split()
 
-  return _arrays_source("classification", prep(x_tr, y_tr), prep(x_te, y_te), num_classes=10)
+    def prep(x_Nx8x8, y_N):
+      x = (x_Nx8x8 / 16.0).astype(np.float32)[..., None]
+      if self.scale == "symmetric":
+        x = 2.0 * x - 1.0  # the diffusion convention: data in [-1, 1]
+      return {"x": x, "y": y_N.astype(np.int32)}
+
+    return arrays_source("classification", prep(x_tr, y_tr), prep(x_te, y_te), num_classes=10)
 
 
 # --- toy 2-D distributions ---------------------------------------------------------------------
@@ -152,11 +158,20 @@ def sample_toy2d(name: str, n: int, seed: int) -> np.ndarray:
   return ((x_Nx2 - np.asarray(mean)) / np.asarray(std)).astype(np.float32)
 
 
-def toy2d(cfg) -> Source:
-  n_eval = cfg["n"] if cfg["n_eval"] is None else cfg["n_eval"]
-  train = {"x": sample_toy2d(cfg["distribution"], cfg["n"], cfg["data_seed"])}
-  eval_ = {"x": sample_toy2d(cfg["distribution"], n_eval, cfg["data_seed"] + 1)}
-  return _arrays_source("generative", train, eval_)
+@register_source("toy2d")
+@dataclasses.dataclass(frozen=True)
+class Toy2D(DataSource):
+  batch_size: int = 256
+  distribution: str = setting("moons", one_of(*TOY2D))
+  n: int = setting(10_000, POSITIVE)           # training points
+  n_eval: int | None = setting(None, POSITIVE)  # None: n
+  data_seed: int = 0                           # train seed; eval uses data_seed + 1
+
+  def build(self) -> Source:
+    n_eval = self.n if self.n_eval is None else self.n_eval
+    train = {"x": sample_toy2d(self.distribution, self.n, self.data_seed)}
+    eval_ = {"x": sample_toy2d(self.distribution, n_eval, self.data_seed + 1)}
+    return arrays_source("generative", train, eval_)
 
 
 # --- byte-level text ---------------------------------------------------------------------------
@@ -210,43 +225,64 @@ def _windows_split(corpus_L: np.ndarray, starts_N: np.ndarray, t: int) -> Split:
   return Split(len(starts_N), gather)
 
 
-def _lm_source(train_L, val_L, cfg, key) -> Source:
-  """Windows of T + 1 bytes (x = the first T, y = the last T, i.e. the next byte of each x).
+@dataclasses.dataclass(frozen=True)
+class ByteLM(DataSource):
+  """Byte-level language modelling: windows of T + 1 bytes (x = the first T, y = the last T,
+  i.e. the next byte of each x), vocabulary 256.
 
   Train windows start every T bytes (consecutive windows share one byte: the last target of one
   is the first input of the next). Eval windows are at most max_eval_windows starts evenly spread
   over the val bytes (all stride-T windows when max_eval_windows is 0).
   """
-  t = cfg["context_length"]
-  for name, arr in (("train", train_L), ("val", val_L)):
-    if len(arr) < t + 1:
-      raise ValueError(f"data.{key}: the {name} split has {len(arr)} bytes, fewer than "
-                       f"context_length + 1 = {t + 1}")
-  train_starts = np.arange(0, len(train_L) - t, t)
-  val_starts = np.arange(0, len(val_L) - t, t)
-  if 0 < cfg["max_eval_windows"] < len(val_starts):
-    val_starts = np.linspace(0, len(val_L) - t - 1, cfg["max_eval_windows"]).astype(np.int64)
-  tr, ev = _windows_split(train_L, train_starts, t), _windows_split(val_L, val_starts, t)
-  return Source(tr, ev, _info("lm", tr, ev, (t,), vocab_size=256))
+
+  batch_size: int = 32
+  eval_batch_size: int | None = 64
+  context_length: int = setting(128, POSITIVE)   # T
+  val_frac: float = setting(0.1, OPEN_UNIT)      # share of the bytes held out
+  max_eval_windows: int = setting(512, NONNEG)   # 0: every stride-T val window
+
+  def windows(self, train_L, val_L, key) -> Source:
+    """The `Source` over byte arrays; `key` names the setting to blame for a too-short split."""
+    t = self.context_length
+    for name, arr in (("train", train_L), ("val", val_L)):
+      if len(arr) < t + 1:
+        raise ValueError(f"data.{key}: the {name} split has {len(arr)} bytes, fewer than "
+                         f"context_length + 1 = {t + 1}")
+    train_starts = np.arange(0, len(train_L) - t, t)
+    val_starts = np.arange(0, len(val_L) - t, t)
+    if 0 < self.max_eval_windows < len(val_starts):
+      val_starts = np.linspace(0, len(val_L) - t - 1, self.max_eval_windows).astype(np.int64)
+    tr, ev = _windows_split(train_L, train_starts, t), _windows_split(val_L, val_starts, t)
+    return Source(tr, ev, _info("lm", tr, ev, (t,), vocab_size=256))
 
 
-def text(cfg) -> Source:
-  train_L, val_L = stdlib_corpus(cfg["max_bytes"], cfg["val_frac"])
-  return _lm_source(train_L, val_L, cfg, "max_bytes")
+@register_source("text")
+@dataclasses.dataclass(frozen=True)
+class Text(ByteLM):
+  max_bytes: int = setting(2_000_000, POSITIVE)  # cap on the stdlib bytes read
+
+  def build(self) -> Source:
+    train_L, val_L = stdlib_corpus(self.max_bytes, self.val_frac)
+    return self.windows(train_L, val_L, "max_bytes")
 
 
-def _read_path(cfg) -> str:
-  path = os.path.expanduser(cfg["path"])
-  if not path or not os.path.isfile(path):
-    raise ValueError(f"data.path: file not found: {cfg['path']!r}")
-  return path
+def _read_path(path: str) -> str:
+  full = os.path.expanduser(path)
+  if not full or not os.path.isfile(full):
+    raise ValueError(f"data.path: file not found: {path!r}")
+  return full
 
 
-def textfile(cfg) -> Source:
-  with open(_read_path(cfg), "rb") as f:
-    corpus_L = np.frombuffer(f.read(), dtype=np.uint8)
-  cut = len(corpus_L) - int(round(cfg["val_frac"] * len(corpus_L)))
-  return _lm_source(corpus_L[:cut], corpus_L[cut:], cfg, "path")
+@register_source("textfile")
+@dataclasses.dataclass(frozen=True)
+class TextFile(ByteLM):
+  path: str = ""  # the file; its last val_frac of bytes is the eval split
+
+  def build(self) -> Source:
+    with open(_read_path(self.path), "rb") as f:
+      corpus_L = np.frombuffer(f.read(), dtype=np.uint8)
+    cut = len(corpus_L) - int(round(self.val_frac * len(corpus_L)))
+    return self.windows(corpus_L[:cut], corpus_L[cut:], "path")
 
 
 # --- user arrays -------------------------------------------------------------------------------
@@ -255,52 +291,59 @@ def _cast_y(y, kind):
   return y.astype(np.int32 if kind in ("classification", "lm") else np.float32)
 
 
-def npz(cfg) -> Source:
-  path, kind = _read_path(cfg), cfg["kind"]
-  try:
-    with np.load(path, allow_pickle=False) as f:
-      arrays = {k: np.asarray(f[k]) for k in f.files}
-  except (OSError, ValueError) as e:
-    raise ValueError(f"data.path: cannot read {path!r} as .npz: {e}") from e
-  if "x" not in arrays or ("y" not in arrays and kind != "generative"):
-    raise ValueError(f"data.path: {path!r} must hold arrays 'x' and 'y' (kind {kind!r}); "
-                     f"found {sorted(arrays)}")
-  keys = [k for k in ("x", "y") if k in arrays]
-  for k in keys:
-    if len(arrays[k]) != len(arrays["x"]):
-      raise ValueError(f"data.path: {path!r}: len({k}) = {len(arrays[k])} differs from "
-                       f"len(x) = {len(arrays['x'])}")
-  if "x_eval" in arrays:
-    train = {k: arrays[k] for k in keys}
-    eval_ = {k: arrays[k + "_eval"] for k in keys if k + "_eval" in arrays}
-    if set(eval_) != set(train):
-      raise ValueError(f"data.path: {path!r} has x_eval but not y_eval")
-  else:
-    # A seeded holdout: the same file and data_seed always give the same split.
-    n = len(arrays["x"])
-    n_eval = int(round(cfg["eval_frac"] * n))
-    if not 0 < n_eval < n:
-      raise ValueError(f"data.eval_frac: {cfg['eval_frac']} of {n} examples leaves an empty "
-                       "train or eval split")
-    perm_N = np.random.default_rng(cfg["data_seed"]).permutation(n)
-    train = {k: arrays[k][perm_N[n_eval:]] for k in keys}
-    eval_ = {k: arrays[k][perm_N[:n_eval]] for k in keys}
-  for split in (train, eval_):
-    if np.issubdtype(split["x"].dtype, np.floating):
-      split["x"] = split["x"].astype(np.float32)
+@register_source("npz")
+@dataclasses.dataclass(frozen=True)
+class Npz(DataSource):
+  """Arrays x, y (optional x_eval, y_eval, else a seeded eval_frac holdout) from a .npz file."""
+
+  path: str = ""
+  kind: str = setting("classification", one_of(*KINDS))  # the task the arrays are for
+  eval_frac: float = setting(0.1, OPEN_UNIT)   # holdout share when there is no x_eval
+  data_seed: int = 0                           # seeds the holdout permutation
+
+  def build(self) -> Source:
+    path, kind = _read_path(self.path), self.kind
+    try:
+      with np.load(path, allow_pickle=False) as f:
+        arrays = {k: np.asarray(f[k]) for k in f.files}
+    except (OSError, ValueError) as e:
+      raise ValueError(f"data.path: cannot read {path!r} as .npz: {e}") from e
+    if "x" not in arrays or ("y" not in arrays and kind != "generative"):
+      raise ValueError(f"data.path: {path!r} must hold arrays 'x' and 'y' (kind {kind!r}); "
+                       f"found {sorted(arrays)}")
+    keys = [k for k in ("x", "y") if k in arrays]
+    for k in keys:
+      if len(arrays[k]) != len(arrays["x"]):
+        raise ValueError(f"data.path: {path!r}: len({k}) = {len(arrays[k])} differs from "
+                         f"len(x) = {len(arrays['x'])}")
+    if "x_eval" in arrays:
+      train = {k: arrays[k] for k in keys}
+      eval_ = {k: arrays[k + "_eval"] for k in keys if k + "_eval" in arrays}
+      if set(eval_) != set(train):
+        raise ValueError(f"data.path: {path!r} has x_eval but not y_eval")
+    else:
+      # A seeded holdout: the same file and data_seed always give the same split.
+      n = len(arrays["x"])
+      n_eval = int(round(self.eval_frac * n))
+      if not 0 < n_eval < n:
+        raise ValueError(f"data.eval_frac: {self.eval_frac} of {n} examples leaves an empty "
+                         "train or eval split")
+      perm_N = np.random.default_rng(self.data_seed).permutation(n)
+      train = {k: arrays[k][perm_N[n_eval:]] for k in keys}
+      eval_ = {k: arrays[k][perm_N[:n_eval]] for k in keys}
+    for split in (train, eval_):
+      if np.issubdtype(split["x"].dtype, np.floating):
+        split["x"] = split["x"].astype(np.float32)
+      elif kind == "lm":
+        split["x"] = split["x"].astype(np.int32)
+      if "y" in split:
+        split["y"] = _cast_y(split["y"], kind)
+    num_classes = vocab_size = None
+    if kind == "classification":
+      num_classes = int(max(train["y"].max(), eval_["y"].max())) + 1
+    elif kind == "binary":
+      num_classes = 2
     elif kind == "lm":
-      split["x"] = split["x"].astype(np.int32)
-    if "y" in split:
-      split["y"] = _cast_y(split["y"], kind)
-  num_classes = vocab_size = None
-  if kind == "classification":
-    num_classes = int(max(train["y"].max(), eval_["y"].max())) + 1
-  elif kind == "binary":
-    num_classes = 2
-  elif kind == "lm":
-    vocab_size = int(max(train["x"].max(), train["y"].max())) + 1
-  return _arrays_source(kind, train, eval_, num_classes, vocab_size)
+      vocab_size = int(max(train["x"].max(), train["y"].max())) + 1
+    return arrays_source(kind, train, eval_, num_classes, vocab_size)
 
-
-BUILDERS = {"moons": moons, "digits": digits, "toy2d": toy2d, "text": text,
-            "textfile": textfile, "npz": npz}
