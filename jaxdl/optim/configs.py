@@ -142,6 +142,8 @@ def parse_optim(optim_cfg, *, strict: bool = True) -> OptimConfig:
   schedule = schema.parse_section(sched, SCHEDULES, default.schedule.name, strict=strict)
   hints = schema.hints(OptimConfig)
   common = {k: schema.coerce(f"optim.{k}", given[k], hints[k]) for k in _COMMON if k in given}
+  if not strict and "weight_decay" not in schema.hints(type(optimizer)):
+    common.pop("decay_mask", None), common.pop("decay_embeddings", None)  # nothing to mask
   return OptimConfig(optimizer=optimizer, schedule=schedule, **common)
 
 
