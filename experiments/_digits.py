@@ -1,4 +1,8 @@
-"""Shared setup of the digits classification experiments (not an experiment itself)."""
+"""Shared setup of the digits experiments (not an experiment itself): the classification config,
+and the class check of the class-conditional generative experiments (fm_/ddpm_digits_cfg), whose
+judge, a digits_cnn run, is trained here rather than inside the library."""
+
+import pathlib
 
 from jaxdl.config import base_config
 from jaxdl.data import default_data_config
@@ -33,3 +37,27 @@ def digits_config(name: str, description: str, model: dict, steps: int, arg=None
   elif arg is not None:
     raise ValueError(f"unknown arg {arg!r}; expected None or 'smoke'")
   return c
+
+
+def train_classifier(workdir, experiment: str = "digits_cnn") -> pathlib.Path:
+  """Trains `experiment` into <workdir>/classifier and returns that directory. A finished run
+  there is reused as is (the engine resumes at its last step, so nothing is trained again)."""
+  from jaxdl.config import load_config
+  from jaxdl.train import run
+  directory = pathlib.Path(workdir) / "classifier"
+  config, _ = load_config(experiment, ["train.plot=False"])
+  run(config, directory, progress=False)
+  return directory
+
+
+def generative_after_training(config, workdir, summary):
+  """The digits generative experiments' hook: samples the final checkpoint and measures it
+  (generative_eval.json, digits_grid.png). `gen.classifier` names the judge of the class check:
+  'digits_cnn' trains that experiment into <workdir>/classifier first; 'svm' lets the evaluation
+  fit an RBF SVM (seconds)."""
+  from jaxdl.generative import evaluation
+  judge = config.gen.get("classifier", "svm")
+  if judge not in ("digits_cnn", "svm"):
+    raise ValueError(f"gen.classifier: {judge!r}; expected 'digits_cnn' or 'svm'")
+  classifier = train_classifier(workdir, judge) if judge != "svm" else None
+  return evaluation.after_training(config, workdir, summary, classifier=classifier)

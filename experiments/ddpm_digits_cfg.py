@@ -6,14 +6,14 @@ Run:
 
 Setup: as fm_digits_cfg, but the DDPM eps loss on the cosine alpha_bar schedule (T = 1000) and
 DDIM sampling (eta = 0, 50 steps, x_hat clipped to [-1, 1]) with guidance w = 2; 2,000 steps.
-After training, `run` draws 50 samples per class, writes digits_grid.png and reports the fraction
-a digits classifier labels as the conditioning class.
+After training, `after_training` trains the judge as fm_digits_cfg does, draws 50 samples per
+class, writes digits_grid.png and reports the fraction the judge labels as the conditioning class.
 
 Expected: class_accuracy >= 0.90 at the default guidance w = 2 (measured on 500 samples:
 0.998 with a trained digits_cnn run as the classifier, 1.00 with the SVM).
 """
 
-from jaxdl.generative import evaluation
+from _digits import generative_after_training
 from jaxdl.course.generative_configs import digits_config
 
 
@@ -21,10 +21,11 @@ def get_config(arg=None):
   c = digits_config("ddpm", "ddpm_digits_cfg", arg)
   if arg is None:
     c.train.steps = 2000
-  c.description = "Class-conditional DDPM on digits with guidance (DDIM 50 steps); classifier >= 90%"
+  c.description = ("Class-conditional DDPM on digits with guidance (DDIM 50 steps); "
+                   "classifier >= 90%")
   return c
 
 
 def after_training(config, workdir, summary):
-  """Samples the final checkpoint and measures it (generative_eval.json, figures)."""
-  return evaluation.after_training(config, workdir, summary)
+  """Trains the judge (gen.classifier), then samples the final checkpoint and measures it."""
+  return generative_after_training(config, workdir, summary)

@@ -7,16 +7,17 @@ Run:
 Setup: sklearn digits scaled to [-1, 1] (training split), a two-level conv U-Net (16/32 channels)
 with a time embedding and 10 class embeddings plus a null class; velocity MSE with labels dropped
 to the null class with probability 0.1; AdamW 2e-3 warmup-cosine, batch 64, 3,000 steps.
-After training, `run` draws 50 samples per class with Heun (25 steps, 50 network calls) and
-guidance w = 2, writes digits_grid.png (one row per class) and reports the fraction that a digits classifier
-(an RBF SVM on the training split, ~0.99 test accuracy, unless `classifier_workdir` points at a
-digits_cnn run) labels as the conditioning class.
+After training, `after_training` trains the judge (gen.classifier: the digits_cnn experiment into
+<workdir>/classifier; the smoke config uses an RBF SVM on the training split, ~0.99 test
+accuracy), draws 50 samples per class with Heun (25 steps, 50 network calls) and guidance w = 2,
+writes digits_grid.png (one row per class) and reports the fraction that the judge labels as the
+conditioning class.
 
 Expected: class_accuracy >= 0.90 at the default guidance w = 2 (measured on 500 samples:
 1.00 with a trained digits_cnn run as the classifier, 1.00 with the SVM).
 """
 
-from jaxdl.generative import evaluation
+from _digits import generative_after_training
 from jaxdl.course.generative_configs import digits_config
 
 
@@ -27,5 +28,5 @@ def get_config(arg=None):
 
 
 def after_training(config, workdir, summary):
-  """Samples the final checkpoint and measures it (generative_eval.json, figures)."""
-  return evaluation.after_training(config, workdir, summary)
+  """Trains the judge (gen.classifier), then samples the final checkpoint and measures it."""
+  return generative_after_training(config, workdir, summary)

@@ -1,4 +1,4 @@
-"""`jaxdl reproduce`: every claim of the registry holds, and the command's table, JSON and exit codes.
+"""`jaxdl reproduce`: every claim of the registry holds; the command's table, JSON, exit codes.
 
 Each claim is one test (the slow one, which trains two moons MLPs, is marked `slow` but still runs
 in the default suite). The course's numbers are written once, in the claims
@@ -93,7 +93,7 @@ def test_cli_entry_point_dispatches_to_reproduce(tmp_path):
   assert all(r["ok"] for r in json.loads(out.read_text()))
 
 
-# ------------------------------------------------------------------ jaxdl.course.measure beyond the claims
+# ------------------------------------------------------------ jaxdl.course.measure beyond the claims
 
 
 def test_relu_stack_backward_follows_the_forward_theory():

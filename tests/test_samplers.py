@@ -191,6 +191,24 @@ def test_bad_input_raises_one_clear_error_each():
     sample(None, jax.random.PRNGKey(0), 4)
 
 
+@pytest.mark.parametrize("path_name,prediction", [
+    ("flow", "v"), ("flow", "eps"), ("ddpm", "velocity")])
+def test_a_prediction_that_does_not_fit_the_path_is_refused(path_name, prediction):
+  """'v' needs alpha^2 + sigma^2 = 1 and 'velocity' alpha + sigma = 1: off their paths the
+  conversions return a wrong x_hat, so the public API refuses them, naming both."""
+  path = FLOW if path_name == "flow" else paths.make_path("ddpm", T=10)
+  msg = rf"prediction='{prediction}' does not fit the '{path_name}' path: expected one of"
+  for make in (samplers.make_sampler, samplers.make_python_loop_sampler):
+    with pytest.raises(ValueError, match=msg):
+      make(two_point_field, path, sampler="ddim", steps=2, sample_shape=(1,),
+           prediction=prediction)
+  x = jnp.ones((2, 1))
+  with pytest.raises(ValueError, match=msg):
+    paths.to_x_eps(x, x, 0.6, 0.8, prediction, path=path)
+  for ok in path.predictions:  # the fitting ones still convert
+    paths.to_x_eps(x, x, 0.6, 0.4 if path_name == "flow" else 0.8, ok, path=path)
+
+
 # ----------------------------------------------------------------------------- quality metrics
 
 

@@ -76,8 +76,9 @@ def digits_config(task: str, name: str, arg=None):
   c.gen.guidance = 2.0
   c.gen.steps = 25 if task == "flow_matching" else 50  # 50 network calls either way (Heun: 2/step)
   c.gen.eval_num = 500  # 50 per class
-  # The judge of the class check: a digits_cnn run trained into <workdir>/classifier after the
-  # model (reused when present), or 'svm' (an RBF SVM, seconds to fit) for quick runs.
+  # The judge of the class check, read by experiments/_digits.py: a digits_cnn run trained into
+  # <workdir>/classifier after the model (reused when present), or 'svm' (an RBF SVM, seconds to
+  # fit) for quick runs.
   c.gen.classifier = "digits_cnn"
   if task == "ddpm":
     c.gen.schedule = "cosine"

@@ -19,10 +19,12 @@ HELP = "sample from a trained flow_matching / ddpm run"
 
 def add_arguments(parser) -> None:
   parser.add_argument("workdir", help="the run's workdir (config.json + checkpoints/)")
-  parser.add_argument("--sampler", default=None, help="ddpm | ddim | euler | heun (default: the run's)")
+  parser.add_argument("--sampler", default=None,
+                      help="ddpm | ddim | euler | heun (default: the run's)")
   parser.add_argument("--steps", type=int, default=None, help="sampler steps (default: the run's)")
   parser.add_argument("--guidance", type=float, default=None, help="classifier-free guidance w")
-  parser.add_argument("--eta", type=float, default=None, help="DDIM noise scale (0 = deterministic)")
+  parser.add_argument("--eta", type=float, default=None,
+                      help="DDIM noise scale (0 = deterministic)")
   parser.add_argument("--class", dest="cls", type=int, default=None, help="class to condition on")
   parser.add_argument("--num", type=int, default=64, help="number of samples")
   parser.add_argument("--seed", type=int, default=0)

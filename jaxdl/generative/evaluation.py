@@ -8,8 +8,10 @@
   steps);
 - on 'digits': draws `per_class` samples of each class with the run's guidance, writes a PNG grid
   (one row per class) and reports the fraction a digits classifier labels as the conditioning
-  class: a `digits_cnn` run's checkpoint when `classifier_workdir` is given, else an RBF SVM
-  fitted on the training split (its test accuracy is reported beside it).
+  class (its test accuracy is reported beside it). The classifier is given, never trained here:
+  a workdir of a trained digits classifier run, a function predict(pixels16_Nx64) -> labels_N,
+  or None for an RBF SVM fitted on the training split (seconds). Training a classifier run is the
+  experiment's business (experiments/_digits.py does it in the digits experiments' hook).
 Results go to workdir/generative_eval.json and are returned.
 
 Shapes: N samples, K classes.
@@ -54,7 +56,7 @@ def _default_samplers(config):
 
 
 def evaluate(config, workdir, *, samplers=None, steps_list=(1, 2, 4, 10, 50), num=2000,
-             repeats=8, per_class=100, classifier_workdir=None, seed=0, figure=True) -> dict:
+             repeats=8, per_class=100, classifier=None, seed=0, figure=True) -> dict:
   """Evaluates a trained 'flow_matching' / 'ddpm' run; see the module docstring."""
   config, model, variables, step = load_run(workdir, config)
   if config.data.name == "toy2d":
@@ -62,7 +64,7 @@ def evaluate(config, workdir, *, samplers=None, steps_list=(1, 2, 4, 10, 50), nu
                          steps_list, num, seed, pathlib.Path(workdir) if figure else None,
                          repeats=repeats)
   elif config.data.name == "digits":
-    out = evaluate_digits(config, model, variables, per_class, classifier_workdir, seed,
+    out = evaluate_digits(config, model, variables, per_class, classifier, seed,
                           pathlib.Path(workdir) if figure else None)
   else:
     raise ValueError(f"data.name: no generative evaluation for {config.data.name!r}; expected "
@@ -105,7 +107,8 @@ def evaluate_toy2d(config, model, variables, sampler_names, steps_list, num, see
              "energy_se": float(np.std(d_r, ddof=1) / np.sqrt(repeats)) if repeats > 1 else None}
       res["energy_ratio"] = res["energy"] / floor["energy"]
       if steps == w2_steps:
-        res["w2"] = float(np.mean([metrics.wasserstein2(x, a) for x, (a, _) in zip(draws, targets)]))
+        res["w2"] = float(np.mean([metrics.wasserstein2(x, a)
+                                   for x, (a, _) in zip(draws, targets)]))
         res["w2_ratio"] = res["w2"] / floor["w2"]
       results[f"{name}@{steps}"] = res
       grids[(name, steps)] = draws[0]
@@ -150,31 +153,19 @@ def _to_pixels16(x_N, scale: str):
   return np.clip(16.0 * x, 0.0, 16.0).reshape(len(x), 64)
 
 
-def train_digits_classifier(workdir) -> pathlib.Path:
-  """Trains the `digits_cnn` experiment into <workdir>/classifier (a finished run there is reused
-  as is: the engine resumes at its last step) and returns that directory."""
-  from jaxdl.config import load_config  # pylint: disable=g-import-not-at-top
-  from jaxdl.train import run as train_run  # pylint: disable=g-import-not-at-top
-  directory = pathlib.Path(workdir) / "classifier"
-  config, _ = load_config("digits_cnn", ["train.plot=False"])
-  train_run(config, directory, progress=False)
-  return directory
+def digits_classifier(classifier=None):
+  """Returns (predict(pixels16_Nx64) -> labels_N, test_accuracy, name) for `classifier`:
 
-
-def digits_classifier(classifier_workdir=None):
-  """Returns (predict(pixels16_Nx64) -> labels_N, test_accuracy, name)."""
+  a workdir (str or path) of a trained digits classification run, loaded from its latest
+  checkpoint; a function predict(pixels16_Nx64) -> labels_N, used as given; or None, an RBF SVM
+  fitted on the digits training split. The test accuracy is measured on the fixed test split.
+  """
   from jaxdl.data.sources import digits_split  # pylint: disable=g-import-not-at-top
   x_tr, y_tr, x_te, y_te = digits_split()
-  if classifier_workdir is not None:
-    config, model, variables, _ = load_run(classifier_workdir)
-    scale = config.data.get("scale", "unit")
-
-    def predict(p16_Nx64):
-      x = (p16_Nx64 / 16.0).reshape(-1, 8, 8, 1).astype(np.float32)
-      if scale == "symmetric":
-        x = 2 * x - 1
-      return np.asarray(jnp.argmax(model.apply(variables, x, train=False), -1))
-    name = f"digits_cnn run {classifier_workdir}"
+  if callable(classifier):
+    predict, name = classifier, getattr(classifier, "__name__", "given classifier")
+  elif classifier is not None:
+    predict, name = _run_classifier(classifier), f"classifier run {classifier}"
   else:
     from sklearn.svm import SVC  # pylint: disable=g-import-not-at-top
     svm = SVC(gamma="scale", C=10.0).fit(x_tr.reshape(len(x_tr), 64), y_tr)
@@ -184,11 +175,28 @@ def digits_classifier(classifier_workdir=None):
   return predict, test_acc, name
 
 
-def evaluate_digits(config, model, variables, per_class, classifier_workdir, seed, fig_dir):
+def _run_classifier(workdir):
+  """predict(pixels16_Nx64) -> labels_N of the trained classification run in `workdir`."""
+  config, model, variables, _ = load_run(workdir)
+  scale = config.data.get("scale", "unit")
+  shape = tuple(config.model.get("image_shape", (8, 8, 1)))
+
+  def predict(p16_Nx64):
+    x = (np.asarray(p16_Nx64) / 16.0).reshape((-1,) + shape).astype(np.float32)
+    if scale == "symmetric":
+      x = 2 * x - 1
+    return np.asarray(jnp.argmax(model.apply(variables, x, train=False), -1))
+
+  return predict
+
+
+def evaluate_digits(config, model, variables, per_class, classifier, seed, fig_dir):
+  """Class accuracy of `per_class` guided samples per class, judged by `classifier` (see
+  `digits_classifier`)."""
   k = config.gen.num_classes
   if not k:
     raise ValueError("gen.num_classes: the digits check needs a class-conditional run")
-  predict, test_acc, clf_name = digits_classifier(classifier_workdir)
+  predict, test_acc, clf_name = digits_classifier(classifier)
   sample = gtasks.make_run_sampler(config, model)
   y_N = np.repeat(np.arange(k), per_class)
   x = sample(variables, jax.random.PRNGKey(seed), len(y_N), y=y_N)
@@ -214,22 +222,13 @@ def _digit_grid(img_KxMx8x8, path):
 
 
 def after_training(config, workdir, summary=None, **eval_kwargs) -> dict:
-  """The experiments' post-training hook (`jaxdl train` calls it after `jaxdl.train.run`):
-  `evaluate` on the final checkpoint, returned under 'generative'."""
+  """The generative experiments' post-training step: `evaluate` on the final checkpoint, returned
+  under 'generative'. `eval_kwargs` go to `evaluate` (e.g. `classifier=` for the digits check);
+  the sample count defaults to `gen.eval_num` (split evenly over the classes on digits)."""
   del summary
   num = config.gen.get("eval_num", 2000)
   if config.data.name == "digits":
     eval_kwargs.setdefault("per_class", max(num // config.gen.num_classes, 1))
-    if config.gen.get("classifier", "svm") == "digits_cnn":
-      eval_kwargs.setdefault("classifier_workdir", train_digits_classifier(workdir))
   else:
     eval_kwargs.setdefault("num", num)
   return {"generative": evaluate(config, workdir, **eval_kwargs)}
-
-
-def train_and_evaluate(config, workdir, **eval_kwargs) -> dict:
-  """`jaxdl.train.run(config, workdir)`, then `after_training` (for scripts and notebooks)."""
-  from jaxdl.train import run as train_run  # pylint: disable=g-import-not-at-top
-  summary = train_run(config, workdir)
-  summary.update(after_training(config, workdir, summary, **eval_kwargs))
-  return summary

@@ -47,14 +47,13 @@ def denoising_loss(predict_fn: Callable, x, rng_time, rng_noise, path, *, predic
     x: clean data x_B....
     rng_time, rng_noise: keys for t and eps.
     path: `paths.FlowPath()` or a `paths.DDPMPath`.
-    prediction: 'eps' | 'x0' | 'v' | 'velocity' (the target, see `paths.from_x_eps`).
+    prediction: the target, one of `path.predictions` (see `paths.from_x_eps`).
     mask_B: optional 1/0 weights per example.
 
   Returns:
     (loss, per_example_B, aux): loss the masked mean of the per-example MSE.
   """
-  if prediction not in paths_lib.PREDICTIONS:
-    raise ValueError(f"prediction={prediction!r}: expected one of {paths_lib.PREDICTIONS}")
+  paths_lib.check_prediction(prediction, path)  # a target off its path trains the wrong field
   x = x.astype(jnp.float32)
   t_B = path.sample_train_time(rng_time, x.shape[0])
   eps = jax.random.normal(rng_noise, x.shape, jnp.float32)

@@ -57,17 +57,3 @@ def wasserstein2(x_NxD, y_NxD) -> float:
   cost_NxN = np.sum((x[:, None, :] - y[None, :, :]) ** 2, axis=-1)
   rows, cols = linear_sum_assignment(cost_NxN)
   return float(np.sqrt(cost_NxN[rows, cols].mean()))
-
-
-def distance_vs_floor(generated, target_a, target_b, *, w2: bool = True) -> dict:
-  """Distances generated-vs-target_a and the floor target_b-vs-target_a (two independent draws)."""
-  out = {"energy": energy_distance(generated, target_a),
-         "energy_floor": energy_distance(target_b, target_a)}
-  out["energy_ratio"] = out["energy"] / max(out["energy_floor"], 1e-12)
-  if w2 and len(generated) == len(target_a) == len(target_b):
-    out["w2"] = wasserstein2(generated, target_a)
-    out["w2_floor"] = wasserstein2(target_b, target_a)
-    out["w2_ratio"] = out["w2"] / max(out["w2_floor"], 1e-12)
-  return out
-
-

@@ -11,10 +11,14 @@ One family covers DDPM and rectified flow (Gao et al., 2024):
 A network predicts one of
   'eps'      eps_hat = E[eps | x_t]
   'x0'       x_hat   = E[x | x_t]
-  'v'        v_vp    = alpha eps - sigma x            (Salimans & Ho, 2022; variance-preserving paths)
+  'v'        v_vp    = alpha eps - sigma x      (Salimans & Ho, 2022; variance-preserving paths)
   'velocity' v_flow  = x - eps = d x_t / dt           (rectified flow, alpha + sigma = 1)
 and `to_x_eps` / `from_x_eps` convert between them through the pair (x_hat, eps_hat), using
-x_t = alpha x_hat + sigma eps_hat. The score follows from Tweedie: grad log p_t(x_t) = -eps_hat / sigma.
+x_t = alpha x_hat + sigma eps_hat. Each path lists the predictions that fit it (`path.predictions`,
+checked by `check_prediction`): 'v' needs alpha^2 + sigma^2 = 1 and 'velocity' alpha + sigma = 1,
+so the flow takes ('velocity', 'x0') and DDPM ('eps', 'x0', 'v'); 'eps' on the flow would divide
+by alpha_0 = 0 at the first sampler step. The score follows from Tweedie:
+grad log p_t(x_t) = -eps_hat / sigma.
 
 Also here: closed-form fields used by tests and `jaxdl reproduce` (two-point data {-1, +1} and
 Gaussian data under the flow path).
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -75,6 +80,7 @@ class DDPMPath:
   alpha_bar: np.ndarray
   name: str = "ddpm"
   continuous: bool = False
+  predictions: ClassVar[tuple] = ("eps", "x0", "v")
 
   @property
   def T(self) -> int:
@@ -113,6 +119,7 @@ class FlowPath:
 
   name: str = "flow"
   continuous: bool = True
+  predictions: ClassVar[tuple] = ("velocity", "x0")
 
   def alpha_sigma(self, t):
     return t, 1.0 - t
@@ -181,14 +188,29 @@ def score_to_eps(score, sigma):
   return -_bc(sigma, score) * score
 
 
-def to_x_eps(out, x_t, alpha, sigma, prediction: str):
+def check_prediction(prediction: str, path=None) -> None:
+  """Raises ValueError unless `prediction` is known and, given a path, one that fits it."""
+  if prediction not in PREDICTIONS:
+    raise ValueError(f"prediction={prediction!r}: expected one of {PREDICTIONS}")
+  if path is not None and prediction not in path.predictions:
+    raise ValueError(
+        f"prediction={prediction!r} does not fit the {path.name!r} path: expected one of "
+        f"{path.predictions} ('v' assumes alpha^2 + sigma^2 = 1, 'velocity' alpha + sigma = 1, "
+        "and 'eps' on the flow divides by alpha_0 = 0)")
+
+
+def to_x_eps(out, x_t, alpha, sigma, prediction: str, path=None):
   """Network output -> (x_hat, eps_hat), using x_t = alpha x_hat + sigma eps_hat.
+
+  With `path`, a prediction that does not fit it is refused (`check_prediction`): the formulas
+  below hold only on the paths named, and elsewhere return a wrong x_hat without an error.
 
   'eps': x_hat = (x_t - sigma eps)/alpha.       'x0': eps_hat = (x_t - alpha x)/sigma.
   'v' (needs alpha^2 + sigma^2 = 1): x_hat = alpha x_t - sigma v, eps_hat = sigma x_t + alpha v.
   'velocity' (needs alpha + sigma = 1): x_hat = x_t + sigma v, eps_hat = x_t - alpha v
   (for the flow: x_hat = x_t + (1 - t) v and eps_hat = x_t - t v).
   """
+  check_prediction(prediction, path)
   a, s = _bc(alpha, x_t), _bc(sigma, x_t)
   if prediction == "eps":
     return (x_t - s * out) / a, out
@@ -201,11 +223,13 @@ def to_x_eps(out, x_t, alpha, sigma, prediction: str):
   raise ValueError(f"prediction={prediction!r}: expected one of {PREDICTIONS}")
 
 
-def from_x_eps(x_hat, eps_hat, alpha, sigma, prediction: str):
+def from_x_eps(x_hat, eps_hat, alpha, sigma, prediction: str, path=None):
   """(x_hat, eps_hat) -> what a network with `prediction` outputs (the inverse of `to_x_eps`).
 
-  'v': alpha eps - sigma x.  'velocity': x - eps (the flow target).
+  'v': alpha eps - sigma x.  'velocity': x - eps (the flow target). With `path`, a prediction
+  that does not fit it is refused, as in `to_x_eps`.
   """
+  check_prediction(prediction, path)
   a, s = _bc(alpha, x_hat), _bc(sigma, x_hat)
   if prediction == "eps":
     return eps_hat
@@ -261,5 +285,6 @@ def gaussian_flow_solution(eps, t, mu, s):
 
 
 def gaussian_eps_posterior(x_t, alpha, sigma, mu, s):
-  """E[eps | x_t] for data N(mu, s^2) on any Gaussian path: sigma (x_t - alpha mu)/(alpha^2 s^2 + sigma^2)."""
+  """E[eps | x_t] for data N(mu, s^2) on any Gaussian path:
+  sigma (x_t - alpha mu) / (alpha^2 s^2 + sigma^2)."""
   return sigma * (x_t - alpha * mu) / (alpha**2 * s**2 + sigma**2)

@@ -7,17 +7,18 @@ t_{i+1} = s, with (alpha, sigma) the path's coefficients. Every update works on 
 
   'ddim'   x_s = alpha_s x_hat + sqrt(sigma_s^2 - c^2) eps_hat + c z,
            c^2 = eta^2 sigma_s^2 (1 - SNR_t / SNR_s), SNR = alpha^2 / sigma^2   (Song et al., 2021)
-           eta = 0 is deterministic; eta = 1 has the variance of the ancestral step. On the flow path
-           DDIM with eta = 0 is exactly the Euler step.
+           eta = 0 is deterministic; eta = 1 has the variance of the ancestral step. On the flow
+           path DDIM with eta = 0 is exactly the Euler step.
   'ddpm'   ancestral: x_s ~ q(x_s | x_t, x = x_hat) = N(mean, var) with alpha_ts = alpha_t/alpha_s,
            sigma_ts^2 = sigma_t^2 - alpha_ts^2 sigma_s^2,
            mean = alpha_ts sigma_s^2/sigma_t^2 x_t + alpha_s sigma_ts^2/sigma_t^2 x_hat,
            var = sigma_ts^2 sigma_s^2 / sigma_t^2      (Ho et al., 2020, on any sub-sequence).
-  'euler'  x_s = x_t + h v(x_t, t), h = s - t, v = alpha' x_hat + sigma' eps_hat (flow: x_hat - eps_hat).
+  'euler'  x_s = x_t + h v(x_t, t), h = s - t, v = alpha' x_hat + sigma' eps_hat
+           (flow: x_hat - eps_hat).
   'heun'   x' = x_t + h v(x_t, t); x_s = x_t + h/2 (v(x_t, t) + v(x', s)).
 Classifier-free guidance mixes the raw outputs, out~ = out(x) + w (out(x, c) - out(x)), with one
-batched call of size 2B per evaluation (the null class marks "unconditional"); this is exact for eps,
-x0, v and velocity outputs alike because the conversions are affine in the output.
+batched call of size 2B per evaluation (the null class marks "unconditional"); this is exact for
+eps, x0, v and velocity outputs alike because the conversions are affine in the output.
 
 Shapes: B samples, N steps; x_B... is a batch of samples of `sample_shape`.
 """
@@ -80,13 +81,14 @@ def _build(apply_fn, path, *, sampler, steps, sample_shape, prediction, eta, gui
   """Validates the settings and returns (init_fn, step_fn, n_steps), shared by both loops."""
   if sampler not in SAMPLERS:
     raise ValueError(f"sampler={sampler!r}: expected one of {SAMPLERS}")
-  if prediction not in paths_lib.PREDICTIONS:
-    raise ValueError(f"prediction={prediction!r}: expected one of {paths_lib.PREDICTIONS}")
   if not isinstance(steps, (int, np.integer)) or steps < 1:
     raise ValueError(f"steps={steps!r}: the number of sampler steps must be an integer >= 1")
   if sampler in ("euler", "heun") and not path.continuous:
     raise ValueError(f"sampler={sampler!r} integrates an ODE in continuous time and needs the "
                      f"'flow' path; for a {path.name!r} path use 'ddim' or 'ddpm'")
+  # The conversions to (x_hat, eps_hat) hold only on their paths: elsewhere they would return
+  # a wrong x_hat silently, so a prediction that does not fit the path is refused here.
+  paths_lib.check_prediction(prediction, path)
   if guidance is not None and not num_classes:
     raise ValueError(f"guidance={guidance}: classifier-free guidance needs a class-conditional "
                      "model (num_classes > 0 with a null class); this model is unconditional")
@@ -172,7 +174,8 @@ def make_sampler(apply_fn: Callable, path, *, sampler: str = "heun", steps: int 
     steps: number of updates N >= 1 (network calls: N, 2N for Heun, doubled under guidance).
       On a DDPM path the grid is an evenly spaced integer sub-sequence of T..0, steps <= T.
     sample_shape: shape of one sample, e.g. (2,) or (8, 8, 1).
-    prediction: the network's output, 'eps' | 'x0' | 'v' | 'velocity' (see `paths.to_x_eps`).
+    prediction: the network's output, one of `path.predictions`: 'velocity' or 'x0' on the flow,
+      'eps', 'x0' or 'v' on DDPM (see `paths.to_x_eps`); another raises ValueError.
     eta: DDIM noise scale, c^2 = eta^2 sigma_s^2 (1 - SNR_t/SNR_s); 0 is deterministic.
     guidance: w in out~ = out(x) + w (out(x, c) - out(x)); None samples with y as given
       (unconditional if y is None). Needs num_classes > 0.
@@ -183,8 +186,9 @@ def make_sampler(apply_fn: Callable, path, *, sampler: str = "heun", steps: int 
 
   Returns:
     `sample(variables, rng, num, y=None, x_init=None)` -> x_B... (or (x_B..., traj_N1xB...)):
-    starts from x_init (num, *sample_shape) if given, else eps ~ N(0, I) drawn from `rng`, and runs the N updates as one `lax.scan`; step i uses the key
-    fold_in(rng_loop, i). `y` is an int or (num,) ints in 0..K-1, checked before the compiled call.
+    starts from x_init (num, *sample_shape) if given, else eps ~ N(0, I) drawn from `rng`, and
+    runs the N updates as one `lax.scan`; step i uses the key fold_in(rng_loop, i). `y` is an
+    int or (num,) ints in 0..K-1, checked before the compiled call.
   """
   init_fn, step_fn, n = _build(apply_fn, path, sampler=sampler, steps=steps,
                                sample_shape=sample_shape, prediction=prediction, eta=eta,

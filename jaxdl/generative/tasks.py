@@ -45,7 +45,7 @@ def path_from_config(config):
 
 def _check(config):
   gen = config.gen
-  allowed = ("velocity", "x0") if config.task == "flow_matching" else ("eps", "x0", "v")
+  allowed = path_from_config(config).predictions
   if gen.prediction not in allowed:
     raise ValueError(f"gen.prediction: {gen.prediction!r} is not one of {allowed} for task "
                      f"{config.task!r}")
@@ -115,7 +115,8 @@ def make_run_sampler(config, model, *, sampler=None, steps=None, guidance=None, 
     sample_shape = tuple(gen.sample_shape)
   return samplers.make_sampler(
       model.apply, path_from_config(config), sampler=sampler or gen.sampler,
-      steps=int(gen.steps if steps is None else steps), sample_shape=tuple(sample_shape), prediction=gen.prediction,
+      steps=int(gen.steps if steps is None else steps), sample_shape=tuple(sample_shape),
+      prediction=gen.prediction,
       eta=gen.eta if eta is None else eta, guidance=guidance if guidance is not None else
       gen.guidance, num_classes=gen.num_classes, clip_x0=gen.clip_x0,
       return_trajectory=return_trajectory)
