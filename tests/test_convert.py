@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jaxdl import models
-from jaxdl.models import convert, gpt
+from jaxdl.models import convert, transformer
 
 TOK = jax.random.randint(jax.random.key(1), (2, 8), 0, 64)
 
@@ -56,7 +56,7 @@ def test_gpt2_export_import_round_trip(tmp_path):
   # Import into an unrolled model (config from config.json) and into the scanned one.
   m2, p2 = convert.load_gpt2(str(tmp_path / "tiny"), scan_layers=False)
   assert (m2.n_head, m2.n_layer, m2.d_model, m2.vocab_size) == (4, 2, 32, 64)
-  chex.assert_trees_all_equal(gpt.stack_layers(p2), p)
+  chex.assert_trees_all_equal(transformer.stack_layers(p2), p)
   _, p3 = convert.load_gpt2(path, model=m)
   chex.assert_trees_all_equal(p3, p)
   f = jax.jit(lambda: (m.apply({"params": p}, TOK, train=False),
@@ -82,3 +82,20 @@ def test_hf_names_without_prefix_buffers_and_errors(tmp_path):
     convert.gpt2_to_params(sd, m.clone(norm="rms"))
   with pytest.raises(FileNotFoundError, match="no file"):
     convert.load_gpt2(str(tmp_path / "nothing.safetensors"))
+
+
+def test_import_without_config_json_needs_n_head(tmp_path):
+  """The weights fix V, D, L and the context but not the head count: without config.json the
+  import must be told n_head, not guess 64-wide heads (here D = 128 with 4 heads of 32)."""
+  m = models.build_model(models.gpt_config("tiny", d_model=128))
+  p = jax.jit(lambda: m.init(jax.random.key(0), TOK, train=False))()["params"]
+  path = str(tmp_path / "model.safetensors")
+  convert.write_safetensors(path, convert.params_to_gpt2(p, m))
+  with pytest.raises(ValueError, match="no config.json.*pass n_head"):
+    convert.load_gpt2(path)
+  m2, p2 = convert.load_gpt2(path, n_head=4)
+  assert (m2.n_head, m2.d_model, m2.n_layer) == (4, 128, 2)
+  np.testing.assert_allclose(m2.apply({"params": p2}, TOK, train=False),
+                             m.apply({"params": p}, TOK, train=False), atol=1e-5)
+  with pytest.raises(ValueError, match="n_head=3 but the given model has 4"):
+    convert.load_gpt2(path, model=m, n_head=3)

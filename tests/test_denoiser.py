@@ -69,6 +69,31 @@ def test_unet_condition_and_time_change_the_output_and_none_is_the_null_class(un
   assert not np.allclose(out(t, None), out(t + 0.2, None))
 
 
+@pytest.mark.parametrize("kind", ["mlp", "unet"])
+def test_bf16_compute_dtype_with_fp32_params_and_output(kind):
+  """`dtype` is the compute dtype the loop sets from `train.precision`: every layer's output is
+  bf16, params stay fp32, the prediction is fp32 and close to the fp32 model's."""
+  if kind == "mlp":
+    cfg = dict(name="denoiser_mlp", hidden=32, depth=2, emb_dim=16, num_classes=3)
+    x = jax.random.normal(jax.random.PRNGKey(1), (4, 2))
+  else:
+    cfg = dict(name="denoiser_unet", channels=(8, 16), emb_dim=16, num_classes=3)
+    x = jax.random.normal(jax.random.PRNGKey(1), (4, 8, 8, 1))
+  model = build_model(ml_collections.ConfigDict(dict(cfg, dtype="bfloat16")))
+  assert model.dtype == jnp.bfloat16 and model.param_dtype == jnp.float32
+  t, y = jnp.full((4,), 0.3), jnp.array([0, 1, 2, 3])
+  variables = jax.jit(lambda k: model.init(k, x, t, y=y, train=False))(jax.random.PRNGKey(0))
+  assert {a.dtype for a in jax.tree.leaves(variables)} == {jnp.dtype(jnp.float32)}
+  out, state = model.apply(variables, x, t, y=y, train=False, capture_intermediates=True,
+                           mutable=["intermediates"])
+  inner = [a for path, a in jax.tree_util.tree_leaves_with_path(state["intermediates"])
+           if "Dense" in jax.tree_util.keystr(path) or "Conv" in jax.tree_util.keystr(path)]
+  assert inner and {a.dtype for a in inner} == {jnp.dtype(jnp.bfloat16)}
+  assert out.dtype == jnp.float32 and out.shape == x.shape
+  fp32 = model.clone(dtype=jnp.float32).apply(variables, x, t, y=y, train=False)
+  np.testing.assert_allclose(out, fp32, atol=0.1)
+
+
 def test_mlp_denoiser_through_the_registry_with_dropout():
   cfg = ml_collections.ConfigDict(dict(name="denoiser_mlp", hidden=32, depth=2, emb_dim=16,
                                        num_classes=3, dropout=0.5))

@@ -1,13 +1,17 @@
-"""GPT: exact sizes, causality, scan/remat equivalences, KV-cache decoding and sampling."""
+"""GPT: exact sizes, its config schema, causality, scan/remat equivalences, KV-cache decoding
+and sampling (jaxdl.models.gpt, transformer, decoding)."""
+
+import dataclasses
 
 import chex
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 
 from jaxdl import models
-from jaxdl.models import gpt
+from jaxdl.models import decoding, gpt, transformer
 
 TOK = jax.random.randint(jax.random.key(1), (2, 12), 0, 64)
 
@@ -45,6 +49,28 @@ def test_exact_parameter_counts(preset, n):
   assert n == cfg["vocab_size"] * d + cfg["block_size"] * d + L * block + 2 * d
 
 
+def test_config_keys_are_the_model_fields():
+  """The `model` section's keys are GPT's fields (one spelling, default from the class) plus
+  'name' and 'preset'; a key that is not a field is an error naming it."""
+  fields = {f.name: f.default for f in dataclasses.fields(gpt.GPT)
+            if f.init and f.name not in ("parent", "name")}
+  cfg = models.gpt_config()
+  assert set(cfg) == set(fields) | {"name", "preset"}
+  built = models.build_model(cfg)
+  assert all(getattr(built, k) == v for k, v in fields.items())
+  small = models.build_model(ml_collections.ConfigDict(dict(name="gpt", preset="gpt2-small",
+                                                             n_layer=2, use_bias=False)))
+  assert (small.n_layer, small.d_model, small.use_bias) == (2, 768, False)
+  assert models.build_model(models.gpt_config(init_name="he_normal")).init_name == "he_normal"
+  with pytest.raises(ValueError, match=r"model.foo: unknown key for model 'gpt'; expected one "
+                                       r"of \[.*'use_bias'"):
+    models.build_model(ml_collections.ConfigDict(dict(name="gpt", foo=1)))
+  with pytest.raises(ValueError, match="model.foo: unknown key for model 'gpt'"):
+    models.gpt_config("tiny", foo=1)
+  with pytest.raises(ValueError, match="model.preset: unknown 'gpt9'"):
+    models.build_model(ml_collections.ConfigDict(dict(name="gpt", preset="gpt9")))
+
+
 def test_shapes_finite_jit_and_not(tiny, full_forward):
   m, p = tiny
   y = m.apply({"params": p}, TOK, train=False)
@@ -78,7 +104,7 @@ def test_causality_through_gradients(kw, tiny):
 def test_scan_vs_unrolled_and_remat_vs_plain(tiny):
   m, p = tiny
   unrolled, remat = _model(scan_layers=False), _model(remat=True)
-  p_unrolled = gpt.unstack_layers(p, m.n_layer)
+  p_unrolled = transformer.unstack_layers(p, m.n_layer)
   shapes = jax.eval_shape(lambda: unrolled.init(jax.random.key(0), TOK, train=False))["params"]
   assert jax.tree.map(jnp.shape, shapes) == jax.tree.map(jnp.shape, p_unrolled)
 
@@ -91,7 +117,7 @@ def test_scan_vs_unrolled_and_remat_vs_plain(tiny):
   l2, g2 = jax.jit(jax.value_and_grad(lambda q: loss(remat, q)))(p)
   np.testing.assert_allclose(l1, l0, rtol=1e-6)
   np.testing.assert_allclose(l2, l0, rtol=1e-6)
-  chex.assert_trees_all_close(gpt.stack_layers(g1), g0, atol=1e-6)
+  chex.assert_trees_all_close(transformer.stack_layers(g1), g0, atol=1e-6)
   chex.assert_trees_all_close(g2, g0, atol=1e-6)
 
 
@@ -101,7 +127,7 @@ def test_kv_cache_matches_full_forward(kw, tiny, full_forward):
   p = _init(m) if kw else tiny[1]
   full = (jax.jit(lambda: m.apply({"params": p}, TOK, train=False))() if kw
           else full_forward(TOK))
-  cache = gpt.init_cache(m, 2, 16)
+  cache = decoding.init_cache(m, 2, 16)
   step = jax.jit(lambda p, x, c, pos: m.apply({"params": p}, x, train=False, cache=c, pos=pos))
   logits, cache = step(p, TOK[:, :5], cache, 0)  # prefill
   parts = [logits]
@@ -113,7 +139,7 @@ def test_kv_cache_matches_full_forward(kw, tiny, full_forward):
 
 def test_greedy_generation_equals_argmax_of_full_forward(tiny, full_forward):
   m, p = tiny
-  out = gpt.make_sampler(m, 6, greedy=True)(p, TOK[:, :4], jax.random.key(0))
+  out = decoding.make_sampler(m, 6, greedy=True)(p, TOK[:, :4], jax.random.key(0))
   # The slow way: a full forward per token over a fixed-length buffer (causal, so the unfilled
   # tail does not change the logits at position t).
   seq = jnp.zeros_like(TOK).at[:, :4].set(TOK[:, :4])
@@ -122,23 +148,24 @@ def test_greedy_generation_equals_argmax_of_full_forward(tiny, full_forward):
   seq = seq[:, :10]
   np.testing.assert_array_equal(out, seq)
   # A tiny top_p reduces sampling to the argmax.
-  np.testing.assert_array_equal(gpt.generate(m, p, TOK[:, :4], jax.random.key(4), 6, top_p=1e-6),
-                                seq)
+  np.testing.assert_array_equal(
+      decoding.generate(m, p, TOK[:, :4], jax.random.key(4), 6, top_p=1e-6), seq)
 
 
 def test_sample_logits_filters():
   logits = jnp.log(jnp.array([[0.5, 0.3, 0.15, 0.05]]))
   keys = jax.random.split(jax.random.key(0), 2000)
-  one = np.asarray(jax.vmap(lambda k: gpt.sample_logits(k, logits, top_k=1)[0])(keys))
+  one = np.asarray(jax.vmap(lambda k: decoding.sample_logits(k, logits, top_k=1)[0])(keys))
   assert (one == 0).all()
-  top2 = np.bincount(np.asarray(jax.vmap(lambda k: gpt.sample_logits(k, logits, top_k=2)[0])(
+  top2 = np.bincount(np.asarray(jax.vmap(lambda k: decoding.sample_logits(k, logits, top_k=2)[0])(
       keys)), minlength=4)
   assert top2[2:].sum() == 0 and abs(top2[0] / 2000 - 0.5 / 0.8) < 0.04
   # top_p = 0.7 keeps {0.5, 0.3} (mass before token 2 is 0.8 >= 0.7).
-  nucleus = np.bincount(np.asarray(jax.vmap(lambda k: gpt.sample_logits(k, logits, top_p=0.7)[0])(
-      keys)), minlength=4)
+  nucleus = np.bincount(np.asarray(jax.vmap(
+      lambda k: decoding.sample_logits(k, logits, top_p=0.7)[0])(keys)), minlength=4)
   assert nucleus[2:].sum() == 0 and nucleus[1] > 0
-  cold = np.asarray(jax.vmap(lambda k: gpt.sample_logits(k, logits, temperature=0.05)[0])(keys))
+  cold = np.asarray(jax.vmap(
+      lambda k: decoding.sample_logits(k, logits, temperature=0.05)[0])(keys))
   assert (cold == 0).mean() > 0.99
 
 
@@ -155,7 +182,7 @@ def test_bad_inputs():
   with pytest.raises(ValueError, match="expected one of.*swiglu"):
     shape_init(_model(mlp="relu2"), TOK)
   with pytest.raises(ValueError, match="exceeds block_size"):
-    gpt.make_sampler(m, 30)(None, TOK, jax.random.key(0))
+    decoding.make_sampler(m, 30)(None, TOK, jax.random.key(0))
 
 
 def test_dropout_is_active_only_in_training(tiny, full_forward):

@@ -5,7 +5,8 @@ weights; the fast path calls `jax.nn.dot_product_attention` (cuDNN flash attenti
 bf16/fp16 with causal-or-no mask, XLA elsewhere); on CPU causal self-attention skips the masked
 blocks (`attention_causal_chunked`). A mask is boolean, True = attend.
 
-Shapes: B batch, T query length, S key length, D model width, H heads, K head width (D = H K).
+Shapes: B batch, T query length, S key length, C a chunk of queries, D model width, H heads,
+K head width (D = H K).
 """
 
 from __future__ import annotations
@@ -55,39 +56,31 @@ def attention_reference(q_BxTxHxK, k_BxSxHxK, v_BxSxHxK, mask=None, *, causal=Fa
 
 
 def attention_causal_chunked(q_BxTxHxK, k_BxTxHxK, v_BxTxHxK, num_chunks: int = 4):
-  """Causal attention that skips the all-masked blocks: query chunk i only reads keys up to its
-  own end, so about (n + 1) / 2n of the T x T scores are computed. Same maths as the reference
-  (exact up to rounding); on CPU, where XLA has no fused attention, it is the faster path.
-
-  Token-major wrapper of `attention_causal_chunked_heads`: Q, K, V are put in B x H x T x K order
-  once, so the chunks' batched matmuls need no copies (measured on the 2-core CPU at B16 T256 H4
-  K64: about 12% less CPU for forward + backward).
-  """
+  """Causal self-attention that skips the all-masked blocks: query chunk [lo, hi) only reads
+  keys [0, hi), so about (n + 1) / 2n of the T x T scores are computed. Per chunk, with S the
+  masked scores Q K^T / sqrt(K) and m their row max (held constant: the output does not depend
+  on it),
+    P = exp(S - m),  O = (P V) / rowsum(P)  (= softmax(S) V; the divide is on C x K, not C x S).
+  Exact up to rounding; computed head-major (B x H x T x K) so the chunks' matmuls need no
+  copies."""
   q, k, v = (jnp.transpose(a, (0, 2, 1, 3)) for a in (q_BxTxHxK, k_BxTxHxK, v_BxTxHxK))
-  return jnp.transpose(attention_causal_chunked_heads(q, k, v, num_chunks), (0, 2, 1, 3))
-
-
-def attention_causal_chunked_heads(q_BxHxTxK, k_BxHxTxK, v_BxHxTxK, num_chunks: int = 4):
-  """`attention_causal_chunked` on head-major B x H x T x K inputs; returns B x H x T x K.
-
-  Per chunk, with m the row max (held constant: the output does not depend on it):
-    P = exp(S - m),  O = (P V) / rowsum(P)  (= softmax(S) V; the divide is on T x K, not T x S).
-  """
-  t = q_BxHxTxK.shape[2]
-  scale = 1.0 / math.sqrt(q_BxHxTxK.shape[-1])
+  t = q.shape[2]
+  scale = 1.0 / math.sqrt(q.shape[-1])
   bounds = [round(i * t / num_chunks) for i in range(num_chunks + 1)]
   outs = []
   for lo, hi in zip(bounds[:-1], bounds[1:]):
     if hi == lo:
       continue
-    logits = jnp.einsum("bhtk,bhsk->bhts", q_BxHxTxK[:, :, lo:hi], k_BxHxTxK[:, :, :hi],
-                        preferred_element_type=jnp.float32) * scale
-    logits = jnp.where(causal_mask(hi - lo, hi, offset=lo), logits, jnp.finfo(jnp.float32).min)
-    p = jnp.exp(logits - jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True)))
-    o = jnp.einsum("bhts,bhsk->bhtk", p.astype(v_BxHxTxK.dtype), v_BxHxTxK[:, :, :hi],
-                   preferred_element_type=jnp.float32)
-    outs.append((o / jnp.sum(p, axis=-1, keepdims=True)).astype(v_BxHxTxK.dtype))
-  return jnp.concatenate(outs, axis=2)
+    s_BxHxCxS = jnp.einsum("bhtk,bhsk->bhts", q[:, :, lo:hi], k[:, :, :hi],
+                           preferred_element_type=jnp.float32) * scale
+    s_BxHxCxS = jnp.where(causal_mask(hi - lo, hi, offset=lo), s_BxHxCxS,
+                          jnp.finfo(jnp.float32).min)
+    p_BxHxCxS = jnp.exp(s_BxHxCxS - jax.lax.stop_gradient(
+        jnp.max(s_BxHxCxS, axis=-1, keepdims=True)))
+    o_BxHxCxK = jnp.einsum("bhts,bhsk->bhtk", p_BxHxCxS.astype(v.dtype), v[:, :, :hi],
+                           preferred_element_type=jnp.float32)
+    outs.append((o_BxHxCxK / jnp.sum(p_BxHxCxS, axis=-1, keepdims=True)).astype(v.dtype))
+  return jnp.transpose(jnp.concatenate(outs, axis=2), (0, 2, 1, 3))
 
 
 def resolve_impl(impl: str, *, dtype, causal: bool, has_mask: bool, t: int, s: int) -> str:
@@ -112,8 +105,8 @@ def dot_product_attention(q_BxTxHxK, k_BxSxHxK, v_BxSxHxK, mask=None, *, causal=
   impl: 'reference' (einsum + softmax); 'chunked' (causal self-attention skipping masked
   blocks; XLA when there is a mask); 'xla' / 'cudnn' (`jax.nn.dot_product_attention`); or
   'auto': cuDNN on GPU for bf16/fp16 inputs with no explicit mask, 'chunked' on CPU for causal
-  self-attention of T >= 128 with no explicit mask (about 10% less CPU per GPT train step
-  there), XLA otherwise.
+  self-attention of T >= 128 with no explicit mask (XLA's CPU attention computes every masked
+  score), XLA otherwise.
   Returned weights and attention dropout need the reference path.
   """
   chex.assert_rank([q_BxTxHxK, k_BxSxHxK, v_BxSxHxK], 4)
@@ -169,15 +162,6 @@ class MultiHeadAttention(nn.Module):
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
-  def _head_major(self, x_BxTxD, train, mask, cache, return_weights) -> bool:
-    """Whether self-attention takes the head-major chunked path (nothing it cannot express)."""
-    if (not self.causal or mask is not None or cache is not None or return_weights
-        or self.qk_norm or self.rope or (train and self.attn_dropout > 0.0)):
-      return False
-    t = x_BxTxD.shape[1]
-    return resolve_impl(self.impl, dtype=jnp.dtype(self.dtype), causal=True, has_mask=False,
-                        t=t, s=t) == "chunked"
-
   @nn.compact
   def __call__(self, x_BxTxD, context=None, *, train: bool, mask=None, cache=None, pos=0,
                return_weights=False):
@@ -188,16 +172,6 @@ class MultiHeadAttention(nn.Module):
     def dense(n, name, init):
       return nn.Dense(n, use_bias=self.use_bias, kernel_init=init, dtype=self.dtype,
                       param_dtype=self.param_dtype, name=name)
-    if context is None and self._head_major(x_BxTxD, train, mask, cache, return_weights):
-      # Causal self-attention on the chunked path: the projections as 2-D token matmuls and one
-      # transpose each way between token-major and head-major, not three per-tensor transposes
-      # around 3-D matmuls. Measured on the 2-core CPU at B16 T256 D256 H4: one block's forward
-      # + backward 100 vs 110 ms alone; in the whole d256-L4 train step, 0.757 vs 0.767 s.
-      qkv_NxE = dense(3 * d, "c_attn", self.kernel_init)(x_BxTxD.reshape(b * t, d))
-      q, k_, v = jnp.transpose(qkv_NxE.reshape(b, t, 3, h, k), (2, 0, 3, 1, 4))
-      out_BxHxTxK = attention_causal_chunked_heads(q, k_, v)
-      out_NxD = jnp.transpose(out_BxHxTxK, (0, 2, 1, 3)).reshape(b * t, d)
-      return dense(d, "c_proj", self.out_init)(out_NxD).reshape(b, t, d)
     if context is None:
       qkv = dense(3 * d, "c_attn", self.kernel_init)(x_BxTxD).reshape(b, t, 3, h, k)
       q, k_, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]

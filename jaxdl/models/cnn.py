@@ -42,6 +42,7 @@ def as_image(x, image_shape: Sequence[int] | None, who: str):
   return x
 
 
+@register_model("cnn")
 class CNN(nn.Module):
   """[conv_i -> norm_i -> ReLU -> max-pool] per entry of `features`, flatten, dense, head."""
 
@@ -110,6 +111,7 @@ class ResidualBlock(nn.Module):
     return nn.relu(h + shortcut)
 
 
+@register_model("resnet")
 class ResNet(nn.Module):
   """Stem conv-BN-ReLU, stages of residual blocks (stride 2 entering each later stage),
   global average pooling, dense head."""
@@ -143,26 +145,3 @@ class ResNet(nn.Module):
     h_BxC = jnp.mean(x_BxHxWxC, axis=(1, 2))
     return nn.Dense(self.out, dtype=self.dtype, param_dtype=self.param_dtype, name="head")(
         h_BxC).astype(jnp.float32)
-
-
-def _shape(cfg):
-  s = cfg.get("image_shape", None)
-  return tuple(s) if s else None
-
-
-@register_model("cnn")
-def build_cnn(cfg) -> CNN:
-  return CNN(features=tuple(cfg.get("features", (32, 64))), kernel=cfg.get("kernel", 3),
-             pool=cfg.get("pool", 2), hidden=cfg.get("hidden", 128), out=cfg.get("out", 10),
-             norm=cfg.get("norm", "none"), dropout=cfg.get("dropout", 0.0),
-             init_name=cfg.get("init", "he"), image_shape=_shape(cfg),
-             dtype=layers.to_dtype(cfg.get("dtype", "float32")),
-             param_dtype=layers.to_dtype(cfg.get("param_dtype", "float32")))
-
-
-@register_model("resnet")
-def build_resnet(cfg) -> ResNet:
-  return ResNet(stage_sizes=tuple(cfg.get("stage_sizes", (2, 2))),
-                features=tuple(cfg.get("features", (16, 32))), out=cfg.get("out", 10),
-                image_shape=_shape(cfg), dtype=layers.to_dtype(cfg.get("dtype", "float32")),
-                param_dtype=layers.to_dtype(cfg.get("param_dtype", "float32")))

@@ -27,6 +27,7 @@ import ml_dtypes
 import numpy as np
 
 from jaxdl.models.gpt import GPT
+from jaxdl.models.transformer import stack_layers, unstack_layers
 
 _ST_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16,
               "BF16": ml_dtypes.bfloat16, "I64": np.int64, "I32": np.int32, "I16": np.int16,
@@ -159,7 +160,6 @@ def gpt2_to_params(tensors: dict[str, np.ndarray], model: GPT) -> dict:
            f"unexpected: {extra}" if extra else ""]
     raise ValueError("GPT-2 import: " + "; ".join(m for m in msg if m))
   if model.scan_layers:
-    from jaxdl.models.gpt import stack_layers
     params = stack_layers(params)
   return params
 
@@ -169,7 +169,6 @@ def params_to_gpt2(params: dict, model: GPT, prefix: str = "transformer.",
   """jaxdl params -> GPT-2 state dict with HF names (GPT2LMHeadModel, tied head omitted)."""
   _check_gpt2_layout(model)
   if "h" in params:
-    from jaxdl.models.gpt import unstack_layers
     params = unstack_layers(params, model.n_layer)
   return {prefix + name: np.asarray(_get(params, path), dtype=dtype)
           for name, path in _gpt2_items(model)}
@@ -194,12 +193,14 @@ def save_gpt2(directory: str, params: dict, model: GPT, dtype=np.float32) -> str
   return path
 
 
-def load_gpt2(path: str, model: GPT | None = None, **model_overrides) -> tuple[GPT, dict]:
+def load_gpt2(path: str, model: GPT | None = None, *, n_head: int | None = None,
+              **model_overrides) -> tuple[GPT, dict]:
   """Reads a GPT-2 `model.safetensors` (or a directory holding it) -> (model, params).
 
-  Without `model`, the architecture comes from the tensors' shapes and `config.json` beside the
-  file (n_head; without it, 64-wide heads as in every GPT-2 size); `model_overrides` (e.g.
-  dropout, dtype, scan_layers) are applied to the model either way.
+  Without `model`, the architecture comes from the tensors' shapes (V, D, L, context) and the
+  head count H from `n_head` or else from `config.json` beside the file; the shapes alone do not
+  determine H, so with neither it is a ValueError. `model_overrides` (e.g. dropout, dtype,
+  scan_layers) are applied to the model either way.
   """
   if os.path.isdir(path):
     path = os.path.join(path, "model.safetensors")
@@ -215,12 +216,19 @@ def load_gpt2(path: str, model: GPT | None = None, **model_overrides) -> tuple[G
     n_layer = 1 + max((int(m.group(1)) for k in t if (m := re.match(r"h\.(\d+)\.", k))),
                       default=-1)
     cfg_path = os.path.join(os.path.dirname(path), "config.json")
-    n_head, eps = d // 64, 1e-5
+    hf = {}
     if os.path.exists(cfg_path):
       with open(cfg_path) as f:
         hf = json.load(f)
-      n_head, eps = hf.get("n_head", n_head), hf.get("layer_norm_epsilon", eps)
+    n_head = n_head or hf.get("n_head")
+    if not n_head:
+      raise ValueError(f"GPT-2 import: the number of heads is not in the weights and there is "
+                       f"no config.json beside {path}; pass n_head=H (or model=)")
+    if d % n_head:
+      raise ValueError(f"GPT-2 import: width {d} is not divisible by n_head={n_head}")
     model = GPT(vocab_size=v, block_size=t["wpe.weight"].shape[0], n_layer=n_layer,
-                n_head=n_head, d_model=d, epsilon=eps)
+                n_head=n_head, d_model=d, epsilon=hf.get("layer_norm_epsilon", 1e-5))
+  elif n_head is not None and n_head != model.n_head:
+    raise ValueError(f"GPT-2 import: n_head={n_head} but the given model has {model.n_head}")
   model = model.clone(**model_overrides) if model_overrides else model
   return model, gpt2_to_params(tensors, model)

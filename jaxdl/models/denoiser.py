@@ -3,9 +3,12 @@
 Call convention: `model.apply(variables, x_t, t_B, y=y_B, train=bool)` returns an array of x_t's
 shape (eps, x0, v or velocity, whatever the task trains). t_B is the model time in [0, 1]
 (`path.model_time`), one per sample (B,) as in training, or one time shared by the whole batch,
-shape () or (1,), as in sampling: then the time embedding and its MLP run on one row and broadcast,
-which is most of a small denoiser's cost at batch 256. t = None means zeros (handy for `init`). y = None, or the null class
-K = num_classes, means "no condition" (classifier-free guidance drops labels to K in training).
+shape () or (1,), as in sampling: then the time embedding and its MLP run on one row and
+broadcast, which is most of a small denoiser's cost at batch 256. t = None means zeros (handy for
+`init`). y = None, or the null class K = num_classes, means "no condition" (classifier-free
+guidance drops labels to K in training). Layers compute in `dtype` (the precision policy's compute
+dtype; the sinusoid features are fp32 before the first Dense), params are `param_dtype`, and the
+output is fp32.
 
 - `MLPDenoiser` ('denoiser_mlp'): residual MLP for low-dimensional data (2-D toys); the time
   embedding and the class embedding are added into every block.
@@ -13,18 +16,22 @@ K = num_classes, means "no condition" (classifier-free guidance drops labels to 
   residual blocks with the embedding added after the first conv. Accepts (B, H, W, C) or flat
   (B, H*W*C) input and returns the same shape.
 
-Shapes: B batch, D data features, H hidden width, E embedding width, h/w/c image height/width/channels.
+Shapes: B batch, D data features, H hidden width, E embedding width, h/w/c image
+height/width/channels.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Sequence
+from typing import Any, Sequence
 
 import flax.linen as nn
 import jax.numpy as jnp
 
 from jaxdl.models import register_model
+
+Dtype = Any
 
 
 def timestep_embedding(t_B, dim: int, max_period: float = 10000.0, scale: float = 1000.0):
@@ -43,16 +50,21 @@ class CondEmbedding(nn.Module):
 
   emb_dim: int = 128
   num_classes: int = 0
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
 
   @nn.compact
   def __call__(self, t_B, y_B):
     """t_B: (B,) or (1,); y_B: (B,) or None. Returns (B, E), or (1, E) when both are shared."""
-    e_BxE = nn.Dense(self.emb_dim)(timestep_embedding(t_B, self.emb_dim))
-    e_BxE = nn.Dense(self.emb_dim)(nn.silu(e_BxE))
+    dense = functools.partial(nn.Dense, self.emb_dim, dtype=self.dtype,
+                              param_dtype=self.param_dtype)
+    e_BxE = dense()(timestep_embedding(t_B, self.emb_dim))
+    e_BxE = dense()(nn.silu(e_BxE))
     if self.num_classes:
       if y_B is None:
         y_B = jnp.full((1,), self.num_classes, jnp.int32)
-      e_BxE = e_BxE + nn.Embed(self.num_classes + 1, self.emb_dim)(y_B)
+      e_BxE = e_BxE + nn.Embed(self.num_classes + 1, self.emb_dim, dtype=self.dtype,
+                               param_dtype=self.param_dtype)(y_B)
     return e_BxE
 
 
@@ -69,28 +81,33 @@ def _prepare_t(x, t):
   return t
 
 
+@register_model("denoiser_mlp")
 class MLPDenoiser(nn.Module):
-  """h = Dense(x); h += Dense(silu(Dense(silu(LN(h))) + Dense(e))) per block; out = Dense(silu(h))."""
+  """h = Dense(x); h += Dense(silu(Dense(silu(LN(h))) + Dense(e))) per block;
+  out = Dense(silu(LN(h)))."""
 
   hidden: int = 256
   depth: int = 4
   emb_dim: int = 128
   num_classes: int = 0
   dropout: float = 0.0
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
 
   @nn.compact
   def __call__(self, x, t=None, y=None, *, train: bool):
-    x_BxD = x.reshape(x.shape[0], -1).astype(jnp.float32)
-    e_BxE = nn.silu(CondEmbedding(self.emb_dim, self.num_classes)(_prepare_t(x, t), y))
-    h_BxH = nn.Dense(self.hidden)(x_BxD)
+    kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+    x_BxD = x.reshape(x.shape[0], -1).astype(self.dtype)
+    e_BxE = nn.silu(CondEmbedding(self.emb_dim, self.num_classes, **kw)(_prepare_t(x, t), y))
+    h_BxH = nn.Dense(self.hidden, **kw)(x_BxD)
     for _ in range(self.depth):
-      r_BxH = nn.Dense(self.hidden)(nn.silu(nn.LayerNorm()(h_BxH)))
-      r_BxH = nn.silu(r_BxH + nn.Dense(self.hidden)(e_BxE))
+      r_BxH = nn.Dense(self.hidden, **kw)(nn.silu(nn.LayerNorm(**kw)(h_BxH)))
+      r_BxH = nn.silu(r_BxH + nn.Dense(self.hidden, **kw)(e_BxE))
       if self.dropout > 0:
         r_BxH = nn.Dropout(self.dropout, deterministic=not train)(r_BxH)
-      h_BxH = h_BxH + nn.Dense(self.hidden)(r_BxH)
-    out_BxD = nn.Dense(x_BxD.shape[1])(nn.silu(nn.LayerNorm()(h_BxH)))
-    return out_BxD.reshape(x.shape)
+      h_BxH = h_BxH + nn.Dense(self.hidden, **kw)(r_BxH)
+    out_BxD = nn.Dense(x_BxD.shape[1], **kw)(nn.silu(nn.LayerNorm(**kw)(h_BxH)))
+    return out_BxD.astype(jnp.float32).reshape(x.shape)
 
 
 class ResBlock(nn.Module):
@@ -98,62 +115,57 @@ class ResBlock(nn.Module):
 
   channels: int
   dropout: float = 0.0
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
 
   @nn.compact
   def __call__(self, h_Bxhxwxc, e_BxE, train: bool):
+    kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
     groups = min(8, self.channels)
-    r = nn.Conv(self.channels, (3, 3))(nn.silu(nn.GroupNorm(min(8, h_Bxhxwxc.shape[-1]))(h_Bxhxwxc)))
-    r = r + nn.Dense(self.channels)(e_BxE)[:, None, None, :]
-    r = nn.silu(nn.GroupNorm(groups)(r))
+    r = nn.silu(nn.GroupNorm(min(8, h_Bxhxwxc.shape[-1]), **kw)(h_Bxhxwxc))
+    r = nn.Conv(self.channels, (3, 3), **kw)(r)
+    r = r + nn.Dense(self.channels, **kw)(e_BxE)[:, None, None, :]
+    r = nn.silu(nn.GroupNorm(groups, **kw)(r))
     if self.dropout > 0:
       r = nn.Dropout(self.dropout, deterministic=not train)(r)
-    r = nn.Conv(self.channels, (3, 3))(r)
+    r = nn.Conv(self.channels, (3, 3), **kw)(r)
     if h_Bxhxwxc.shape[-1] != self.channels:
-      h_Bxhxwxc = nn.Conv(self.channels, (1, 1))(h_Bxhxwxc)
+      h_Bxhxwxc = nn.Conv(self.channels, (1, 1), **kw)(h_Bxhxwxc)
     return h_Bxhxwxc + r
 
 
+@register_model("denoiser_unet")
 class UNetDenoiser(nn.Module):
-  """Two-level U-Net: [res x2 at h x w] -> down x2 -> [res x2] -> mid -> up -> [res x2 with skips]."""
+  """Two-level U-Net: [res x2 at h x w] -> down x2 -> [res x2] -> mid -> up -> [res x2 with
+  skips]."""
 
   image_shape: Sequence[int] = (8, 8, 1)
   channels: Sequence[int] = (32, 64)
   emb_dim: int = 128
   num_classes: int = 0
   dropout: float = 0.0
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
 
   @nn.compact
   def __call__(self, x, t=None, y=None, *, train: bool):
-    x_Bxhxwxc = x.reshape((x.shape[0],) + tuple(self.image_shape)).astype(jnp.float32)
-    e_BxE = nn.silu(CondEmbedding(self.emb_dim, self.num_classes)(_prepare_t(x, t), y))
+    kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+    x_Bxhxwxc = x.reshape((x.shape[0],) + tuple(self.image_shape)).astype(self.dtype)
+    e_BxE = nn.silu(CondEmbedding(self.emb_dim, self.num_classes, **kw)(_prepare_t(x, t), y))
+    res = functools.partial(ResBlock, dropout=self.dropout, **kw)
     c0, c1 = self.channels
-    h = nn.Conv(c0, (3, 3))(x_Bxhxwxc)
+    h = nn.Conv(c0, (3, 3), **kw)(x_Bxhxwxc)
     skips = [h]
     for _ in range(2):
-      h = ResBlock(c0, self.dropout)(h, e_BxE, train)
+      h = res(c0)(h, e_BxE, train)
       skips.append(h)
-    h = nn.Conv(c1, (3, 3), strides=(2, 2))(h)  # h x w -> h/2 x w/2
+    h = nn.Conv(c1, (3, 3), strides=(2, 2), **kw)(h)  # h x w -> h/2 x w/2
     for _ in range(2):
-      h = ResBlock(c1, self.dropout)(h, e_BxE, train)
-    h = ResBlock(c1, self.dropout)(h, e_BxE, train)  # middle
+      h = res(c1)(h, e_BxE, train)
+    h = res(c1)(h, e_BxE, train)  # middle
     h = jnp.repeat(jnp.repeat(h, 2, axis=1), 2, axis=2)  # nearest-neighbour upsampling
-    h = nn.Conv(c0, (3, 3))(h)
+    h = nn.Conv(c0, (3, 3), **kw)(h)
     for _ in range(3):
-      h = ResBlock(c0, self.dropout)(jnp.concatenate([h, skips.pop()], axis=-1), e_BxE, train)
-    out = nn.Conv(self.image_shape[-1], (3, 3))(nn.silu(nn.GroupNorm(min(8, c0))(h)))
-    return out.reshape(x.shape)
-
-
-@register_model("denoiser_mlp")
-def build_denoiser_mlp(cfg) -> MLPDenoiser:
-  return MLPDenoiser(hidden=cfg.get("hidden", 256), depth=cfg.get("depth", 4),
-                     emb_dim=cfg.get("emb_dim", 128), num_classes=cfg.get("num_classes", 0),
-                     dropout=cfg.get("dropout", 0.0))
-
-
-@register_model("denoiser_unet")
-def build_denoiser_unet(cfg) -> UNetDenoiser:
-  return UNetDenoiser(image_shape=tuple(cfg.get("image_shape", (8, 8, 1))),
-                      channels=tuple(cfg.get("channels", (32, 64))),
-                      emb_dim=cfg.get("emb_dim", 128), num_classes=cfg.get("num_classes", 0),
-                      dropout=cfg.get("dropout", 0.0))
+      h = res(c0)(jnp.concatenate([h, skips.pop()], axis=-1), e_BxE, train)
+    out = nn.Conv(self.image_shape[-1], (3, 3), **kw)(nn.silu(nn.GroupNorm(min(8, c0), **kw)(h)))
+    return out.astype(jnp.float32).reshape(x.shape)

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from jaxdl.models import layers, register_model
 
 
+@register_model("mlp")
 class MLP(nn.Module):
   """Dense -> [norm] -> activation -> [dropout] blocks, then a dense head.
 
@@ -27,7 +28,7 @@ class MLP(nn.Module):
     norm: 'none' | 'batch' | 'layer' | 'rms' | 'group' (BatchNorm momentum 0.9 = PyTorch 0.1).
     dropout: drop probability p (inverted dropout).
     residual: add each block's input to its output when the widths match.
-    init: kernel initializer name (`layers.get_initializer`); biases start at 0.
+    init_name: kernel initializer name (`layers.get_initializer`); biases start at 0.
     bn_axis_name: the pmap axis over which BatchNorm averages its statistics.
   """
 
@@ -58,13 +59,3 @@ class MLP(nn.Module):
       x_BxD = x_BxD + h_BxH if self.residual and x_BxD.shape == h_BxH.shape else h_BxH
     return nn.Dense(self.out, kernel_init=kinit, dtype=self.dtype, param_dtype=self.param_dtype,
                     name="head")(x_BxD).astype(jnp.float32)
-
-
-@register_model("mlp")
-def build_mlp(cfg) -> MLP:
-  return MLP(hidden=tuple(cfg.hidden), out=cfg.out, activation=cfg.get("activation", "relu"),
-             norm=cfg.get("norm", "none"), dropout=cfg.get("dropout", 0.0),
-             residual=cfg.get("residual", False), init_name=cfg.get("init", "lecun"),
-             dtype=layers.to_dtype(cfg.get("dtype", "float32")),
-             param_dtype=layers.to_dtype(cfg.get("param_dtype", "float32")),
-             bn_axis_name=cfg.get("bn_axis_name", None))

@@ -16,7 +16,7 @@ import chex
 import flax.linen as nn
 import jax.numpy as jnp
 
-from jaxdl.models import layers, register_model
+from jaxdl.models import register_model
 
 Dtype = Any
 
@@ -113,22 +113,11 @@ class RNN(nn.Module):
     return head(h_BxTxD[:, -1]).astype(jnp.float32)
 
 
-def _build(cfg, default_cell: str) -> RNN:
-  return RNN(cell=cfg.get("cell", default_cell), hidden=cfg.get("hidden", 128),
-             num_layers=cfg.get("num_layers", 1), out=cfg.get("out", 10),
-             seq_output=cfg.get("seq_output", False), vocab_size=cfg.get("vocab_size", 0),
-             embed_dim=cfg.get("embed_dim", 64), seq_len=cfg.get("seq_len", 0),
-             dropout=cfg.get("dropout", 0.0),
-             dtype=layers.to_dtype(cfg.get("dtype", "float32")),
-             param_dtype=layers.to_dtype(cfg.get("param_dtype", "float32")))
-
-
 @register_model("rnn")
-def build_rnn(cfg) -> RNN:
-  return _build(cfg, "rnn")
+def build_rnn(cell: str = "rnn", **fields) -> RNN:
+  """'rnn': the `RNN` with a plain (Elman) cell unless `cell` says otherwise."""
+  return RNN(cell=cell, **fields)
 
 
-@register_model("lstm")
-def build_lstm(cfg) -> RNN:
-  return _build(cfg, "lstm")
-
+build_rnn.model_class = RNN
+register_model("lstm")(RNN)  # the `RNN` with its default LSTM cell

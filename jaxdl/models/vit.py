@@ -13,11 +13,12 @@ import jax.numpy as jnp
 
 from jaxdl.models import layers, register_model
 from jaxdl.models.cnn import as_image
-from jaxdl.models.gpt import apply_blocks
+from jaxdl.models.transformer import apply_blocks
 
 Dtype = Any
 
 
+@register_model("vit")
 class ViT(nn.Module):
   """Patch embedding (a P x P conv with stride P) + position embedding + L encoder blocks."""
 
@@ -64,27 +65,16 @@ class ViT(nn.Module):
     pos = self.param("pos_embed", nn.initializers.normal(0.02), (1,) + x_BxTxD.shape[1:],
                      self.param_dtype)
     x_BxTxD = nn.Dropout(self.dropout, deterministic=not train)(x_BxTxD + pos.astype(self.dtype))
-    x_BxTxD, _ = apply_blocks(self, x_BxTxD, causal=False, train=train)
+    x_BxTxD, _ = apply_blocks(
+        x_BxTxD, n_layer=self.n_layer, scan_layers=self.scan_layers, remat=self.remat,
+        n_head=self.n_head, causal=False, train=train, norm=self.norm, ln=self.ln, mlp=self.mlp,
+        mlp_hidden=self.mlp_hidden, dropout=self.dropout, attn_dropout=self.attn_dropout,
+        qk_norm=self.qk_norm, use_bias=self.use_bias, attn_impl=self.attn_impl,
+        init_name=self.init_name, n_residual=2 * self.n_layer, epsilon=self.epsilon,
+        dtype=self.dtype, param_dtype=self.param_dtype)
     if self.ln == "pre":
       x_BxTxD = layers.make_norm(self.norm, train=train, name="ln_f", epsilon=self.epsilon,
                                  dtype=self.dtype, param_dtype=self.param_dtype)(x_BxTxD)
     h_BxD = x_BxTxD[:, 0] if self.pool == "cls" else jnp.mean(x_BxTxD, axis=1)
     return nn.Dense(self.out, dtype=self.dtype, param_dtype=self.param_dtype, name="head")(
         h_BxD).astype(jnp.float32)
-
-
-@register_model("vit")
-def build_vit(cfg) -> ViT:
-  shape = cfg.get("image_shape", None)
-  return ViT(patch_size=cfg.get("patch_size", 2), d_model=cfg.get("d_model", 64),
-             n_layer=cfg.get("n_layer", 4), n_head=cfg.get("n_head", 4), out=cfg.get("out", 10),
-             pool=cfg.get("pool", "cls"), mlp=cfg.get("mlp", "gelu"),
-             mlp_hidden=cfg.get("mlp_hidden", 0), norm=cfg.get("norm", "layer"),
-             ln=cfg.get("ln", "pre"), dropout=cfg.get("dropout", 0.0),
-             attn_dropout=cfg.get("attn_dropout", 0.0), qk_norm=cfg.get("qk_norm", False),
-             use_bias=cfg.get("bias", True), scan_layers=cfg.get("scan_layers", True),
-             remat=cfg.get("remat", False), attn_impl=cfg.get("attn_impl", "auto"),
-             init_name=cfg.get("init", "xavier_uniform"),
-             epsilon=cfg.get("epsilon", 1e-6), image_shape=tuple(shape) if shape else None,
-             dtype=layers.to_dtype(cfg.get("dtype", "float32")),
-             param_dtype=layers.to_dtype(cfg.get("param_dtype", "float32")))

@@ -1,0 +1,92 @@
+"""Decoding a GPT: the KV cache, next-token sampling and generation as one jitted lax loop.
+
+Shapes: B batch, P prompt length, N total length, S cache length, V vocab, L layers, H heads,
+K head width.
+
+Generation: the prompt fills the cache in one forward pass; each new token t_i is drawn from
+p(t_i | t_<i) = softmax(logits_i / temperature), restricted to the top_k largest logits and to the
+smallest set whose mass reaches top_p, then fed back as one cached decoding step.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def init_cache(model, batch_size: int, max_len: int | None = None, dtype=None) -> dict:
+  """Zero KV cache {'k', 'v'} of shape (L, B, S, H, K), S = max_len (default block_size)."""
+  s = max_len or model.block_size
+  if model.pos == "learned" and s > model.block_size:
+    raise ValueError(f"GPT: cache length {s} exceeds block_size {model.block_size}")
+  shape = (model.n_layer, batch_size, s, model.n_head, model.d_model // model.n_head)
+  z = jnp.zeros(shape, dtype or model.dtype)
+  return {"k": z, "v": z}
+
+
+def sample_logits(rng, logits_BxV, *, temperature=1.0, top_k: int = 0, top_p: float = 1.0,
+                  greedy: bool = False):
+  """Next tokens (B,) from logits: argmax if greedy, else softmax(logits / temperature) sampled
+  after keeping the top_k largest (top_k > 0) and the smallest set whose mass reaches top_p."""
+  if greedy:
+    return jnp.argmax(logits_BxV, axis=-1)
+  neg = jnp.finfo(jnp.float32).min
+  logits_BxV = logits_BxV.astype(jnp.float32) / temperature
+  if top_k > 0:
+    kth_Bx1 = jax.lax.top_k(logits_BxV, top_k)[0][:, -1:]
+    logits_BxV = jnp.where(logits_BxV < kth_Bx1, neg, logits_BxV)
+  if top_p < 1.0:
+    sorted_BxV = jnp.sort(logits_BxV, axis=-1)[:, ::-1]
+    probs_BxV = jax.nn.softmax(sorted_BxV, axis=-1)
+    mass_before = jnp.cumsum(probs_BxV, axis=-1) - probs_BxV  # keep while mass before it < p
+    kept = jnp.where(mass_before < top_p, sorted_BxV, jnp.inf)
+    cutoff_Bx1 = jnp.min(kept, axis=-1, keepdims=True)
+    logits_BxV = jnp.where(logits_BxV < cutoff_Bx1, neg, logits_BxV)
+  return jax.random.categorical(rng, logits_BxV, axis=-1)
+
+
+def make_sampler(model, max_new_tokens: int, *, temperature: float = 1.0, top_k: int = 0,
+                 top_p: float = 1.0, greedy: bool = False):
+  """Returns jitted `sample(params, prompt_BxP, rng) -> tokens BxN`, N = P + max_new_tokens.
+
+  Args:
+    model: a `GPT` (dropout is switched off for decoding).
+    max_new_tokens: tokens appended after the prompt; P + N must fit in block_size for learned
+      positions.
+    temperature: logits are divided by it before the softmax (-> 0 approaches greedy).
+    top_k: keep only the k largest logits (0: all).
+    top_p: keep the smallest set of tokens whose probability mass reaches p (1.0: all).
+    greedy: take the argmax instead of sampling.
+  """
+  model = model.clone(dropout=0.0, attn_dropout=0.0)
+
+  @jax.jit
+  def sample(params, prompt_BxP, rng):
+    b, p = prompt_BxP.shape
+    total = p + max_new_tokens
+    if model.pos == "learned" and total > model.block_size:
+      raise ValueError(f"generate: prompt {p} + {max_new_tokens} new tokens exceeds block_size "
+                       f"{model.block_size}")
+    cache = init_cache(model, b, total)
+    logits, cache = model.apply({"params": params}, prompt_BxP, train=False, cache=cache, pos=0)
+    out_BxN = jnp.zeros((b, total), prompt_BxP.dtype).at[:, :p].set(prompt_BxP)
+
+    def step(i, carry):
+      out_BxN, cache, last_BxV, rng = carry
+      rng, sub = jax.random.split(rng)
+      tok_B = sample_logits(sub, last_BxV, temperature=temperature, top_k=top_k, top_p=top_p,
+                            greedy=greedy).astype(out_BxN.dtype)
+      out_BxN = jax.lax.dynamic_update_slice(out_BxN, tok_B[:, None], (0, p + i))
+      logits, cache = model.apply({"params": params}, tok_B[:, None], train=False, cache=cache,
+                                  pos=p + i)
+      return out_BxN, cache, logits[:, -1], rng
+
+    out_BxN, *_ = jax.lax.fori_loop(0, max_new_tokens, step, (out_BxN, cache, logits[:, -1], rng))
+    return out_BxN
+
+  return sample
+
+
+def generate(model, params, prompt_BxP, rng, max_new_tokens: int, **sampling):
+  """One-off convenience around `make_sampler` (which callers should keep to reuse the jit)."""
+  return make_sampler(model, max_new_tokens, **sampling)(params, prompt_BxP, rng)
