@@ -22,9 +22,24 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import Callable
 
 HELP = "measure throughput, MFU, compile time, loop/checkpoint/sampler/data costs vs baselines"
-BENCHES = ("gpt", "compile", "loop", "checkpoint", "sampler", "data")
+
+# name -> fn(ctx) -> (raw result dict, table rows), in the order they run. `ctx` is shared by
+# the benches of one run: 'setup' (the GPT setup), 'on_gpu', and 'step_s' (the train step's
+# seconds, set by the gpt bench and reused by the data bench).
+REGISTRY: dict[str, Callable[[dict], tuple[dict, list[dict]]]] = {}
+
+
+def register_bench(name: str):
+  """Registers `fn(ctx) -> (results, rows)` as the benchmark `name`."""
+
+  def wrap(fn):
+    REGISTRY[name] = fn
+    return fn
+
+  return wrap
 
 
 def add_arguments(parser) -> None:
@@ -48,108 +63,135 @@ def _row(bench, measure, jaxdl, baseline, ratio, target, met, unit=""):
               target=target, met=met, unit=unit)
 
 
-def run_benches(names: list[str], log=print) -> tuple[dict, list[dict]]:
-  """Runs the named benchmarks; returns (raw results, table rows)."""
-  import jax
+@register_bench("gpt")
+def _gpt(ctx):
+  from jaxdl.bench import gpt
+  setup, on_gpu = ctx["setup"], ctx["on_gpu"]
+  r = gpt.bench_gpt(setup)
+  j, b, u = r["jaxdl"], r["baseline"], r["jaxdl_unrolled"]
+  ctx["step_s"] = j["step_s"]
+  return r, [
+      _row("gpt", f"tokens/s ({setup.name}, {setup.dtype})", j["tokens_per_s"],
+           b["tokens_per_s"], j["tokens_per_s"] / b["tokens_per_s"], ">= 1.2",
+           j["tokens_per_s"] / b["tokens_per_s"] >= 1.2, "tok/s"),
+      _row("gpt", "tokens/s, jaxdl with unrolled layers (scan_layers=False)",
+           u["tokens_per_s"], b["tokens_per_s"], u["tokens_per_s"] / b["tokens_per_s"],
+           ">= 1.2", u["tokens_per_s"] / b["tokens_per_s"] >= 1.2, "tok/s"),
+      _row("gpt", "CPU seconds per step, baseline / jaxdl (load-insensitive)",
+           j["cpu_step_s"], b["cpu_step_s"], b["cpu_step_s"] / j["cpu_step_s"], ">= 1.2",
+           b["cpu_step_s"] / j["cpu_step_s"] >= 1.2, "s"),
+      _row("gpt", "model FLOP/s (6N + 12LDT per token)", j["model_flops"], b["model_flops"],
+           j["model_flops"] / b["model_flops"], "", None, "FLOP/s"),
+      _row("gpt", f"MFU vs matmul peak {r['peak_flops']:.3g} FLOP/s", j["mfu"], b["mfu"],
+           j["mfu"] / b["mfu"], ">= 0.45 MFU" if on_gpu else "",
+           (j["mfu"] >= 0.45) if on_gpu else None)]
+
+
+@register_bench("compile")
+def _compile(ctx):
+  from jaxdl.bench import gpt
+  r = gpt.bench_compile()
+  scan, unrolled = r["scan"], r["unrolled"]
+  return r, [
+      _row("compile", "scan: seconds at 24 vs 2 layers", scan[24], scan[2],
+           scan[24] / scan[2], "<= 1.5", scan[24] / scan[2] <= 1.5, "s"),
+      _row("compile", "unrolled: seconds at 24 vs 2 layers", unrolled[24], unrolled[2],
+           unrolled[24] / unrolled[2], "(grows)", None, "s"),
+      _row("compile", "24 layers: scan vs unrolled", scan[24], unrolled[24],
+           scan[24] / unrolled[24], "", None, "s"),
+      _row("compile", "8 layers: scan vs unrolled", scan[8], unrolled[8],
+           scan[8] / unrolled[8], "", None, "s")]
+
+
+@register_bench("loop")
+def _loop(ctx):
+  from jaxdl.bench import engine
+  r = engine.bench_loop()
+  rows = [_row("loop", "jaxdl.train.run vs bare jitted loop, steps/s",
+               r["loop_steps_per_s"], r["bare_steps_per_s"],
+               r["loop_steps_per_s"] / r["bare_steps_per_s"], "overhead <= 5%",
+               r["overhead"] <= 0.05, "steps/s"),
+          _row("loop", "CPU seconds per step: loop vs bare (host work)",
+               r["loop_cpu_s"], r["bare_cpu_s"], r["loop_cpu_s"] / r["bare_cpu_s"],
+               "overhead <= 5%", r["overhead_cpu"] <= 0.05, "s")]
+  for lag in (1, 2):
+    rows.append(_row("loop", f"bare loop reading step s-{lag}'s loss each step vs bare",
+                     r[f"lag{lag}_bare_steps_per_s"], r["bare_steps_per_s"],
+                     r[f"lag{lag}_bare_steps_per_s"] / r["bare_steps_per_s"], "", None,
+                     "steps/s"))
+  return r, rows
+
+
+@register_bench("checkpoint")
+def _checkpoint(ctx):
   from jaxdl.bench import engine, gpt
-  on_gpu = jax.default_backend() == "gpu"
-  setup = gpt.default_setup()
+  abstract, _ = gpt.jaxdl_step(ctx["setup"], abstract=True)
+  r = engine.bench_checkpoint(engine.synthetic_state(abstract))
+  mb = r["bytes"] / 1e6
+  return r, [_row("checkpoint", f"loop blocked: async vs sync save ({mb:.0f} MB)",
+                  r["async_blocked_s"], r["sync_s"], r["ratio"], "<= 0.2", r["ratio"] <= 0.2,
+                  "s")]
+
+
+@register_bench("sampler")
+def _sampler(ctx):
+  from jaxdl.bench import engine
+  r = engine.bench_sampler()
+  r["smoke_model"] = small = engine.bench_sampler(hidden=64, depth=2, rounds=9, linearity=False)
+  return r, [
+      _row("sampler", f"lax.scan vs python loop, {r['steps']} steps x {r['batch']}, "
+           "4 x 256 (s)",
+           r["lax_s"], r["python_s"], r["speedup"], ">= 3x", r["speedup"] >= 3.0, "s"),
+      _row("sampler", "  same, CPU seconds (load-insensitive)", None, None,
+           r["speedup_cpu"], ">= 3x", r["speedup_cpu"] >= 3.0),
+      _row("sampler", "  same with fm_toy2d:smoke's denoiser (2 x 64), wall",
+           small["lax_s"], small["python_s"], small["speedup"], ">= 3x",
+           small["speedup"] >= 3.0, "s"),
+      _row("sampler", "  same with fm_toy2d:smoke's denoiser, CPU seconds", None, None,
+           small["speedup_cpu"], ">= 3x", small["speedup_cpu"] >= 3.0),
+      _row("sampler", "  2 x 64: python's added time per step vs the compiled step "
+           "(speedup = 1 + ratio)", small["python_overhead_per_step_s"],
+           small["lax_step_s"], small["python_overhead_per_step_s"] / small["lax_step_s"],
+           "", None, "s"),
+      _row("sampler", "same samples: max |lax - python|", r["max_abs_diff"], 0.0, None,
+           "<= 1e-4", r["max_abs_diff"] <= 1e-4),
+      _row("sampler", "CPU time at 25/50/100 steps: max residual of a line",
+           r["fit_max_rel_residual"], None, None, "<= 0.15", r["fit_max_rel_residual"] <= 0.15)]
+
+
+@register_bench("data")
+def _data(ctx):
+  from jaxdl.bench import engine, gpt
+  setup = ctx["setup"]
+  step_s = ctx.get("step_s")
+  if step_s is None:  # the step's rate, measured here when the gpt bench did not run
+    state, step = gpt.jaxdl_step(setup)
+    runner = gpt.runner(state, step, gpt.random_batch(setup))
+    runner(1)
+    step_s = gpt.interleaved({"j": runner}, steps=1, rounds=2)["j"]["wall"]
+  r = engine.bench_data(setup.batch, setup.context)
+  r["train_steps_per_s"] = 1.0 / step_s
+  return r, [_row("data", "pipeline batches/s vs train steps/s", r["batches_per_s"],
+                  r["train_steps_per_s"], r["batches_per_s"] * step_s, ">= 1",
+                  r["batches_per_s"] * step_s >= 1.0, "1/s")]
+
+
+BENCHES = tuple(REGISTRY)
+
+
+def run_benches(names: list[str], log=print) -> tuple[dict, list[dict]]:
+  """Runs the named benchmarks in registry order; returns (raw results, table rows)."""
+  import jax
+  from jaxdl.bench import gpt
+  ctx = {"setup": gpt.default_setup(), "on_gpu": jax.default_backend() == "gpu", "step_s": None}
   results: dict = {"backend": jax.default_backend(), "devices": jax.device_count(),
                    "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__}
   rows: list[dict] = []
-  step_s = None
   for name in names:
     t0 = time.perf_counter()
     log(f"bench: {name} ...")
-    if name == "gpt":
-      r = gpt.bench_gpt(setup)
-      j, b = r["jaxdl"], r["baseline"]
-      step_s = j["step_s"]
-      rows += [
-          _row("gpt", f"tokens/s ({setup.name}, {setup.dtype})", j["tokens_per_s"],
-               b["tokens_per_s"], j["tokens_per_s"] / b["tokens_per_s"], ">= 1.2",
-               j["tokens_per_s"] / b["tokens_per_s"] >= 1.2, "tok/s"),
-          _row("gpt", "tokens/s, jaxdl with unrolled layers (scan_layers=False)",
-               r["jaxdl_unrolled"]["tokens_per_s"], b["tokens_per_s"],
-               r["jaxdl_unrolled"]["tokens_per_s"] / b["tokens_per_s"], ">= 1.2",
-               r["jaxdl_unrolled"]["tokens_per_s"] / b["tokens_per_s"] >= 1.2, "tok/s"),
-          _row("gpt", "CPU seconds per step, baseline / jaxdl (load-insensitive)",
-               j["cpu_step_s"], b["cpu_step_s"], b["cpu_step_s"] / j["cpu_step_s"], ">= 1.2",
-               b["cpu_step_s"] / j["cpu_step_s"] >= 1.2, "s"),
-          _row("gpt", "model FLOP/s (6N + 12LDT per token)", j["model_flops"], b["model_flops"],
-               j["model_flops"] / b["model_flops"], "", None, "FLOP/s"),
-          _row("gpt", f"MFU vs matmul peak {r['peak_flops']:.3g} FLOP/s", j["mfu"], b["mfu"],
-               j["mfu"] / b["mfu"], ">= 0.45 MFU" if on_gpu else "",
-               (j["mfu"] >= 0.45) if on_gpu else None)]
-    elif name == "compile":
-      r = gpt.bench_compile()
-      scan, unrolled = r["scan"], r["unrolled"]
-      rows += [
-          _row("compile", "scan: seconds at 24 vs 2 layers", scan[24], scan[2],
-               scan[24] / scan[2], "<= 1.5", scan[24] / scan[2] <= 1.5, "s"),
-          _row("compile", "unrolled: seconds at 24 vs 2 layers", unrolled[24], unrolled[2],
-               unrolled[24] / unrolled[2], "(grows)", None, "s"),
-          _row("compile", "24 layers: scan vs unrolled", scan[24], unrolled[24],
-               scan[24] / unrolled[24], "", None, "s"),
-          _row("compile", "8 layers: scan vs unrolled", scan[8], unrolled[8],
-               scan[8] / unrolled[8], "", None, "s")]
-    elif name == "loop":
-      r = engine.bench_loop()
-      rows.append(_row("loop", "jaxdl.train.run vs bare jitted loop, steps/s",
-                       r["loop_steps_per_s"], r["bare_steps_per_s"],
-                       r["loop_steps_per_s"] / r["bare_steps_per_s"], "overhead <= 5%",
-                       r["overhead"] <= 0.05, "steps/s"))
-      rows.append(_row("loop", "CPU seconds per step: loop vs bare (host work)",
-                       r["loop_cpu_s"], r["bare_cpu_s"], r["loop_cpu_s"] / r["bare_cpu_s"],
-                       "overhead <= 5%", r["overhead_cpu"] <= 0.05, "s"))
-      for lag in (1, 2):
-        rows.append(_row("loop", f"bare loop reading step s-{lag}'s loss each step vs bare",
-                         r[f"lag{lag}_bare_steps_per_s"], r["bare_steps_per_s"],
-                         r[f"lag{lag}_bare_steps_per_s"] / r["bare_steps_per_s"], "", None,
-                         "steps/s"))
-    elif name == "checkpoint":
-      abstract, _ = gpt.jaxdl_step(setup, abstract=True)
-      r = engine.bench_checkpoint(engine.synthetic_state(abstract))
-      mb = r["bytes"] / 1e6
-      rows.append(_row("checkpoint", f"loop blocked: async vs sync save ({mb:.0f} MB)",
-                       r["async_blocked_s"], r["sync_s"], r["ratio"], "<= 0.2",
-                       r["ratio"] <= 0.2, "s"))
-    elif name == "sampler":
-      r = engine.bench_sampler()
-      r["smoke_model"] = small = engine.bench_sampler(hidden=64, depth=2, rounds=9,
-                                                               linearity=False)
-      rows += [
-          _row("sampler", f"lax.scan vs python loop, {r['steps']} steps x {r['batch']}, "
-               "4 x 256 (s)",
-               r["lax_s"], r["python_s"], r["speedup"], ">= 3x", r["speedup"] >= 3.0, "s"),
-          _row("sampler", "  same, CPU seconds (load-insensitive)", None, None,
-               r["speedup_cpu"], ">= 3x", r["speedup_cpu"] >= 3.0),
-          _row("sampler", "  same with fm_toy2d:smoke's denoiser (2 x 64), wall",
-               small["lax_s"], small["python_s"], small["speedup"], ">= 3x",
-               small["speedup"] >= 3.0, "s"),
-          _row("sampler", "  same with fm_toy2d:smoke's denoiser, CPU seconds", None, None,
-               small["speedup_cpu"], ">= 3x", small["speedup_cpu"] >= 3.0),
-          _row("sampler", "  2 x 64: python's added time per step vs the compiled step "
-               "(speedup = 1 + ratio)", small["python_overhead_per_step_s"],
-               small["lax_step_s"], small["python_overhead_per_step_s"] / small["lax_step_s"],
-               "", None, "s"),
-          _row("sampler", "same samples: max |lax - python|", r["max_abs_diff"], 0.0, None,
-               "<= 1e-4", r["max_abs_diff"] <= 1e-4),
-          _row("sampler", "CPU time at 25/50/100 steps: max residual of a line",
-               r["fit_max_rel_residual"],
-               None, None, "<= 0.15", r["fit_max_rel_residual"] <= 0.15)]
-    elif name == "data":
-      if step_s is None:  # the step's rate, measured here when the gpt bench did not run
-        state, step = gpt.jaxdl_step(setup, options=gpt.compiler_options())
-        batch = gpt.random_batch(setup)
-        runner = gpt.runner(state, step, batch)
-        runner(1)
-        step_s = gpt.interleaved({"j": runner}, steps=1, rounds=2)["j"]["wall"]
-      r = engine.bench_data(setup.batch, setup.context)
-      r["train_steps_per_s"] = 1.0 / step_s
-      rows.append(_row("data", "pipeline batches/s vs train steps/s", r["batches_per_s"],
-                       r["train_steps_per_s"], r["batches_per_s"] * step_s, ">= 1",
-                       r["batches_per_s"] * step_s >= 1.0, "1/s"))
+    r, new_rows = REGISTRY[name](ctx)
+    rows += new_rows
     r["seconds"] = time.perf_counter() - t0
     results[name] = r
   return results, rows

@@ -50,9 +50,9 @@ class GPTSetup:
   n_head: int
   dtype: str  # compute dtype; params stay fp32
   peak_n: int  # side of the square matmul timed as the peak
-  # jaxdl's layers per scan iteration in the timed step (params stay stacked under 'h'). On the
-  # 2-core CPU a fully unrolled scan measured 1.54-1.59 CPU s/step against 1.80 for unroll 1
-  # (the loop's per-iteration slicing and stacking of params, residuals and gradients).
+  # jaxdl's layers per scan iteration in the timed step (params stay stacked under 'h'):
+  # unrolling the scan saves the per-iteration slicing and stacking of params, residuals and
+  # gradients, which is a visible share of a small model's step on a CPU.
   scan_unroll: int = 1
 
   @property
@@ -68,16 +68,6 @@ GPU_SETUP = GPTSetup("gpt2-small", batch=16, context=1024, vocab=50257, d_model=
 
 def default_setup() -> GPTSetup:
   return GPU_SETUP if jax.default_backend() == "gpu" else CPU_SETUP
-
-
-# Per-executable XLA options for jaxdl's step (none: measured on the 2-core CPU, fast math,
-# XNNPACK and oneDNN dots gave the same CPU seconds per step and per matmul FLOP as the default,
-# and fast math would stop NaNs from being honoured, which the loop's NaN stop relies on).
-COMPILER_OPTIONS: dict = {}
-
-
-def compiler_options() -> dict | None:
-  return dict(COMPILER_OPTIONS) or None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -168,11 +158,9 @@ def jaxdl_model(setup: GPTSetup, **overrides):
   return jmodels.build_model(cfg).clone(dtype=jnp.dtype(setup.dtype))
 
 
-def jaxdl_step(setup: GPTSetup, *, options: dict | None = None, abstract: bool = False,
-               **overrides):
-  """(state, step) for jaxdl's GPT: scanned blocks, fused qkv, attention 'auto' (the chunked
-  causal path on CPU, `jax.nn.dot_product_attention` elsewhere), the lm task loss, AdamW +
-  clipping from `jaxdl.optim`, state donated."""
+def jaxdl_step(setup: GPTSetup, *, abstract: bool = False, **overrides):
+  """(state, step) for jaxdl's GPT: scanned blocks, fused qkv, attention 'auto', the lm task
+  loss, AdamW + clipping from `jaxdl.optim`, state donated."""
   model = jaxdl_model(setup, **overrides)
   config = base_config()
   config.task = "lm"
@@ -183,8 +171,7 @@ def jaxdl_step(setup: GPTSetup, *, options: dict | None = None, abstract: bool =
   key = jax.random.PRNGKey(0)
   state = jax.eval_shape(init, key) if abstract else jax.jit(init)(key)
   step = jstep.make_train_step(model.apply, task.loss_fn, tx, schedule, jax.random.PRNGKey(1))
-  kwargs = {"compiler_options": options} if options else {}
-  return state, jax.jit(step, donate_argnums=0, **kwargs)
+  return state, jax.jit(step, donate_argnums=0)
 
 
 def random_batch(setup: GPTSetup, seed: int = 0) -> dict:
@@ -217,8 +204,8 @@ def bench_gpt(setup: GPTSetup, *, steps: int | None = None, rounds: int = 5) -> 
   """
   steps = steps or (10 if jax.default_backend() == "gpu" else 2)
   batch = random_batch(setup)
-  j_state, j_step = jaxdl_step(setup, options=compiler_options(), scan_unroll=setup.scan_unroll)
-  u_state, u_step = jaxdl_step(setup, options=compiler_options(), scan_layers=False)
+  j_state, j_step = jaxdl_step(setup, scan_unroll=setup.scan_unroll)
+  u_state, u_step = jaxdl_step(setup, scan_layers=False)
   b_state, b_step = baseline_step(setup)
   n_params = sum(x.size for x in jax.tree.leaves(j_state.params))
   n_matmul = n_params - setup.context * setup.d_model  # minus wpe
