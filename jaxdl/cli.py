@@ -54,6 +54,11 @@ _EXTENSIONS = {"sample": "jaxdl.generative.cli", "doctor": "jaxdl.doctor",
                "reproduce": "jaxdl.course.reproduce", "bench": "jaxdl.bench"}
 
 
+# Packages whose tasks and models register on import; an experiment file may name them without
+# importing them itself.
+_PLUGINS = ("jaxdl.generative", "jaxdl.course.planted")
+
+
 def _load_extension(module: str):
   try:
     mod = importlib.import_module(module)
@@ -131,6 +136,8 @@ def _initialize_distributed(args) -> None:
 
 def cmd_train(args) -> int:
   from jaxdl.config import ConfigError, load_config
+  for plugin in _PLUGINS:
+    importlib.import_module(plugin)
   try:
     config, module = load_config(args.experiment, args.overrides)
   except ConfigError as e:
@@ -139,13 +146,15 @@ def cmd_train(args) -> int:
   if args.distributed:
     _initialize_distributed(args)
   workdir = args.workdir or os.path.join("runs", config.name)
+  from jaxdl import doctor
   from jaxdl.train import loop
   try:
     if hasattr(module, "run"):
       os.makedirs(workdir, exist_ok=True)
       summary = module.run(config, workdir)
     else:
-      summary = loop.run(config, workdir, force=args.force, progress=not args.no_progress)
+      summary = loop.run(config, workdir, force=args.force, progress=not args.no_progress,
+                         hooks=doctor.hooks_for(config))
       if hasattr(module, "after_training"):  # e.g. print a sample from the trained model
         summary.update(module.after_training(config, workdir, summary) or {})
   except (ValueError, loop.WorkdirMismatchError) as e:

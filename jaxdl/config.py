@@ -3,7 +3,8 @@
 An experiment is a Python file defining `get_config(arg=None) -> ml_collections.ConfigDict`.
 It is named on the command line as a path (`experiments/moons_mlp.py`), a bare name
 (`moons_mlp`), and optionally `:ARG` (`moons_mlp:smoke`, `moons_mlp:bn`), the argument passed to
-`get_config`.
+`get_config`. Arguments compose: `moons_mlp:bn,smoke` passes 'bn,smoke', which the experiment
+reads with `parse_arg(arg, bn=False, smoke=False)` (flags, and `key=value` for typed values).
 
 Overrides are `key.path=value` strings. The value is parsed as a Python literal when it is one
 (`3e-3`, `500`, `True`, `(64, 64)`, `None`) and taken as a string otherwise. The config is locked:
@@ -14,6 +15,7 @@ one-line message naming the key, before anything is built or compiled.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib.util
 import os
 import pathlib
@@ -99,6 +101,37 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> tuple[ml_collection
   return config, module
 
 
+def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
+  """Parses an experiment argument such as 'bn,smoke' or 'smoke,steps=50' against `defaults`.
+
+  A bare name sets a bool default to True; `key=value` parses the value as a Python literal and
+  must match the default's type. An unknown name raises ValueError listing the known ones, so a
+  typo in `:ARG` is an error, not a silently different run.
+
+  Example: `parse_arg('bn,smoke', bn=False, smoke=False)` -> {bn: True, smoke: False -> True}.
+  """
+  out = ml_collections.ConfigDict(defaults)
+  for item in (arg or "").split(","):
+    item = item.strip()
+    if not item:
+      continue
+    key, has_value, text = item.partition("=")
+    if key not in defaults:
+      raise ValueError(f"unknown arg {key!r}; expected some of {', '.join(defaults)} "
+                       f"(comma-separated)")
+    if not has_value:
+      if not isinstance(defaults[key], bool):
+        raise ValueError(f"arg {key!r} needs a value ({key}=...)")
+      out[key] = True
+      continue
+    value = _parse_value(text)
+    if type(value) is not type(defaults[key]) and not (isinstance(defaults[key], float) and
+                                                          isinstance(value, int)):
+      raise ValueError(f"arg {key}: expected {type(defaults[key]).__name__}, got {text!r}")
+    out[key] = type(defaults[key])(value)
+  return out
+
+
 def _parse_value(text: str) -> Any:
   try:
     return ast.literal_eval(text)
@@ -146,36 +179,100 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: Sequence[str])
           f"{key}: expected {getattr(expected, '__name__', expected)}, got {text!r}") from None
 
 
+@dataclasses.dataclass(frozen=True)
+class TrainSettings:
+  """The `train` section: every key, its default and its check, written once.
+
+  `base_config()` copies the defaults into the ConfigDict users override; `parse_train` turns the
+  overridden section back into this object (one-line ValueError naming the key when a value is
+  out of range).
+  """
+  steps: int = 1000
+  eval_every: int = 100          # 0 disables periodic evaluation (the last step always evaluates)
+  log_every: int = 10
+  ckpt_every: int = 100          # 0: only the final checkpoint
+  keep_ckpts: int = 3
+  best_metric: str = ""          # e.g. 'eval/accuracy'; '' keeps only the latest checkpoints
+  best_mode: str = "max"         # max | min
+  patience: int = 0              # early stopping after this many evals without improvement
+  precision: str = "fp32"        # fp32 | bf16 | fp16 (jaxdl.optim.precision)
+  label_smoothing: float = 0.0   # s in [0, 1): targets (1 - s) onehot(y) + s / K
+  async_checkpoint: bool = True
+  plot: bool = True
+  doctor: bool = False           # the doctor's preflight before training (jaxdl.doctor hooks)
+  # Spike guard: on loss (or grad norm) > spike_factor x the rolling median of the last
+  # spike_window steps, rewind to the last checkpoint and skip the offending batch.
+  spike_guard: bool = False
+  spike_factor: float = 5.0
+  spike_window: int = 20
+  spike_watch: str = "loss"      # loss | grad_norm | either
+  max_rewinds: int = 3
+
+  def __post_init__(self):
+    _require(self.steps > 0, "train.steps", f"must be positive, got {self.steps}")
+    for key in ("eval_every", "log_every", "ckpt_every", "patience", "max_rewinds"):
+      _require(getattr(self, key) >= 0, f"train.{key}", f"must be >= 0, got {getattr(self, key)}")
+    _require(self.keep_ckpts >= 1, "train.keep_ckpts", f"must be >= 1, got {self.keep_ckpts}")
+    _one_of(self.precision, ("fp32", "bf16", "fp16"), "train.precision")
+    _one_of(self.best_mode, ("min", "max"), "train.best_mode")
+    _one_of(self.spike_watch, ("loss", "grad_norm", "either"), "train.spike_watch")
+    _require(0.0 <= self.label_smoothing < 1.0, "train.label_smoothing",
+             f"must be in [0, 1), got {self.label_smoothing}")
+    _require(self.spike_factor > 1.0, "train.spike_factor",
+             f"must be > 1 (a multiple of the rolling median), got {self.spike_factor}")
+    _require(self.spike_window >= 1, "train.spike_window",
+             f"must be >= 1, got {self.spike_window}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ParallelSettings:
+  """The `parallel` section (strategies in `jaxdl.train.strategies`)."""
+  strategy: str = "jit"   # jit | pmap | fsdp
+  devices: int = 0        # how many devices to use (0 = all); the global batch is split over them
+  fsdp: int = 0           # size of the fsdp mesh axis under strategy 'fsdp' (0 = all devices)
+
+  def __post_init__(self):
+    _one_of(self.strategy, ("jit", "pmap", "fsdp"), "parallel.strategy")
+    _require(self.devices >= 0, "parallel.devices",
+             f"must be >= 0 (0 = all devices), got {self.devices}")
+    _require(self.fsdp >= 0, "parallel.fsdp", f"must be >= 0 (0 = all devices), got {self.fsdp}")
+
+
 def _require(cond: bool, key: str, message: str) -> None:
   if not cond:
     raise ConfigError(f"{key}: {message}")
 
 
+def _one_of(value, choices, key: str) -> None:
+  _require(value in choices, key,
+           f"expected one of {', '.join(map(repr, choices))}, got {value!r}")
+
+
+def _parse_section(cls, section, prefix: str):
+  given = section.to_dict() if hasattr(section, "to_dict") else dict(section)
+  known = {f.name for f in dataclasses.fields(cls)}
+  for key in given:
+    _require(key in known, f"{prefix}.{key}", f"unknown key; expected one of {sorted(known)}")
+  return cls(**given)
+
+
+def parse_train(config) -> TrainSettings:
+  """`config.train` as a checked `TrainSettings`."""
+  return _parse_section(TrainSettings, config.train, "train")
+
+
+def parse_parallel(config) -> ParallelSettings:
+  """`config.parallel` as a checked `ParallelSettings` (defaults when the section is absent)."""
+  return _parse_section(ParallelSettings, config.get("parallel") or {}, "parallel")
+
+
 def validate(config: ml_collections.ConfigDict) -> None:
-  """Checks the engine's own keys (each sub-package validates its section when built)."""
-  train = config.get("train")
-  if train is None:
+  """Checks the engine's own sections (data, model and optim parse themselves when built, by
+  `jaxdl.data.parse_data`, `jaxdl.models.build_model` and `jaxdl.optim.parse_optim`)."""
+  if config.get("train") is None:
     return  # a custom-run experiment (e.g. an optimizer toy) owns its own keys
-  _require(train.steps > 0, "train.steps", f"must be positive, got {train.steps}")
-  for key in ("eval_every", "log_every", "ckpt_every"):
-    if key in train:
-      _require(train[key] >= 0, f"train.{key}", f"must be >= 0, got {train[key]}")
-  if "keep_ckpts" in train:
-    _require(train.keep_ckpts >= 1, "train.keep_ckpts", f"must be >= 1, got {train.keep_ckpts}")
-  if "precision" in train:
-    _require(train.precision in ("fp32", "bf16", "fp16"), "train.precision",
-             f"expected one of fp32, bf16, fp16, got {train.precision!r}")
-  if "best_mode" in train:
-    _require(train.best_mode in ("min", "max"), "train.best_mode",
-             f"expected 'min' or 'max', got {train.best_mode!r}")
-  if "parallel" in config:
-    _require(config.parallel.strategy in ("jit", "pmap", "fsdp"), "parallel.strategy",
-             f"expected 'jit', 'pmap' or 'fsdp', got {config.parallel.strategy!r}")
-    _require(config.parallel.get("devices", 0) >= 0, "parallel.devices",
-             f"must be >= 0 (0 = all devices), got {config.parallel.get('devices')}")
-  if "data" in config and "batch_size" in config.data:
-    _require(config.data.batch_size > 0, "data.batch_size",
-             f"must be positive, got {config.data.batch_size}")
+  parse_train(config)
+  parse_parallel(config)
 
 
 def diff_configs(old: dict, new: dict, prefix: str = "") -> list[str]:
@@ -199,29 +296,6 @@ def base_config() -> ml_collections.ConfigDict:
   c.description = ""
   c.seed = 0
   c.task = "classification"
-  c.train = ml_collections.ConfigDict(dict(
-      steps=1000,
-      eval_every=100,        # 0 disables periodic evaluation (the final step is always evaluated)
-      log_every=10,
-      ckpt_every=100,        # 0: only the final checkpoint
-      keep_ckpts=3,
-      best_metric="",        # e.g. 'eval/accuracy'; '' keeps only the latest checkpoints
-      best_mode="max",
-      patience=0,            # early stopping after this many evals without improvement; 0 = off
-      precision="fp32",
-      label_smoothing=0.0,
-      async_checkpoint=True,
-      plot=True,
-      # Spike guard: on loss (or grad norm) > spike_factor x the rolling median of the last
-      # spike_window steps, rewind to the last checkpoint and skip the offending batch.
-      doctor=False,           # run `jaxdl doctor`'s preflight before training; stop if it fails
-      spike_guard=False,
-      spike_factor=5.0,
-      spike_window=20,
-      spike_watch="loss",     # loss | grad_norm | either
-      max_rewinds=3,
-  ))
-  # devices: how many devices to use (0 = all); the global batch is split across them.
-  # fsdp: size of the fsdp mesh axis under strategy 'fsdp' (0 = all devices; jaxdl.train.fsdp).
-  c.parallel = ml_collections.ConfigDict(dict(strategy="jit", devices=0, fsdp=0))
+  c.train = ml_collections.ConfigDict(dataclasses.asdict(TrainSettings()))
+  c.parallel = ml_collections.ConfigDict(dataclasses.asdict(ParallelSettings()))
   return c

@@ -12,7 +12,8 @@ import pytest
 
 from jaxdl import cli
 from jaxdl.config import load_config
-from jaxdl.doctor import diagnose_history, lr_range_test, planted, run_preflight
+from jaxdl.course import planted
+from jaxdl.doctor import diagnose_history, lr_range_test, run_preflight
 from jaxdl.doctor.context import prepare
 from jaxdl.doctor.preflight import check_first_loss
 from jaxdl.doctor.report import Check, Report

@@ -11,8 +11,7 @@ from jax.sharding import PartitionSpec as P
 
 from jaxdl.config import load_config
 from jaxdl.train import checkpoint as jckpt
-from jaxdl.train import loop as jloop
-from jaxdl.train import parallel, run
+from jaxdl.train import build, run, strategies
 from jaxdl.train.checkpoint import load_state
 from jaxdl.train.fsdp import FsdpStrategy, fsdp_spec
 from jaxdl.train.writers import read_metrics
@@ -69,10 +68,8 @@ def test_fsdp_matches_data_parallelism(runs):
 def test_state_restores_sharded_and_odd_parameters_are_reported(runs, caplog):
   tmp, _ = runs
   config = _config("fsdp", 4)
-  ds, task, strategy, tx, _, _, model = jloop.build(config)
-  example_x = task.init_input(next(ds.train_iter()))
-  abstract = jax.eval_shape(
-      lambda k: jloop.create_train_state(model, tx, k, example_x[:1]), jax.random.PRNGKey(0))
+  r = build(config)
+  strategy, abstract = r.strategy, r.abstract_state()
   with caplog.at_level(logging.INFO, logger="jaxdl"):
     target = strategy.state_shardings(abstract)
   # The 1-wide output bias has no dimension divisible by 4: replicated and named in the table.
@@ -108,6 +105,6 @@ def test_checkpoint_restores_across_strategies(runs, src, dst, fsdp):
 
 def test_fsdp_axis_must_divide_devices():
   with pytest.raises(ValueError, match="parallel.fsdp: 3 does not divide the 4 devices"):
-    parallel.make_strategy("fsdp", 0, fsdp=3)
-  assert isinstance(parallel.make_strategy("fsdp", 0, fsdp=2), FsdpStrategy)
-  assert dict(parallel.make_strategy("fsdp", 0, fsdp=2).mesh.shape) == {"data": 2, "fsdp": 2}
+    strategies.make_strategy("fsdp", 0, fsdp=3)
+  assert isinstance(strategies.make_strategy("fsdp", 0, fsdp=2), FsdpStrategy)
+  assert dict(strategies.make_strategy("fsdp", 0, fsdp=2).mesh.shape) == {"data": 2, "fsdp": 2}

@@ -64,8 +64,13 @@ def test_spike_before_any_checkpoint_stops_clearly(poisoned_npz, tmp_path):
 
 
 def test_doctor_switch_stops_a_planted_bug_before_the_workdir(tmp_path):
-  from jaxdl.train import loop
+  from jaxdl import doctor
+  from jaxdl.train import PreflightError
   config, _ = load_config("bug_last_layer_x100", ["train.doctor=True"])
-  with pytest.raises(loop.PreflightError, match="last_layer_too_large"):
+  with pytest.raises(PreflightError, match="last_layer_too_large"):
+    run(config, tmp_path / "run", progress=False, hooks=doctor.hooks_for(config))
+  assert not (tmp_path / "run").exists()
+  # Without the doctor's hook the switch cannot be honoured: refused, not silently skipped.
+  with pytest.raises(ValueError, match="train.doctor"):
     run(config, tmp_path / "run", progress=False)
   assert not (tmp_path / "run").exists()

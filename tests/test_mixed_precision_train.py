@@ -15,7 +15,7 @@ def _run(tmp_path, precision):
 
 def test_policy_sets_compute_dtype_and_keeps_fp32_params():
   config, _ = load_config("moons_mlp", ["train.precision='bf16'"])
-  *_, model = build(config)
+  model = build(config).model
   assert model.dtype == jnp.bfloat16 and model.param_dtype == jnp.float32
 
 
@@ -31,3 +31,32 @@ def test_low_precision_reaches_fp32_accuracy_within_one_point(tmp_path, precisio
   low = _run(tmp_path, precision)["eval"]["accuracy"]
   assert fp32 > 0.9
   assert abs(low - fp32) <= 0.01, (precision, low, fp32)
+
+
+def test_a_model_without_a_compute_dtype_is_refused_under_bf16():
+  """Silently training in fp32 what the config says is bf16 is refused with the key named."""
+  import flax.linen as nn
+  from jaxdl.optim import precision
+  from jaxdl.train.assembly import apply_precision
+
+  class NoDtype(nn.Module):
+    @nn.compact
+    def __call__(self, x, *, train):
+      return nn.Dense(2)(x)
+
+  with pytest.raises(ValueError, match="train.precision: model 'NoDtype' has no `dtype`"):
+    apply_precision(NoDtype(), precision.get_policy("bf16"), {})
+  assert apply_precision(NoDtype(), precision.get_policy("fp32"), {}) is not None
+
+
+def test_every_registered_model_computes_in_the_policy_dtype():
+  """Each model family takes the policy's compute dtype (none falls back to fp32)."""
+  from jaxdl import models
+  from jaxdl.optim import precision
+  from jaxdl.train.assembly import apply_precision
+  policy = precision.get_policy("bf16")
+  for name, builder in sorted(models.MODELS.items()):
+    if not isinstance(builder, type):
+      continue  # a builder function: its module is checked through the class it returns
+    cloned = apply_precision(builder(), policy, {})
+    assert cloned.dtype == jnp.bfloat16, name

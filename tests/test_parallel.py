@@ -53,8 +53,8 @@ def test_same_losses_params_and_batch_stats_as_one_device(runs, name):
 def test_pmap_batchnorm_uses_cross_device_statistics(runs, tmp_path):
   # Without the device-axis average each device would normalize with its own 50 examples, and the
   # first step's loss would differ from the single-device one.
-  from jaxdl.train import parallel
-  strategy = parallel.make_strategy("pmap", 4)
+  from jaxdl.train import strategies
+  strategy = strategies.make_strategy("pmap", 4)
   assert strategy.model_overrides == {"bn_axis_name": "batch"}
   first_1 = runs["one"][1][0]
   first_pmap = runs["pmap"][1][0]

@@ -33,8 +33,8 @@ from jaxdl.bench.timing import Clock, interleaved, linear_fit
 def _recording_strategy(on_step):
   """Makes `jaxdl.train.run` build strategies whose compiled step calls `on_step(fn, batch,
   out)` after dispatching each step."""
-  from jaxdl.train import parallel
-  original = parallel.make_strategy
+  from jaxdl.train import strategies
+  original = strategies.make_strategy
 
   def make(*args, **kwargs):
     strategy = original(*args, **kwargs)
@@ -53,11 +53,11 @@ def _recording_strategy(on_step):
     strategy.compile_train = compile_and_record
     return strategy
 
-  parallel.make_strategy = make
+  strategies.make_strategy = make
   try:
     yield
   finally:
-    parallel.make_strategy = original
+    strategies.make_strategy = original
 
 
 LOOP_OVERRIDES = ("model.d_model=64", "model.n_layer=2", "data.batch_size=16",

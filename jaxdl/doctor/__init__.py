@@ -13,16 +13,20 @@ Finding`, `lr_range_test(config, ...) -> LRRange`, `diagnose_history(train, eval
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
 from jaxdl.doctor.diagnoses import (CAUSES, SYMPTOMS, Diagnosis, diagnose_history,
                                     diagnose_workdir)
 from jaxdl.doctor.report import Check, Report
+from jaxdl.train.hooks import Hook
+
+log = logging.getLogger("jaxdl")
 
 HELP = "preflight checks, NaN/Inf locator, LR range test and run diagnoses for an experiment"
 
-__all__ = ["run_preflight", "locate_nonfinite", "lr_range_test", "diagnose_history",
+__all__ = ["PreflightHook", "hooks_for", "run_preflight", "locate_nonfinite", "lr_range_test", "diagnose_history",
            "diagnose_workdir", "Report", "Check", "Diagnosis", "SYMPTOMS", "CAUSES", "HELP",
            "add_arguments", "main"]
 
@@ -30,6 +34,29 @@ __all__ = ["run_preflight", "locate_nonfinite", "lr_range_test", "diagnose_histo
 def run_preflight(config, **kwargs) -> Report:
   from jaxdl.doctor.preflight import run_preflight as _run
   return _run(config, **kwargs)
+
+
+class PreflightHook(Hook):
+  """Runs the preflight before a training run touches its workdir; a failed check stops it.
+
+  `jaxdl train` passes it when `train.doctor=True`; from Python:
+  `jaxdl.train.run(config, workdir, hooks=[PreflightHook()])`.
+  """
+  preflight = True
+
+  def before_training(self, run) -> None:
+    from jaxdl.train import PreflightError
+    report = run_preflight(run.config)
+    log.info("%s", report.text())
+    if not report.ok:
+      raise PreflightError(f"preflight failed for {run.config.name}: {report.causes()}; "
+                           f"run `jaxdl doctor {run.config.name}` for details")
+
+
+def hooks_for(config) -> list[Hook]:
+  """The doctor's hooks a training config asks for (`train.doctor=True`: the preflight)."""
+  train = config.get("train") or {}
+  return [PreflightHook()] if train.get("doctor", False) else []
 
 
 def locate_nonfinite(config, workdir, step: int):

@@ -14,8 +14,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxdl.optim import precision
-from jaxdl.train import build, create_train_state
+from jaxdl.train import build
 from jaxdl.train.step import step_rngs
 
 
@@ -41,21 +40,18 @@ class Context:
 
 
 def prepare(config, steps: int = 20) -> Context:
-  ds, task, _, tx, schedule, policy, model = build(config)
-  init_key, base_key = jax.random.split(jax.random.PRNGKey(config.seed))
+  r = build(config)
+  ds, task = r.ds, r.task
   it = ds.train_iter()
   batches = [next(it) for _ in range(max(steps, 1))]
-  example_x = task.init_input(batches[0])
-  scale = precision.DynamicLossScale.create() if policy.loss_scaling else None
-  state = jax.jit(lambda k: create_train_state(model, tx, k, example_x[:1], loss_scale=scale))(
-      init_key)
+  state = r.init_state()
   # One held-out batch of up to 512 rows, whatever data.eval_batch_size says.
   eval_batch = next(iter(ds.eval_batches(batch_size=min(512, ds.info["num_eval"]))), None)
   info = ds.info
   k = {"classification": info.get("num_classes"), "lm": info.get("vocab_size"),
        "binary": 2}.get(task.kind)
-  return Context(config, ds, task, model, tx, schedule, policy, base_key, state, batches,
-                 eval_batch, k)
+  return Context(config, ds, task, r.model, r.tx, r.schedule, r.policy, r.base_key, state,
+                 batches, eval_batch, k)
 
 
 def loss(ctx, params, model_state, batch, train: bool, step: int = 0, apply_fn=None):

@@ -34,8 +34,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from jaxdl.doctor import probes
-from jaxdl.optim import precision
-from jaxdl.train import build, create_train_state
+from jaxdl.train import build
 from jaxdl.train import checkpoint as jckpt
 from jaxdl.train.step import make_train_step, step_rngs
 
@@ -106,22 +105,19 @@ def locate_nonfinite(config, workdir, step: int) -> Finding:
   if step < 1:
     raise ValueError(f"step: must be >= 1 (the step of the non-finite loss), got {step}")
   workdir = pathlib.Path(workdir)
-  ds, task, strategy, tx, schedule, policy, model = build(config)
-  init_key, base_key = jax.random.split(jax.random.PRNGKey(config.seed))
+  r = build(config)
+  ds, task, strategy, model = r.ds, r.task, r.strategy, r.model
   train_it = ds.train_iter(process_index=jax.process_index(), process_count=jax.process_count())
-  example_x = task.init_input(next(ds.train_iter()))
-  scale = precision.DynamicLossScale.create() if policy.loss_scaling else None
-  init_fn = jax.jit(lambda k: create_train_state(model, tx, k, example_x[:1], loss_scale=scale))
-  abstract = jax.eval_shape(init_fn, init_key)
+  abstract = r.abstract_state()
   device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
   restored = _restore_at_most(workdir, jckpt.abstract_like(
       abstract, jax.tree.map(lambda _: device, abstract)), step - 1)
   if restored is None:
-    start, state = 0, init_fn(init_key)
+    start, state = 0, r.init_state()
   else:
     start, state, data_state = restored
     train_it.set_state(data_state)
-  train_step = make_train_step(model.apply, task.loss_fn, tx, schedule, base_key,
+  train_step = make_train_step(model.apply, task.loss_fn, r.tx, r.schedule, r.base_key,
                                axis_name=strategy.axis_name)
   state = strategy.place_state(state)
   train_fn = strategy.compile_train(train_step, state)
@@ -136,13 +132,13 @@ def locate_nonfinite(config, workdir, step: int) -> Finding:
     state, metrics = train_fn(state, strategy.shard_batch(batch))
     metrics = jax.device_get(strategy.first(metrics))
     bad = not math.isfinite(float(metrics["loss"]))
-    if scale is None:  # under fp16 loss scaling a non-finite gradient is a skipped step
+    if not r.policy.loss_scaling:  # under fp16 loss scaling a non-finite gradient is a skipped step
       bad = bad or not math.isfinite(float(metrics["grad_norm"]))
     if bad:
       finding = Finding(s + 1, position, position // max(spe, 1),
                         None if restored is None else start, True)
       host = jax.device_get(strategy.single_copy(before))
-      return _analyse(finding, model, task, host, batch, step_rngs(base_key, jnp.asarray(s)))
+      return _analyse(finding, model, task, host, batch, step_rngs(r.base_key, jnp.asarray(s)))
   return Finding(step, train_it.step - 1, (train_it.step - 1) // max(spe, 1),
                  None if restored is None else start, False)
 

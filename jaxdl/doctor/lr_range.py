@@ -69,10 +69,10 @@ def lr_range_test(config, *, steps: int = 100, lr_min: float = 1e-6, lr_max: flo
   if not 0 < lr_min < lr_max:
     raise ValueError(f"lr range: need 0 < lr_min < lr_max, got {lr_min}, {lr_max}")
   ctx = prepare(config, steps=1)
-  cfg = config.optim.to_dict()
-  cfg.update(lr=1.0)
-  cfg["schedule"] = dict(cfg["schedule"], name="constant", warmup_steps=None, warmup_frac=0.0)
-  unit_tx, _ = joptim.make_optimizer(cfg, steps)
+  # The experiment's optimizer at a unit, constant lr; the sweep multiplies it by eta(t).
+  unit = dataclasses.replace(joptim.parse_optim(config.optim), lr=1.0,
+                             schedule=joptim.schedules.Constant(warmup_frac=0.0))
+  unit_tx, _ = unit.build(steps)
   ratio = math.log(lr_max / lr_min)
 
   def lr_at(t):

@@ -153,7 +153,7 @@ def check_weight_decay(ctx: Context) -> Check:
   pred = joptim.masks.make_path_predicate(ctx.config.optim)
   paths = [probes.path_str(p) for p, _ in jax.tree_util.tree_leaves_with_path(ctx.state.params)]
   odd = [p for p in paths if pred(p) and p.rsplit("/", 1)[-1] in ("bias", "scale")]
-  wd = float(ctx.config.optim.get("weight_decay", 0.0))
+  wd = joptim.parse_optim(ctx.config.optim).weight_decay
   summary = table.splitlines()[-1]
   if wd > 0 and odd:
     return Check("weight_decay", "warn", summary + f"; biases/norm scales decayed: {odd[:3]}",

@@ -23,12 +23,6 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 PMAP_AXIS = "batch"
 
 
-def check_batch(global_batch: int, num_devices: int) -> None:
-  if global_batch % num_devices:
-    raise ValueError(f"data.batch_size: {global_batch} does not divide evenly over "
-                     f"{num_devices} devices; use a multiple of {num_devices}")
-
-
 class JitStrategy:
   """`jit` with the state replicated and the batch sharded over a `data` mesh axis."""
   name = "jit"
@@ -122,25 +116,3 @@ class PmapStrategy:
 
   def first(self, metrics):
     return jax.tree.map(lambda x: x[0], metrics)
-
-
-def make_strategy(name: str, num_devices: int = 0, fsdp: int = 0):
-  """The strategy over the first `num_devices` devices (0 = all of them); `fsdp` is the size of
-  the fsdp mesh axis under the 'fsdp' strategy (0 = all of them)."""
-  devices = None
-  if num_devices:
-    pool = jax.devices() if name in ("jit", "fsdp") else jax.local_devices()
-    if num_devices > len(pool):
-      raise ValueError(f"parallel.devices: {num_devices} requested, only {len(pool)} available")
-    if jax.process_count() > 1:
-      raise ValueError("parallel.devices: must be 0 (all devices) in a multi-process run")
-    devices = pool[:num_devices]
-  if name == "jit":
-    return JitStrategy(devices)
-  if name == "pmap":
-    return PmapStrategy(devices)
-  if name == "fsdp":
-    from jaxdl.train.fsdp import FsdpStrategy  # fsdp builds on JitStrategy defined here
-    return FsdpStrategy(devices, fsdp)
-  raise ValueError(f"parallel.strategy: unknown strategy {name!r}; expected 'jit', 'pmap' or "
-                   f"'fsdp'")

@@ -1,0 +1,84 @@
+"""`build(config) -> Run`: every piece of a run, built and validated before any side effect.
+
+The loop, the doctor's preflight and its NaN locator all start here, so they train the same
+model on the same data with the same keys:
+
+  init_key, base_key = split(PRNGKey(config.seed))
+  state_0            = create_train_state(model, tx, init_key, x_example[:1])
+  step s randomness  = fold_in(base_key, s)         (`jaxdl.train.step.step_rngs`)
+
+Master parameters stay fp32; the model computes in the precision policy's dtype. A model that
+cannot (it has no `dtype` field) is refused under bf16/fp16 instead of silently training in fp32.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import optax
+
+from jaxdl import data as jdata
+from jaxdl import models as jmodels
+from jaxdl import optim as joptim
+from jaxdl.config import TrainSettings, parse_parallel, parse_train
+from jaxdl.optim import precision
+from jaxdl.train import strategies, tasks
+from jaxdl.train.state import TrainState, create_train_state
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """The built pieces of one experiment config."""
+  config: Any
+  ds: Any                                  # jaxdl.data dataset (train_iter, eval_batches, info)
+  task: tasks.Task
+  strategy: Any                            # jit | pmap | fsdp (`jaxdl.train.strategies`)
+  tx: optax.GradientTransformation
+  schedule: Callable[[Any], Any]           # step -> lr
+  policy: precision.Policy
+  model: Any                               # flax module, cloned with the policy's dtype
+  init_key: jax.Array
+  base_key: jax.Array
+  train: TrainSettings                     # the checked `train` section
+
+  def init_fn(self) -> Callable[[jax.Array], TrainState]:
+    """`key -> state_0` (pure; jit it with the shardings where the state should live)."""
+    example_x = self.task.init_input(next(self.ds.train_iter(process_index=0, process_count=1)))
+    scale = precision.DynamicLossScale.create() if self.policy.loss_scaling else None
+    return lambda key: create_train_state(self.model, self.tx, key, example_x[:1],
+                                          loss_scale=scale)
+
+  def abstract_state(self) -> TrainState:
+    """Shapes and dtypes of the state, without computing it."""
+    return jax.eval_shape(self.init_fn(), self.init_key)
+
+  def init_state(self, shardings=None) -> TrainState:
+    """The seeded initial state, created where `shardings` put it (default device otherwise)."""
+    return jax.jit(self.init_fn(), out_shardings=shardings)(self.init_key)
+
+
+def apply_precision(model, policy: precision.Policy, overrides: dict):
+  """Clones `model` with the compute dtype and the strategy's overrides it has fields for."""
+  fields = {f.name for f in dataclasses.fields(model)}
+  if "dtype" not in fields and policy.compute_dtype != jax.numpy.float32:
+    raise ValueError(f"train.precision: model {type(model).__name__!r} has no `dtype` field, so "
+                     f"it cannot compute in {jax.numpy.dtype(policy.compute_dtype).name}; use "
+                     f"train.precision='fp32' or give the model a compute dtype")
+  overrides = {**overrides, "dtype": policy.compute_dtype}
+  return model.clone(**{k: v for k, v in overrides.items() if k in fields})
+
+
+def build(config) -> Run:
+  """Builds data, task, strategy, optimizer, precision policy and model; raises on bad config."""
+  train, parallel = parse_train(config), parse_parallel(config)
+  ds = jdata.make_dataset(config)
+  task = tasks.make_task(config)
+  strategy = strategies.make_strategy(parallel.strategy, parallel.devices, fsdp=parallel.fsdp)
+  strategies.check_batch(config.data.batch_size, strategy.num_global_devices)
+  tx, schedule = joptim.parse_optim(config.optim).build(train.steps)
+  policy = precision.get_policy(train.precision)
+  model = apply_precision(jmodels.build_model(config.model), policy, strategy.model_overrides)
+  init_key, base_key = jax.random.split(jax.random.PRNGKey(config.seed))
+  return Run(config, ds, task, strategy, tx, schedule, policy, model, init_key, base_key, train)

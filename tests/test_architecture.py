@@ -1,0 +1,143 @@
+"""The package's shape: dependencies point one way and no module imports in a cycle.
+
+Layers (a module may import its own package and the layers below, never one above):
+
+  0  jaxdl.config
+  1  jaxdl.data, jaxdl.models, jaxdl.optim        (not each other)
+  2  jaxdl.train
+  3  jaxdl.generative, jaxdl.doctor               (not each other)
+  4  jaxdl.course, jaxdl.bench                    (not each other)
+  5  jaxdl.cli (6: jaxdl.__main__, which runs it)
+
+Every import counts, including ones inside functions: a lazy import of a higher layer is still a
+dependency pointing the wrong way.
+"""
+
+import ast
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent / "jaxdl"
+LAYERS = {"config": 0, "data": 1, "models": 1, "optim": 1, "train": 2, "generative": 3,
+          "doctor": 3, "course": 4, "bench": 4, "cli": 5, "__main__": 6, "__init__": 6}
+
+
+def _module_name(path: pathlib.Path) -> str:
+  parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+  if parts[-1] == "__init__":
+    parts = parts[:-1]
+  return ".".join(parts)
+
+
+def _is_module(name: str) -> bool:
+  path = ROOT.parent.joinpath(*name.split("."))
+  return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def _imports(path: pathlib.Path) -> list[tuple[str, bool]]:
+  """(imported jaxdl module, at module level?) for every import statement in the file."""
+  tree = ast.parse(path.read_text())
+  top_level = {id(node) for node in tree.body}
+  package = _module_name(path) if path.name == "__init__.py" else _module_name(path.parent /
+                                                                               "__init__.py")
+  out = []
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      names = [a.name for a in node.names]
+    elif isinstance(node, ast.ImportFrom):
+      if node.level:  # relative: resolve against this module's package
+        base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+        module = f"{base}.{node.module}" if node.module else base
+      else:
+        module = node.module or ""
+      # `from jaxdl.x import y` imports the submodule jaxdl.x.y when there is one.
+      names = [f"{module}.{a.name}" if _is_module(f"{module}.{a.name}") else module
+               for a in node.names]
+    else:
+      continue
+    out += [(n, id(node) in top_level) for n in names if n == "jaxdl" or n.startswith("jaxdl.")]
+  return out
+
+
+def _modules():
+  return {_module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def _layer(module: str) -> tuple[str, int]:
+  parts = module.split(".")
+  top = parts[1] if len(parts) > 1 else "__init__"
+  assert top in LAYERS, f"{module}: package {top!r} has no layer in tests/test_architecture.py"
+  return top, LAYERS[top]
+
+
+def test_every_package_has_a_layer():
+  for module in _modules():
+    _layer(module)
+
+
+def test_no_module_imports_a_layer_above_or_a_sibling_package():
+  wrong = []
+  for module, path in _modules().items():
+    src_pkg, src_layer = _layer(module)
+    for target, _ in _imports(path):
+      if target == "jaxdl":
+        continue
+      dst_pkg, dst_layer = _layer(target)
+      if dst_pkg != src_pkg and dst_layer >= src_layer:
+        wrong.append(f"{module} imports {target}")
+  assert not wrong, "imports against the layering:\n" + "\n".join(wrong)
+
+
+def test_no_import_cycles_between_modules():
+  """Module-level imports form a DAG (a cycle makes import order matter)."""
+  modules = _modules()
+  graph = {m: sorted({t for t, top in _imports(p) if top and t in modules and t != m})
+           for m, p in modules.items()}
+  # A package's __init__ importing its own submodules is the usual re-export, not a cycle
+  # unless the submodule imports the package __init__ back at module level, which is kept.
+  state: dict[str, int] = {}
+  stack: list[str] = []
+
+  def visit(m):
+    state[m] = 1
+    stack.append(m)
+    for t in graph[m]:
+      if state.get(t) == 1:
+        cycle = stack[stack.index(t):] + [t]
+        # `pkg/__init__` -> `pkg.sub` -> `pkg` is Python's normal package import order.
+        if not (len(cycle) == 3 and cycle[0] == cycle[2] and cycle[1].startswith(cycle[0] + ".")):
+          raise AssertionError("import cycle: " + " -> ".join(cycle))
+      elif t not in state:
+        visit(t)
+    stack.pop()
+    state[m] = 2
+
+  for m in graph:
+    if m not in state:
+      visit(m)
+
+
+def test_the_checker_sees_a_wrong_way_import(tmp_path, monkeypatch):
+  """The layering test can fail: a planted lazy import of the doctor inside train is found."""
+  fake = tmp_path / "jaxdl" / "train"
+  fake.mkdir(parents=True)
+  (tmp_path / "jaxdl" / "__init__.py").write_text("")
+  (fake / "__init__.py").write_text("")
+  (fake / "loop.py").write_text("def f():\n  from jaxdl.doctor import run_preflight\n")
+  monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path / "jaxdl")
+  with pytest.raises(AssertionError, match="jaxdl.train.loop imports jaxdl.doctor"):
+    test_no_module_imports_a_layer_above_or_a_sibling_package()
+
+
+@pytest.mark.parametrize("package", ["config", "data", "models", "optim", "train", "generative",
+                                     "doctor"])
+def test_each_lower_package_imports_alone(package):
+  """Imported first in a fresh interpreter, a package needs nothing above it to be loaded."""
+  code = (f"import sys, jaxdl.{package}; "
+          "above = sorted(m for m in sys.modules if m.startswith(('jaxdl.course', "
+          "'jaxdl.bench', 'jaxdl.cli')));"
+          "assert not above, above")
+  subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
