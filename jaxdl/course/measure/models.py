@@ -76,7 +76,7 @@ def block_grad_norms(ln: str, *, n_layer: int = 8, d_model: int = 64, n_head: in
   the later norms; pre-LN keeps an identity path from the loss to every block.
   """
   cfg = gpt_config("", n_layer=n_layer, d_model=d_model, n_head=n_head, vocab_size=vocab,
-                   block_size=seq, ln=ln, scan_layers=True, init=init)
+                   block_size=seq, ln=ln, scan_layers=True, init_name=init)
   model = build_model(cfg)
   kt, kp = jax.random.split(jax.random.PRNGKey(seed))
   tokens = jax.random.randint(kt, (batch, seq + 1), 0, vocab)
