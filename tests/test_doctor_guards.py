@@ -14,15 +14,9 @@ import pytest
 
 from jaxdl import train
 from jaxdl.course import planted
-from jaxdl.train import loop
 
 K = 14           # data position of the bad batch (0-based): the spike shows at step K + 1
 STEPS = 30
-
-pytestmark = pytest.mark.skipif(
-    not hasattr(loop, "SpikeError"),
-    reason="the loop has no spike guard yet (train.spike_guard, jaxdl.train.loop.SpikeError)")
-
 
 def _config(*, poison: bool, guard: bool, ckpt_every: int = 10):
   c = planted.digits_experiment("guard_test", "spike guard acceptance", steps=STEPS)
@@ -74,5 +68,5 @@ def test_guard_rewinds_skips_the_batch_and_matches_a_clean_run(tmp_path, clean_e
 
 
 def test_spike_before_any_checkpoint_stops_with_a_clear_message(tmp_path):
-  with pytest.raises(loop.SpikeError, match="no checkpoint"):
+  with pytest.raises(train.SpikeError, match="no checkpoint"):
     train.run(_config(poison=True, guard=True, ckpt_every=100), tmp_path, progress=False)
