@@ -4,7 +4,7 @@ judge, a digits_cnn run, is trained here rather than inside the library."""
 
 import pathlib
 
-from jaxdl.config import base_config
+from jaxdl.config import base_config, parse_arg
 from jaxdl.data import default_data_config
 from jaxdl.optim import default_optim_config
 
@@ -30,12 +30,10 @@ def digits_config(name: str, description: str, model: dict, steps: int, arg=None
   c.train.ckpt_every = 500
   c.train.best_metric = "eval/accuracy"
   c.train.best_mode = "max"
-  if arg == "smoke":
+  if parse_arg(arg, smoke=False).smoke:
     c.train.steps = 20
     c.train.eval_every = 10
     c.train.ckpt_every = 10
-  elif arg is not None:
-    raise ValueError(f"unknown arg {arg!r}; expected None or 'smoke'")
   return c
 
 

@@ -22,11 +22,11 @@ import ml_collections
 
 from jaxdl.optim import default_optim_config
 from jaxdl.course.toys import noisy_quiet_weights
+from jaxdl.config import parse_arg
 
 
 def get_config(arg=None):
-  if arg not in (None, "smoke"):
-    raise ValueError(f"unknown arg {arg!r}; expected None or 'smoke'")
+  smoke = parse_arg(arg, smoke=False).smoke
   c = ml_collections.ConfigDict()
   c.name = "adamw_vs_l2"
   c.description = "Adam+L2 vs AdamW on noisy/quiet weight groups (group means after 1,000 steps)"
@@ -41,7 +41,7 @@ def get_config(arg=None):
   c.optim.decay_mask = [".*"]  # the toy's weights are plain vectors, not kernels
   c.optim.schedule.name = "constant"
   c.optim.schedule.warmup_frac = 0.0
-  if arg == "smoke":
+  if smoke:
     c.toy.n, c.toy.steps = 100, 100
   return c
 

@@ -17,6 +17,7 @@ train 0.13): `--history` reports "good in training, bad in evaluation".
 """
 
 import jaxdl.course.planted as planted  # registers the planted-bug model and task
+from jaxdl.config import parse_arg
 
 
 def get_config(arg=None):
@@ -24,8 +25,6 @@ def get_config(arg=None):
       "bug_eval_in_train_mode", "Planted bug: BatchNorm uses batch statistics in eval (digits, "
       "eval batches of 2)", norm="batch", eval_batch_stats=True)
   c.data.eval_batch_size = 2
-  if arg == "smoke":
+  if parse_arg(arg, smoke=False).smoke:
     c.train.steps = 20
-  elif arg is not None:
-    raise ValueError(f"unknown arg {arg!r}; expected None or 'smoke'")
   return c

@@ -12,14 +12,13 @@ likely cause `last_layer_too_large` (symptom: first loss far from ln K).
 """
 
 import jaxdl.course.planted as planted  # registers the planted-bug model and task
+from jaxdl.config import parse_arg
 
 
 def get_config(arg=None):
   c = planted.digits_experiment(
       "bug_last_layer_x100", "Planted bug: last layer init x100 on digits (first loss ~55 vs "
       "ln 10)", head_scale=100.0)
-  if arg == "smoke":
+  if parse_arg(arg, smoke=False).smoke:
     c.train.steps = 20
-  elif arg is not None:
-    raise ValueError(f"unknown arg {arg!r}; expected None or 'smoke'")
   return c

@@ -13,6 +13,7 @@ becomes NaN or Inf).
 """
 
 import jaxdl.course.planted as planted  # registers the planted-bug model and task
+from jaxdl.config import parse_arg
 
 
 def get_config(arg=None):
@@ -21,8 +22,6 @@ def get_config(arg=None):
   c.optim.name = "sgd"
   c.optim.lr = 1000.0
   c.optim.clip_norm = None
-  if arg == "smoke":
+  if parse_arg(arg, smoke=False).smoke:
     c.train.steps = 20
-  elif arg is not None:
-    raise ValueError(f"unknown arg {arg!r}; expected None or 'smoke'")
   return c

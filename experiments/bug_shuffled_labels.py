@@ -13,14 +13,13 @@ held-out loss stays at ln 10 = 2.30 after 100 steps: learnable FAIL, likely caus
 """
 
 import jaxdl.course.planted as planted  # registers the planted-bug model and task
+from jaxdl.config import parse_arg
 
 
 def get_config(arg=None):
   c = planted.digits_experiment(
       "bug_shuffled_labels", "Planted bug: digits labels shuffled against inputs (held-out loss "
       "stays at ln 10)", task="planted_shuffled_labels")
-  if arg == "smoke":
+  if parse_arg(arg, smoke=False).smoke:
     c.train.steps = 20
-  elif arg is not None:
-    raise ValueError(f"unknown arg {arg!r}; expected None or 'smoke'")
   return c

@@ -14,14 +14,13 @@ head are identical at init and still after 20 steps: symmetry FAIL with cause
 """
 
 import jaxdl.course.planted as planted  # registers the planted-bug model and task
+from jaxdl.config import parse_arg
 
 
 def get_config(arg=None):
   c = planted.digits_experiment(
       "bug_zero_init", "Planted bug: all-zero init on digits (units identical, loss stuck at "
       "ln 10)", zero_init=True)
-  if arg == "smoke":
+  if parse_arg(arg, smoke=False).smoke:
     c.train.steps = 20
-  elif arg is not None:
-    raise ValueError(f"unknown arg {arg!r}; expected None or 'smoke'")
   return c

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdl.config import base_config
+from jaxdl.config import base_config, parse_arg
 from jaxdl.data import decode, default_data_config
 from jaxdl.models import build_model
 from jaxdl.models.gpt import gpt_config, make_sampler
@@ -51,14 +51,12 @@ def get_config(arg=None):
   c.train.best_metric = "eval/loss"
   c.train.best_mode = "min"
   c.sample = dict(prompt="def ", max_new_tokens=60, temperature=0.8, top_k=40, seed=0)
-  if arg == "smoke":
+  if parse_arg(arg, smoke=False).smoke:
     c.train.steps = 10
     c.train.eval_every = 5
     c.train.ckpt_every = 5
     c.data.max_eval_windows = 64
     c.sample.max_new_tokens = 16
-  elif arg is not None:
-    raise ValueError(f"unknown arg {arg!r}; expected None or 'smoke'")
   return c
 
 

@@ -24,6 +24,7 @@ import ml_collections
 import numpy as np
 
 from jaxdl.optim import default_optim_config, extension_check, first_changed_step, make_schedule
+from jaxdl.config import parse_arg
 
 
 def _sched(name, **kw):
@@ -37,13 +38,12 @@ def _sched(name, **kw):
 
 
 def get_config(arg=None):
-  if arg not in (None, "smoke"):
-    raise ValueError(f"unknown arg {arg!r}; expected None or 'smoke'")
+  smoke = parse_arg(arg, smoke=False).smoke
   c = ml_collections.ConfigDict()
   c.name = "schedules"
   c.description = "Step decay, cosine, warmup+cosine; cosine vs WSD when a run is extended by 50%"
   c.seed = 0
-  c.total_steps = 100 if arg == "smoke" else 1000
+  c.total_steps = 100 if smoke else 1000
   c.extend_factor = 1.5
   c.restore_frac = 0.7
   c.step = _sched("step", step_every_frac=0.3, gamma=0.5)

@@ -21,6 +21,7 @@ import ml_collections
 
 from jaxdl.optim import default_optim_config
 from jaxdl.course.toys import quadratic_loss, run_toy_quadratic
+from jaxdl.config import parse_arg
 
 
 def _rule(name, lr, momentum=None):
@@ -32,8 +33,7 @@ def _rule(name, lr, momentum=None):
 
 
 def get_config(arg=None):
-  if arg not in (None, "smoke"):
-    raise ValueError(f"unknown arg {arg!r}; expected None or 'smoke'")
+  smoke = parse_arg(arg, smoke=False).smoke
   c = ml_collections.ConfigDict()
   c.name = "sgd_vs_momentum"
   c.description = "SGD vs heavy-ball momentum on theta1^2/20 + theta2^2, 16 steps from (-8.5, 1.8)"

@@ -69,3 +69,26 @@ def test_cli_list_shows_descriptions(capsys):
   assert cli.main(["list"]) == 0
   out = capsys.readouterr().out
   assert "moons_mlp" in out and "BatchNorm" in out
+
+
+def test_experiment_args_compose():
+  from jaxdl.config import parse_arg
+  args = parse_arg("bn,smoke,steps=50", bn=False, smoke=False, plain=False, steps=10)
+  assert (args.bn, args.smoke, args.plain, args.steps) == (True, True, False, 50)
+  assert parse_arg(None, smoke=False).smoke is False
+  with pytest.raises(ValueError, match="unknown arg 'bm'; expected some of bn, smoke"):
+    parse_arg("bm", bn=False, smoke=False)
+  with pytest.raises(ValueError, match="arg steps: expected int, got 'x'"):
+    parse_arg("steps=x", steps=10)
+  config, _ = load_config("moons_mlp:bn,smoke")
+  assert config.model.norm == "batch" and config.train.steps == 20
+  with pytest.raises(ConfigError, match="moons_mlp rejects arg 'bn,bm'"):
+    load_config("moons_mlp:bn,bm")
+
+
+def test_train_and_parallel_sections_check_their_values():
+  for override, message in [("train.label_smoothing=1.5", "train.label_smoothing: must be in"),
+                            ("train.spike_watch='lss'", "train.spike_watch: expected one of"),
+                            ("parallel.fsdp=-1", "parallel.fsdp: must be >= 0")]:
+    with pytest.raises(ConfigError, match=message):
+      load_config("moons_mlp", [override])

@@ -5,7 +5,7 @@ Each builds on `jaxdl.config.base_config()` and lists every key a user may overr
 
 from __future__ import annotations
 
-from jaxdl.config import base_config
+from jaxdl.config import base_config, parse_arg
 from jaxdl.data import default_data_config
 from jaxdl.generative.tasks import default_gen_config
 from jaxdl.optim import default_optim_config
@@ -16,15 +16,19 @@ DISTRIBUTIONS = ("moons", "8gaussians", "checkerboard", "swissroll")
 def toy2d_config(task: str, name: str, arg=None):
   """2-D toys: residual MLP denoiser (4 x 256), AdamW 2e-3 warmup-cosine, batch 256, 8k steps.
 
-  arg: None (moons), a distribution name, or 'smoke' (300 steps of a small model).
+  arg: comma-separated: a distribution name (default moons) and/or 'smoke' (300 steps of a small
+  model), e.g. 'swissroll,smoke'.
   """
-  if arg not in (None, "smoke") + DISTRIBUTIONS:
-    raise ValueError(f"unknown arg {arg!r}; expected one of None, 'smoke', {DISTRIBUTIONS}")
+  args = parse_arg(arg, smoke=False, **{d: False for d in DISTRIBUTIONS})
+  chosen = [d for d in DISTRIBUTIONS if args[d]]
+  if len(chosen) > 1:
+    raise ValueError(f"args {chosen} name more than one distribution; give one of "
+                     f"{DISTRIBUTIONS}")
   c = base_config()
   c.name = name
   c.task = task
   c.data = default_data_config("toy2d")
-  c.data.distribution = arg if arg in DISTRIBUTIONS else "moons"
+  c.data.distribution = chosen[0] if chosen else "moons"
   c.data.n = 50_000
   c.data.n_eval = 5_000
   c.data.batch_size = 256
@@ -41,7 +45,7 @@ def toy2d_config(task: str, name: str, arg=None):
   c.train.eval_every = 2_000
   c.train.log_every = 200
   c.train.ckpt_every = 2_000
-  if arg == "smoke":
+  if args.smoke:
     c.data.n = 5_000
     c.data.n_eval = 1_000
     c.model.hidden = 64
@@ -59,8 +63,7 @@ def digits_config(task: str, name: str, arg=None):
 
   arg: None, or 'smoke' (a tiny U-Net, 60 steps).
   """
-  if arg not in (None, "smoke"):
-    raise ValueError(f"unknown arg {arg!r}; expected None or 'smoke'")
+  smoke = parse_arg(arg, smoke=False).smoke
   c = base_config()
   c.name = name
   c.task = task
@@ -92,7 +95,7 @@ def digits_config(task: str, name: str, arg=None):
   c.train.eval_every = 1000
   c.train.log_every = 100
   c.train.ckpt_every = 1000
-  if arg == "smoke":
+  if smoke:
     c.model.channels = (8, 16)
     c.model.emb_dim = 32
     c.gen.eval_num = 100
