@@ -21,7 +21,8 @@ import numpy as np
 from jaxdl.config import base_config, parse_arg
 from jaxdl.data import decode, default_data_config
 from jaxdl.models import build_model
-from jaxdl.models.gpt import gpt_config, make_sampler
+from jaxdl.models.decoding import make_sampler
+from jaxdl.models.gpt import gpt_config
 from jaxdl.optim import default_optim_config
 from jaxdl.train.checkpoint import load_state
 

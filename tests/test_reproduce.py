@@ -124,7 +124,7 @@ def test_attention_maps_are_causal_rows_and_leave_the_model_unchanged():
     assert np.all(np.triu(w, k=1) == 0.0)
   # Unstacking the scanned params gives the same function (what attention_maps relies on).
   unrolled = models.build_model(models.gpt_config("tiny", scan_layers=False))
-  from jaxdl.models.gpt import unstack_layers
+  from jaxdl.models.transformer import unstack_layers
   np.testing.assert_allclose(
       unrolled.apply({"params": unstack_layers(params, cfg.n_layer)}, tokens, train=False),
       model.apply({"params": params}, tokens, train=False), atol=1e-5)

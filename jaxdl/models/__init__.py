@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import warnings
 from typing import Callable
 
 import flax.linen as nn
@@ -50,11 +49,6 @@ def model_keys(builder) -> list[str] | None:
   return keys
 
 
-# Transitional: the spellings before model fields became the schema. Remove once
-# jaxdl/course/measure/signal.py passes `init_name` and no saved run config needs them.
-_OLD_KEYS = {"init": "init_name", "bias": "use_bias"}
-
-
 def _field_value(key: str, value):
   from jaxdl.models.layers import to_dtype
   if key in ("dtype", "param_dtype") and value is not None:
@@ -76,10 +70,6 @@ def build_model(model_cfg) -> nn.Module:
   if keys is None:
     return builder(model_cfg)
   fields = {k: _field_value(k, v) for k, v in dict(model_cfg).items() if k != "name"}
-  for old, new in _OLD_KEYS.items():
-    if old in fields and old not in keys and new in keys and new not in fields:
-      warnings.warn(f"model.{old} is now model.{new}", DeprecationWarning, stacklevel=2)
-      fields[new] = fields.pop(old)
   for k in fields:
     if k not in keys:
       raise ValueError(f"model.{k}: unknown key for model {name!r}; expected one of "

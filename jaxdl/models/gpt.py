@@ -142,8 +142,3 @@ def gpt_config(preset: str = "", **overrides) -> ml_collections.ConfigDict:
   fields.update(overrides)
   return ml_collections.ConfigDict(dict(name="gpt", preset=preset, **fields))
 
-
-# Kept for callers outside `jaxdl.models` (experiments/char_gpt.py imports make_sampler here).
-from jaxdl.models.decoding import (  # noqa: E402,F401
-    generate, init_cache, make_sampler, sample_logits)
-from jaxdl.models.transformer import stack_layers, unstack_layers  # noqa: E402,F401

@@ -178,7 +178,7 @@ def _first_loss_fn(num_classes: int, batch: int, features: int, hidden: tuple):
   """One compiled init + loss per shape (the head scale and the key are traced)."""
   from jaxdl.train.tasks import make_task
   model = build_model(ml_collections.ConfigDict(dict(
-      name="mlp", hidden=hidden, out=num_classes, init="he")))
+      name="mlp", hidden=hidden, out=num_classes, init_name="he")))
   task = make_task(ml_collections.ConfigDict(dict(task="classification",
                                                   train=dict(label_smoothing=0.0))))
 
