@@ -6,8 +6,9 @@ Run:
   jaxdl train ddpm_toy2d:smoke                        # a few hundred steps, for tests
   jaxdl train ddpm_toy2d --set gen.prediction=eps     # the eps loss of Ho et al.
 
-Setup: the fm_toy2d data, model and optimizer (see jaxdl.course.generative_configs.toy2d_config), trained
-on x_t = sqrt(alpha_bar_t) x + sqrt(1 - alpha_bar_t) eps, t ~ U{1..1000}, beta linear 1e-4 -> 0.02,
+Setup: the fm_toy2d data, model and optimizer (see
+jaxdl.course.generative_configs.toy2d_config), trained on
+x_t = sqrt(alpha_bar_t) x + sqrt(1 - alpha_bar_t) eps, t ~ U{1..1000}, beta linear 1e-4 -> 0.02,
 with the v target alpha eps - sigma x (Salimans & Ho; the eps loss is one override away). After
 training, `run` samples 2,000 points with deterministic DDIM (eta = 0) and ancestral DDPM steps on
 evenly spaced sub-sequences of 1, 2, 4, 10, 50 steps, writes samples.png and generative_eval.json

@@ -13,7 +13,8 @@ from _digits import digits_config
 
 
 def get_config(arg=None):
-  return digits_config("digits_cnn", "Digits classification with a CNN (two conv-ReLU-pool blocks, dense head)",
-                       model=dict(name="cnn", features=(32, 64), kernel=3, pool=2, hidden=128, out=10,
-                           norm="none", dropout=0.1, init_name="he"),
-                       steps=1500, arg=arg)
+  model = dict(name="cnn", features=(32, 64), kernel=3, pool=2, hidden=128, out=10, norm="none",
+               dropout=0.1, init_name="he")
+  return digits_config(
+      "digits_cnn", "Digits classification with a CNN (two conv-ReLU-pool blocks, dense head)",
+      model=model, steps=1500, arg=arg)

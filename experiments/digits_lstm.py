@@ -13,6 +13,7 @@ from _digits import digits_config
 
 
 def get_config(arg=None):
-  return digits_config("digits_lstm", "Digits classification with a LSTM reading the 8 image rows as 8 time steps",
-                       model=dict(name="lstm", hidden=128, num_layers=1, out=10),
-                       steps=2000, arg=arg)
+  model = dict(name="lstm", hidden=128, num_layers=1, out=10)
+  return digits_config(
+      "digits_lstm", "Digits classification with a LSTM reading the 8 image rows as 8 time steps",
+      model=model, steps=2000, arg=arg)

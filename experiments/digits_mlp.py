@@ -13,7 +13,8 @@ from _digits import digits_config
 
 
 def get_config(arg=None):
-  return digits_config("digits_mlp", "Digits classification with a MLP (256-256, ReLU, He init, dropout 0.1)",
-                       model=dict(name="mlp", hidden=(256, 256), out=10, activation="relu", norm="none",
-                           dropout=0.1, residual=False, init_name="he"),
-                       steps=1500, arg=arg)
+  model = dict(name="mlp", hidden=(256, 256), out=10, activation="relu", norm="none",
+               dropout=0.1, residual=False, init_name="he")
+  return digits_config(
+      "digits_mlp", "Digits classification with a MLP (256-256, ReLU, He init, dropout 0.1)",
+      model=model, steps=1500, arg=arg)

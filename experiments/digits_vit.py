@@ -13,7 +13,9 @@ from _digits import digits_config
 
 
 def get_config(arg=None):
-  return digits_config("digits_vit", "Digits classification with a ViT (2x2 patches, 4 pre-LN layers, d 64, class token)",
-                       model=dict(name="vit", patch_size=2, d_model=64, n_layer=4, n_head=4, out=10,
-                           pool="cls", dropout=0.0),
-                       steps=2000, arg=arg)
+  model = dict(name="vit", patch_size=2, d_model=64, n_layer=4, n_head=4, out=10, pool="cls",
+               dropout=0.0)
+  return digits_config(
+      "digits_vit",
+      "Digits classification with a ViT (2x2 patches, 4 pre-LN layers, d 64, class token)",
+      model=model, steps=2000, arg=arg)

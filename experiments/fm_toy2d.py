@@ -7,9 +7,10 @@ Run:
 
 Setup: standardized 2-D data (50,000 training points), x_t = t x + (1 - t) eps with t ~ U[0, 1],
 velocity MSE against x - eps; a residual time-embedded MLP (4 blocks of width 256); AdamW 2e-3
-with warmup + cosine, batch 256, 8,000 steps. After training, `after_training` samples 2,000 points with
-Euler and Heun at 1, 2, 4, 10, 50 steps, writes samples.png and generative_eval.json, and prints the energy distance
-to 2,000 fresh target points beside the floor (two independent target draws).
+with warmup + cosine, batch 256, 8,000 steps. After training, `after_training` samples 2,000
+points with Euler and Heun at 1, 2, 4, 10, 50 steps, writes samples.png and generative_eval.json,
+and prints the energy distance to 2,000 fresh target points beside the floor (two independent
+target draws).
 
 Expected: one Euler step collapses onto the data mean (energy distance ~400x the floor). At 50
 steps both solvers reach the floor, the energy distance between two independent target draws.

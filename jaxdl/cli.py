@@ -157,7 +157,7 @@ def cmd_train(args) -> int:
                          hooks=doctor.hooks_for(config))
       if hasattr(module, "after_training"):  # e.g. print a sample from the trained model
         summary.update(module.after_training(config, workdir, summary) or {})
-  except (ValueError, loop.WorkdirMismatchError) as e:
+  except ValueError as e:  # bad config or value, a workdir of another run
     print(f"jaxdl: error: {str(e).splitlines()[0]}", file=sys.stderr)
     return 2
   except loop.NonFiniteLossError as e:

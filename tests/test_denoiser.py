@@ -153,7 +153,8 @@ def test_task_honours_the_mask_and_checks_its_config():
   tk = TASKS["flow_matching"](config)
   model = build_model(config.model)
   x = jnp.ones((8, 2))
-  params = jax.jit(lambda k: model.init({"params": k}, x, train=False))(jax.random.PRNGKey(1))["params"]
+  init = jax.jit(lambda k: model.init({"params": k}, x, train=False))
+  params = init(jax.random.PRNGKey(1))["params"]
   mask = jnp.array([1.0] * 4 + [0.0] * 4)
   a = tk.loss_fn(model.apply, params, {}, {"x": x, "mask": mask}, {}, False)[0]
   b = tk.loss_fn(model.apply, params, {}, {"x": x.at[4:].set(50.0), "mask": mask}, {}, False)[0]

@@ -1,4 +1,4 @@
-"""Tests for jaxdl.generative.losses: targets written out, the minimiser, masks, condition dropout."""
+"""jaxdl.generative.losses: targets written out, the minimiser, masks, condition dropout."""
 
 import jax
 import jax.numpy as jnp

@@ -93,7 +93,7 @@ def test_cli_entry_point_dispatches_to_reproduce(tmp_path):
   assert all(r["ok"] for r in json.loads(out.read_text()))
 
 
-# ------------------------------------------------------------ jaxdl.course.measure beyond the claims
+# ---------------------------------------------------------- jaxdl.course.measure beyond the claims
 
 
 def test_relu_stack_backward_follows_the_forward_theory():

@@ -178,5 +178,6 @@ def test_extension_wsd_allowed_cosine_refused(tmp_path):
   assert [r["step"] for r in after] == list(range(11, 31))
   cos = tmp_path / "cos"
   run(_config("train.steps=20", "optim.schedule.name='cosine'", *base), cos, progress=False)
-  with pytest.raises(ValueError, match="train.steps: the new schedule changes the lr of steps already taken"):
+  with pytest.raises(ValueError,
+                     match="train.steps: the new schedule changes the lr of steps already taken"):
     run(_config("train.steps=30", "optim.schedule.name='cosine'", *base), cos, progress=False)

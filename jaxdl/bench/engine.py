@@ -228,7 +228,8 @@ def bench_sampler(steps: int = 100, batch: int = 256, hidden: int = 256, depth: 
          # speedup = 1 + overhead / step: what the Python loop adds per step (dispatch, key
          # folding, argument handling) against the compiled step itself.
          "lax_step_s": per_call["lax"]["wall"] / steps,
-         "python_overhead_per_step_s": (per_call["python"]["wall"] - per_call["lax"]["wall"]) / steps}
+         "python_overhead_per_step_s":
+             (per_call["python"]["wall"] - per_call["lax"]["wall"]) / steps}
   if not linearity:
     return out
   grid = (steps // 4, steps // 2, steps)

@@ -26,9 +26,9 @@ log = logging.getLogger("jaxdl")
 
 HELP = "preflight checks, NaN/Inf locator, LR range test and run diagnoses for an experiment"
 
-__all__ = ["PreflightHook", "hooks_for", "run_preflight", "locate_nonfinite", "lr_range_test", "diagnose_history",
-           "diagnose_workdir", "Report", "Check", "Diagnosis", "SYMPTOMS", "CAUSES", "HELP",
-           "add_arguments", "main"]
+__all__ = ["PreflightHook", "hooks_for", "run_preflight", "locate_nonfinite", "lr_range_test",
+           "diagnose_history", "diagnose_workdir", "Report", "Check", "Diagnosis", "SYMPTOMS",
+           "CAUSES", "HELP", "add_arguments", "main"]
 
 
 def run_preflight(config, **kwargs) -> Report:

@@ -169,7 +169,7 @@ def digits_classifier(classifier=None):
   else:
     from sklearn.svm import SVC  # pylint: disable=g-import-not-at-top
     svm = SVC(gamma="scale", C=10.0).fit(x_tr.reshape(len(x_tr), 64), y_tr)
-    predict = lambda p16_Nx64: svm.predict(p16_Nx64)
+    predict = svm.predict  # (N, 64) pixels -> (N,) labels
     name = "RBF SVM on the digits training split"
   test_acc = float(np.mean(predict(x_te.reshape(len(x_te), 64).astype(np.float32)) == y_te))
   return predict, test_acc, name

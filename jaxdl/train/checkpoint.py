@@ -132,6 +132,7 @@ def load_state(workdir, step: int | None = None) -> tuple[int, dict]:
   meta = manager.item_metadata(step)["state"]
   device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
   abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), meta)
-  restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
+  restored = manager.restore(step,
+                             args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
   manager.close()
   return step, restored["state"]

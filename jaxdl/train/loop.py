@@ -33,7 +33,6 @@ from jaxdl.train import checkpoint as jckpt
 from jaxdl.train import guards, resume, step as jstep, writers
 from jaxdl.train.assembly import Run, build
 from jaxdl.train.hooks import Hook, Hooks
-from jaxdl.train.resume import WorkdirMismatchError
 
 log = logging.getLogger("jaxdl")
 

@@ -117,8 +117,8 @@ def _stack_moments(x_BxN, keys_R, gain, residual: bool, depth: int):
 
 def stack_rms_theory(gain: float, *, residual: bool, depth: int = 12) -> np.ndarray:
   """(1 + a^2)^(l/2) for the residual stack, a^l for the plain one, l = 0..L."""
-  l = np.arange(depth + 1)
-  return (1.0 + gain**2) ** (l / 2.0) if residual else float(gain) ** l
+  depth_L1 = np.arange(depth + 1)
+  return (1.0 + gain**2) ** (depth_L1 / 2.0) if residual else float(gain) ** depth_L1
 
 
 # ------------------------------------------------------------------------- attention and dropout
