@@ -48,6 +48,7 @@ def test_table_lists_every_row_with_its_verdict():
   assert lines[2].split()[-1] == "yes" and lines[3].split()[-1] == "NO"
 
 
+@pytest.mark.slow
 def test_the_gpu_bench_path_runs_in_bf16_at_toy_size():
   """What scripts/gpu_check.sh runs on a GPU (bf16 compute, fp32 params, both steps, MFU),
   end to end at toy size on the CPU, so a dtype slip cannot first show up on the GPU."""

@@ -28,6 +28,8 @@ OVERRIDES = ["data.batch_size=200", f"train.steps={STEPS}", "train.eval_every=4"
              "train.ckpt_every=4", "train.plot=False", "optim.lr=0.01"]
 TIMEOUT_S = 240
 
+pytestmark = pytest.mark.slow
+
 
 def _free_port() -> int:
   with socket.socket() as s:

@@ -30,6 +30,7 @@ def test_experiment_loads_and_documents_itself(name):
     assert smoke.train.steps <= config.train.steps
 
 
+@pytest.mark.slow
 def test_default_experiment_smoke_through_the_cli(tmp_path, capsys):
   code = cli.main(["train", f"{cli.DEFAULT_EXPERIMENT}:smoke", "--workdir", str(tmp_path),
                    "--no-progress"])

@@ -3,6 +3,8 @@ and the run artifacts."""
 
 import json
 
+import pytest
+
 from jaxdl.config import load_config
 from jaxdl.train import run
 from jaxdl.train.checkpoint import Checkpointer, load_state
@@ -34,6 +36,7 @@ def test_keeps_latest_and_best_checkpoints(tmp_path):
   assert set(steps) == {best, 60}
 
 
+@pytest.mark.slow
 def test_resume_on_other_strategy_and_device_count(tmp_path):
   run(_config("train.steps=4", "train.ckpt_every=2", "train.plot=False"), tmp_path,
       progress=False)

@@ -147,6 +147,7 @@ def _train_moons(moons, precision, steps=200):
   return float(jnp.mean((logits > 0) == (yte > 0.5)))
 
 
+@pytest.mark.slow
 def test_bf16_and_fp16_match_fp32_accuracy_on_moons(moons):
   acc = {p: _train_moons(moons, p) for p in ("fp32", "bf16", "fp16")}
   print(acc)
