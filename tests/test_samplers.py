@@ -209,6 +209,40 @@ def test_a_prediction_that_does_not_fit_the_path_is_refused(path_name, predictio
     paths.to_x_eps(x, x, 0.6, 0.4 if path_name == "flow" else 0.8, ok, path=path)
 
 
+# ----------------------------------------------------------------------------- extending
+
+
+def test_a_new_sampler_is_one_registered_function(monkeypatch):
+  """Heun with a second corrector pass; on v = lam x one step multiplies x by
+  1 + z + z^2/2 + z^3/4, z = h lam (Heun alone stops at z^2/2)."""
+  monkeypatch.setattr(samplers, "SAMPLERS", dict(samplers.SAMPLERS))  # restored after the test
+
+  @samplers.register_sampler("heun2", continuous_only=True)
+  def heun2(grid, variables, x, i, key, y_B):
+    h = grid.t[i + 1] - grid.t[i]
+    v_t = grid.velocity(variables, x, i, y_B)
+    x_c = x + 0.5 * h * (v_t + grid.velocity(variables, x + h * v_t, i + 1, y_B))
+    return x + 0.5 * h * (v_t + grid.velocity(variables, x_c, i + 1, y_B))
+
+  lam, n = -0.7, 4
+  sample = samplers.make_sampler(lambda v, x, t, y=None, train=False: lam * x, FLOW,
+                                 sampler="heun2", steps=n, sample_shape=(1,))
+  z = lam / n
+  np.testing.assert_allclose(sample(None, jax.random.PRNGKey(0), 5, x_init=EPS5),
+                             EPS5 * (1 + z + z**2 / 2 + z**3 / 4) ** n, rtol=1e-6)
+  with pytest.raises(ValueError, match=r"needs the 'flow' path.*\['ddim', 'ddpm'\]"):
+    samplers.make_sampler(two_point_field, paths.make_path("ddpm", T=10), sampler="heun2")
+
+
+def test_the_registry_names_its_samplers_and_refuses_a_second_registration():
+  assert sorted(samplers.SAMPLERS) == ["ddim", "ddpm", "euler", "heun"]
+  with pytest.raises(ValueError, match=r"sampler='rk4': expected one of \['ddim', 'ddpm', 'euler'"):
+    samplers.make_sampler(two_point_field, FLOW, sampler="rk4")
+  with pytest.raises(ValueError, match="'euler' is already registered"):
+    samplers.register_sampler("euler")(lambda grid, variables, x, i, key, y_B: x)
+  assert samplers.SAMPLERS["euler"].step is samplers.euler
+
+
 # ----------------------------------------------------------------------------- quality metrics
 
 

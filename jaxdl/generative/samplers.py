@@ -20,12 +20,18 @@ Classifier-free guidance mixes the raw outputs, out~ = out(x) + w (out(x, c) - o
 batched call of size 2B per evaluation (the null class marks "unconditional"); this is exact for
 eps, x0, v and velocity outputs alike because the conversions are affine in the output.
 
+Each update is one entry of `SAMPLERS`, a pure `step(grid, variables, x, i, key, y_B) -> x_s`
+registered with `@register_sampler(name, continuous_only=...)`; the `Grid` gives it the time grid,
+(alpha, sigma), eta and the network as `grid.predict` (x_hat, eps_hat, out) and `grid.velocity`
+(dx/dt). A new sampler is one such function: `make_sampler(..., sampler=name)` then finds it.
+
 Shapes: B samples, N steps; x_B... is a batch of samples of `sample_shape`.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+import dataclasses
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -33,7 +39,31 @@ import numpy as np
 
 from jaxdl.generative import paths as paths_lib
 
-SAMPLERS = ("ddpm", "ddim", "euler", "heun")
+
+@dataclasses.dataclass(frozen=True)
+class SamplerRule:
+  """A registered update: `step(grid, variables, x, i, key, y_B) -> x_{i+1}` from t_i to t_{i+1}.
+
+  continuous_only: the rule evaluates d x/dt (an ODE in continuous time), so it needs a path with
+  `path.continuous` (the flow path); on a DDPM path `make_sampler` refuses it.
+  """
+  step: Callable
+  continuous_only: bool = False
+
+
+# name -> SamplerRule, filled by @register_sampler below (and by any module that adds a sampler).
+SAMPLERS: dict[str, SamplerRule] = {}
+
+
+def register_sampler(name: str, *, continuous_only: bool = False):
+  """Decorator: registers `step(grid, variables, x, i, key, y_B) -> x_next` as sampler `name`."""
+  def register(step: Callable) -> Callable:
+    if name in SAMPLERS:
+      # A second registration would silently change what an existing config samples with.
+      raise ValueError(f"sampler {name!r} is already registered: {sorted(SAMPLERS)}")
+    SAMPLERS[name] = SamplerRule(step, continuous_only)
+    return step
+  return register
 
 
 def ddim_update(x_hat, eps_hat, alpha_t, sigma_t, alpha_s, sigma_s, eta=0.0, z=None):
@@ -76,16 +106,99 @@ def guided_output(apply_fn, variables, x_t, tm_1, y_B, guidance, null_class):
   return uncond + guidance * (cond - uncond)
 
 
+@dataclasses.dataclass(frozen=True)
+class Grid:
+  """What a sampler step sees: the grid t_0..t_N (noise -> data) and the network on it.
+
+  t, alpha, sigma: shape (N + 1,) float32, the path time and coefficients at each grid point;
+  eta: the DDIM noise scale. `predict` and `velocity` evaluate the (guided) network at grid
+  point j; a step from t_i to s = t_{i+1} may call them at j = i and j = i + 1.
+  """
+  t: jax.Array
+  tm: jax.Array  # the time the network is fed, path.model_time(t)
+  alpha: jax.Array
+  sigma: jax.Array
+  eta: float
+  d_alpha: Any  # d alpha/dt, d sigma/dt on a continuous path; None on a discrete one
+  d_sigma: Any
+  apply_fn: Callable
+  prediction: str
+  guidance: float | None
+  null_class: int | None
+  clip_x0: float | None
+
+  def predict(self, variables, x, j, y_B):
+    """(x_hat, eps_hat, raw output) at grid point j."""
+    # Every sample is at the same time: pass it once, shape (1,), so that a denoiser can embed it
+    # once and broadcast (per-sample (B,) times are for training).
+    tm_1 = self.tm[j][None]
+    out = guided_output(self.apply_fn, variables, x, tm_1, y_B, self.guidance, self.null_class)
+    a, s = self.alpha[j], self.sigma[j]
+    x_hat, eps_hat = paths_lib.to_x_eps(out, x, a, s, self.prediction)
+    if self.clip_x0 is not None:
+      x_hat = jnp.clip(x_hat, -self.clip_x0, self.clip_x0)
+      eps_hat = paths_lib.x0_to_eps(x, x_hat, a, s)
+    return x_hat, eps_hat, out
+
+  def velocity(self, variables, x, j, y_B):
+    """dx/dt at grid point j: v = alpha' x_hat + sigma' eps_hat (continuous paths only)."""
+    x_hat, eps_hat, out = self.predict(variables, x, j, y_B)
+    if self.prediction == "velocity" and self.clip_x0 is None:
+      return out  # the network output is already dx/dt; skip a round trip through (x_hat, eps_hat)
+    return self.d_alpha * x_hat + self.d_sigma * eps_hat
+
+
+# ----------------------------------------------------------------------------- the built-in rules
+# Step i goes from t = t_i to s = t_{i+1}; each body is its equation in the module docstring.
+
+
+@register_sampler("ddpm")
+def ddpm(grid, variables, x, i, key, y_B):
+  """Ancestral: x_s ~ q(x_s | x_t, x = x_hat) = N(mean, var)."""
+  x_hat, _, _ = grid.predict(variables, x, i, y_B)
+  mean, var = ancestral_mean_var(x, x_hat, grid.alpha[i], grid.sigma[i],
+                                 grid.alpha[i + 1], grid.sigma[i + 1])
+  z = jax.random.normal(key, x.shape, x.dtype)
+  return mean + jnp.sqrt(jnp.maximum(var, 0.0)) * z
+
+
+@register_sampler("ddim")
+def ddim(grid, variables, x, i, key, y_B):
+  """x_s = alpha_s x_hat + sqrt(sigma_s^2 - c^2) eps_hat + c z (z unused when eta = 0)."""
+  x_hat, eps_hat, _ = grid.predict(variables, x, i, y_B)
+  z = jax.random.normal(key, x.shape, x.dtype) if grid.eta > 0 else None
+  return ddim_update(x_hat, eps_hat, grid.alpha[i], grid.sigma[i],
+                     grid.alpha[i + 1], grid.sigma[i + 1], grid.eta, z)
+
+
+@register_sampler("euler", continuous_only=True)
+def euler(grid, variables, x, i, key, y_B):
+  """x_s = x_t + h v(x_t, t), h = s - t."""
+  h = grid.t[i + 1] - grid.t[i]
+  return x + h * grid.velocity(variables, x, i, y_B)
+
+
+@register_sampler("heun", continuous_only=True)
+def heun(grid, variables, x, i, key, y_B):
+  """x' = x_t + h v(x_t, t); x_s = x_t + h/2 (v(x_t, t) + v(x', s))."""
+  h = grid.t[i + 1] - grid.t[i]
+  v_t = grid.velocity(variables, x, i, y_B)
+  x_e = x + h * v_t
+  return x + 0.5 * h * (v_t + grid.velocity(variables, x_e, i + 1, y_B))
+
+
 def _build(apply_fn, path, *, sampler, steps, sample_shape, prediction, eta, guidance,
            num_classes, t_end, clip_x0):
   """Validates the settings and returns (init_fn, step_fn, n_steps), shared by both loops."""
   if sampler not in SAMPLERS:
-    raise ValueError(f"sampler={sampler!r}: expected one of {SAMPLERS}")
+    raise ValueError(f"sampler={sampler!r}: expected one of {sorted(SAMPLERS)}")
   if not isinstance(steps, (int, np.integer)) or steps < 1:
     raise ValueError(f"steps={steps!r}: the number of sampler steps must be an integer >= 1")
-  if sampler in ("euler", "heun") and not path.continuous:
-    raise ValueError(f"sampler={sampler!r} integrates an ODE in continuous time and needs the "
-                     f"'flow' path; for a {path.name!r} path use 'ddim' or 'ddpm'")
+  rule = SAMPLERS[sampler]
+  if rule.continuous_only and not path.continuous:
+    discrete = sorted(n for n, r in SAMPLERS.items() if not r.continuous_only)
+    raise ValueError(f"sampler={sampler!r} works in continuous time and needs the 'flow' path; "
+                     f"for a {path.name!r} path use one of {discrete}")
   # The conversions to (x_hat, eps_hat) hold only on their paths: elsewhere they would return
   # a wrong x_hat silently, so a prediction that does not fit the path is refused here.
   paths_lib.check_prediction(prediction, path)
@@ -97,47 +210,15 @@ def _build(apply_fn, path, *, sampler, steps, sample_shape, prediction, eta, gui
 
   t_N1 = path.time_grid(steps, t_end) if path.continuous else path.time_grid(steps)
   alpha_N1, sigma_N1 = (np.asarray(a, np.float64) for a in path.alpha_sigma(t_N1))
-  consts = dict(
+  da, ds = path.d_alpha_sigma(t_N1) if path.continuous else (None, None)
+  grid = Grid(
       t=jnp.asarray(t_N1, jnp.float32), tm=jnp.asarray(path.model_time(t_N1), jnp.float32),
-      alpha=jnp.asarray(alpha_N1, jnp.float32), sigma=jnp.asarray(sigma_N1, jnp.float32))
-  if path.continuous:
-    da, ds = path.d_alpha_sigma(t_N1)
-  null_class = num_classes if num_classes else None
-
-  def predict(variables, x, j, y_B):
-    """(x_hat, eps_hat, raw output) at grid point j."""
-    # Every sample is at the same time: pass it once, shape (1,), so that a denoiser can embed it
-    # once and broadcast (per-sample (B,) times are for training).
-    tm_1 = consts["tm"][j][None]
-    out = guided_output(apply_fn, variables, x, tm_1, y_B, guidance, null_class)
-    x_hat, eps_hat = paths_lib.to_x_eps(out, x, consts["alpha"][j], consts["sigma"][j], prediction)
-    if clip_x0 is not None:
-      x_hat = jnp.clip(x_hat, -clip_x0, clip_x0)
-      eps_hat = paths_lib.x0_to_eps(x, x_hat, consts["alpha"][j], consts["sigma"][j])
-    return x_hat, eps_hat, out
-
-  def velocity(variables, x, j, y_B):
-    x_hat, eps_hat, out = predict(variables, x, j, y_B)
-    if prediction == "velocity" and clip_x0 is None:
-      return out  # the network output is already dx/dt; skip a round trip through (x_hat, eps_hat)
-    return da * x_hat + ds * eps_hat
+      alpha=jnp.asarray(alpha_N1, jnp.float32), sigma=jnp.asarray(sigma_N1, jnp.float32),
+      eta=eta, d_alpha=da, d_sigma=ds, apply_fn=apply_fn, prediction=prediction,
+      guidance=guidance, null_class=num_classes if num_classes else None, clip_x0=clip_x0)
 
   def step_fn(variables, x, i, key, y_B):
-    a_t, s_t = consts["alpha"][i], consts["sigma"][i]
-    a_s, s_s = consts["alpha"][i + 1], consts["sigma"][i + 1]
-    if sampler in ("euler", "heun"):
-      h = consts["t"][i + 1] - consts["t"][i]
-      v1 = velocity(variables, x, i, y_B)
-      x_e = x + h * v1
-      if sampler == "euler":
-        return x_e
-      return x + 0.5 * h * (v1 + velocity(variables, x_e, i + 1, y_B))
-    x_hat, eps_hat, _ = predict(variables, x, i, y_B)
-    z = jax.random.normal(key, x.shape, x.dtype)
-    if sampler == "ddim":
-      return ddim_update(x_hat, eps_hat, a_t, s_t, a_s, s_s, eta, z if eta > 0 else None)
-    mean, var = ancestral_mean_var(x, x_hat, a_t, s_t, a_s, s_s)
-    return mean + jnp.sqrt(jnp.maximum(var, 0.0)) * z
+    return rule.step(grid, variables, x, i, key, y_B)
 
   def init_fn(rng, num):
     return jax.random.normal(rng, (num,) + tuple(sample_shape), jnp.float32)
@@ -170,7 +251,8 @@ def make_sampler(apply_fn: Callable, path, *, sampler: str = "heun", steps: int 
       convention; `t_1` is `path.model_time(t)` with shape (1,), shared by the batch; y = None
       or the null class means unconditional).
     path: `paths.FlowPath()` or a `paths.DDPMPath` (see `paths.make_path`).
-    sampler: 'ddpm' (ancestral), 'ddim', 'euler' or 'heun' (the last two need the flow path).
+    sampler: a name in `SAMPLERS`: 'ddpm' (ancestral), 'ddim', 'euler' or 'heun' (the last two
+      need the flow path), or one added with `register_sampler`.
     steps: number of updates N >= 1 (network calls: N, 2N for Heun, doubled under guidance).
       On a DDPM path the grid is an evenly spaced integer sub-sequence of T..0, steps <= T.
     sample_shape: shape of one sample, e.g. (2,) or (8, 8, 1).
