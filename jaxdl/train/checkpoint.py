@@ -6,16 +6,27 @@ Each step directory holds four items:
   config    the run's config (JSON)
   manifest  library versions, device and process counts, mesh and strategy (JSON)
 
-Resume order (`jaxdl.train.run`): the workdir's latest readable checkpoint; if the latest is
-corrupt (killed during a save, truncated file) the previous complete one, with a warning; else a
-fresh start. Orbax writes each step into a temporary directory and renames it when complete, so a
-save killed midway never appears as a step. All processes take part in saves.
+and `checksums.json`, the sha256 of every file of the step, written once the save is complete
+(for an async save: at the next save, `wait` or `close`), because orbax checks only the index of
+its array files (crc32c), not their data: a flipped byte would otherwise load silently.
+
+Resume order (`jaxdl.train.run`): the workdir's latest readable checkpoint whose files match their
+checksums (a step without checksums yet, its save having ended before they were written, is
+restored unverified, said in one line); if it is corrupt (killed during a save, a truncated file,
+a flipped byte) the previous good one; else a fresh start. Corrupt steps, however many, are moved
+to `workdir/corrupt_checkpoints/` with one summary line, so the run can save those steps again.
+Orbax writes each step into a temporary directory and renames it when complete, so a save killed
+midway never appears as a step; such a leftover directory is removed, with one line, when the
+next run opens the checkpoints. All processes take part in saves.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import pathlib
+import shutil
 import time
 from typing import Any
 
@@ -27,6 +38,54 @@ log = logging.getLogger("jaxdl")
 
 
 ITEMS = ("state", "data", "config", "manifest")
+CHECKSUMS = "checksums.json"
+TMP_MARK = ".orbax-checkpoint-tmp"  # orbax's suffix of a step directory being written
+
+
+def _digests(step_dir: pathlib.Path) -> dict[str, str]:
+  """sha256 of every file of a step directory, keyed by path relative to it."""
+  out = {}
+  for f in sorted(step_dir.rglob("*")):
+    if f.is_file() and f.name != CHECKSUMS:
+      with f.open("rb") as fh:
+        out[f.relative_to(step_dir).as_posix()] = hashlib.file_digest(fh, "sha256").hexdigest()
+  return out
+
+
+def write_checksums(step_dir) -> None:
+  """Records the digests of a complete step directory (written whole, then renamed)."""
+  step_dir = pathlib.Path(step_dir)
+  tmp = step_dir / (CHECKSUMS + ".tmp")
+  tmp.write_text(json.dumps(_digests(step_dir), indent=0))
+  tmp.replace(step_dir / CHECKSUMS)
+
+
+def verify_checksums(step_dir) -> str | None:
+  """None when every recorded file is present with its digest, "unverified" when the step has
+  no checksums, else what differs (naming the item and file)."""
+  step_dir = pathlib.Path(step_dir)
+  try:
+    recorded = json.loads((step_dir / CHECKSUMS).read_text())
+  except (OSError, ValueError):
+    return "unverified"
+  actual = _digests(step_dir)
+  for name, digest in recorded.items():
+    if name not in actual:
+      return f"{name} is missing"
+    if actual[name] != digest:
+      return f"checksum mismatch in {name}"
+  return None
+
+
+def _clean_tmp(directory: pathlib.Path) -> None:
+  """Removes step directories a killed save left half-written (one line for all of them)."""
+  leftovers = sorted(directory.glob(f"*{TMP_MARK}*")) if directory.is_dir() else []
+  if not leftovers or jax.process_index() != 0:
+    return
+  for path in leftovers:
+    shutil.rmtree(path, ignore_errors=True)
+  log.warning("removed %d unfinished checkpoint save(s) left by a killed run: %s", len(leftovers),
+              ", ".join(p.name for p in leftovers))
 
 
 def _manager(directory, options=None) -> ocp.CheckpointManager:
@@ -41,6 +100,8 @@ class Checkpointer:
   def __init__(self, directory, *, keep: int = 3, best_metric: str = "", best_mode: str = "max",
                async_save: bool = True):
     self.directory = pathlib.Path(directory).absolute()
+    _clean_tmp(self.directory)
+    self._unsealed: list[int] = []   # saved steps whose checksums are not written yet
     policies = [ocm.LatestN(n=keep)]
     if best_metric:
       # BestN keeps the largest values under reverse=False.
@@ -50,6 +111,7 @@ class Checkpointer:
     options = ocp.CheckpointManagerOptions(
         preservation_policy=ocm.AnyPreservationPolicy(policies),
         enable_async_checkpointing=async_save, create=True)
+    self.async_save = async_save
     self.manager = _manager(self.directory, options)
 
   def all_steps(self) -> list[int]:
@@ -60,21 +122,42 @@ class Checkpointer:
 
   def save(self, step: int, state, *, data_state: dict, config: dict, manifest: dict,
            metrics: dict | None = None, force: bool = True) -> bool:
-    return self.manager.save(
+    self._seal()  # orbax waits for the previous save here anyway
+    saved = self.manager.save(
         step,
         args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                 data=ocp.args.JsonSave(data_state),
                                 config=ocp.args.JsonSave(config),
                                 manifest=ocp.args.JsonSave(manifest)),
         metrics=metrics, force=force)
+    if saved:
+      self._unsealed.append(step)
+      if not self.async_save:
+        self._seal()
+    return saved
+
+  def _seal(self) -> None:
+    """Waits for pending saves, then writes their checksums (process 0; steps the preservation
+    policy already deleted are skipped)."""
+    self.manager.wait_until_finished()
+    if jax.process_index() == 0:
+      for step in self._unsealed:
+        if (self.directory / str(step)).is_dir():
+          write_checksums(self.directory / str(step))
+    self._unsealed = []
 
   def restore(self, abstract_state) -> tuple[int, Any, dict] | None:
-    """Restores the newest readable checkpoint onto `abstract_state`'s shapes and shardings.
+    """Restores the newest good checkpoint onto `abstract_state`'s shapes and shardings.
 
-    Returns (step, state, data_state), or None when there is no readable checkpoint.
+    Steps that fail their checksums or do not load are quarantined (one line for all of them).
+    Returns (step, state, data_state), or None when no checkpoint is good.
     """
-    unreadable = []
+    unreadable: dict[int, str] = {}
     for step in sorted(self.manager.all_steps(), reverse=True):
+      problem = verify_checksums(self.directory / str(step))
+      if problem not in (None, "unverified"):
+        unreadable[step] = problem
+        continue
       try:
         restored = self.manager.restore(
             step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state),
@@ -82,34 +165,67 @@ class Checkpointer:
         state = restored["state"]
         jax.block_until_ready(state)
       except Exception as e:  # noqa: BLE001 -- any unreadable checkpoint falls back
-        log.warning("checkpoint at step %d is unreadable (%s: %s); falling back to the "
-                    "previous one", step, type(e).__name__, str(e).splitlines()[0][:200])
-        unreadable.append(step)
+        unreadable[step] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
         continue
-      self._quarantine(unreadable)
+      self._quarantine(unreadable, found=step)
+      if problem == "unverified":
+        log.info("checkpoint at step %d has no checksums (its run ended before they were "
+                 "written); restored it unverified", step)
       return step, state, restored["data"]
+    self._quarantine(unreadable, found=None)
     return None
 
-  def _quarantine(self, steps: list[int]) -> None:
+  def _quarantine(self, unreadable: dict[int, str], found: int | None) -> None:
     """Moves unreadable steps to workdir/corrupt_checkpoints/ (kept for inspection) so the run
-    can save those step numbers again."""
-    if not steps:
+    can save those step numbers again, and says so in one line."""
+    if not unreadable:
       return
+    dest = self.directory.parent / "corrupt_checkpoints"
     if jax.process_index() == 0:
-      dest = self.directory.parent / "corrupt_checkpoints"
       dest.mkdir(exist_ok=True)
-      for step in steps:
+      stamp = int(time.time())
+      for step in unreadable:
         src = self.directory / str(step)
         if src.exists():
-          src.rename(dest / f"{step}-{int(time.time())}")
+          src.rename(dest / f"{step}-{stamp}")
+    steps = sorted(unreadable, reverse=True)
+    first = f"step {steps[0]}: {unreadable[steps[0]]}"
+    what = (f"checkpoint at step {steps[0]} is unreadable ({unreadable[steps[0]]})"
+            if len(steps) == 1 else
+            f"checkpoints at steps {', '.join(map(str, steps))} are unreadable ({first})")
+    then = "starting fresh" if found is None else f"falling back to step {found}"
+    log.warning("%s; moved to %s/, %s", what, dest, then)
     self.manager.reload()
 
   def wait(self) -> None:
-    self.manager.wait_until_finished()
+    self._seal()
 
   def close(self) -> None:
-    self.manager.wait_until_finished()
+    self._seal()
     self.manager.close()
+
+
+def restorable(directory, abstract_state) -> bool:
+  """Whether the latest checkpoint in `directory` holds a state of `abstract_state`'s tree,
+  shapes and dtypes (read from its metadata; False when there is none or it cannot be read)."""
+  directory = pathlib.Path(directory).absolute()
+  if not directory.is_dir():
+    return False
+  manager = _manager(directory)
+  try:
+    step = manager.latest_step()
+    if step is None:
+      return False
+    meta = manager.item_metadata(step)["state"]
+  except Exception:  # noqa: BLE001 -- unreadable: nothing a new run could resume from
+    return False
+  finally:
+    manager.close()
+
+  def leaves(tree):
+    return {jax.tree_util.keystr(p, simple=True, separator="/"): (tuple(x.shape), str(x.dtype))
+            for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
+  return leaves(meta) == leaves(abstract_state)
 
 
 def abstract_like(state, shardings) -> Any:

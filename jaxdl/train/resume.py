@@ -3,9 +3,11 @@
 A workdir's `config.json` is the config of the run it holds. A new run in that workdir resumes it
 when the two configs agree on every key except the resumable ones (cadences, run length,
 placement); a different experiment or config is refused with one line naming the differing keys
-(`--force` resumes anyway). A new run length is accepted only when the optimizer's schedule keeps
-every learning rate already taken (extending a WSD run in its stable phase yes, cosine no), and an
-extended WSD run keeps the warmup it had even when the warmup was given as a fraction of the run.
+(`--force` resumes anyway when the saved state fits the new config, else moves the old run to
+`workdir/previous-<time>/` and starts fresh). A new run length is accepted only when the
+optimizer's schedule keeps every learning rate already taken (extending a WSD run in its stable
+phase yes, cosine no), and an extended WSD run keeps the warmup it had even when the warmup was
+given as a fraction of the run.
 """
 
 from __future__ import annotations
@@ -62,10 +64,14 @@ def _comparable(config_json: dict) -> dict:
     return config_json
 
 
-def check_same_run(workdir, previous: dict | None, config_json: dict, force: bool) -> None:
-  """Refuses a workdir holding another experiment or config (unless `force`)."""
+def check_same_run(workdir, previous: dict | None, config_json: dict, force: bool) -> bool:
+  """Refuses a workdir holding another experiment or config (unless `force`).
+
+  Returns whether the configs differ (only possible under `force`): the caller then resumes if
+  the saved state fits the new config, else moves the old run aside (`jaxdl.train.run`).
+  """
   if previous is None:
-    return
+    return False
   differing = [d for d in diff_configs(_comparable(previous), _comparable(config_json))
                if not any(d.startswith(k + ":") for k in RESUMABLE_KEYS)]
   # Keys that did not exist when the old run started (a newer jaxdl) are not a different config.
@@ -78,6 +84,7 @@ def check_same_run(workdir, previous: dict | None, config_json: dict, force: boo
     raise WorkdirMismatchError(
         f"workdir {workdir} holds a run with a different config ({'; '.join(differing)}); "
         f"use another --workdir or --force to resume anyway")
+  return bool(differing)
 
 
 def pin_wsd_warmup(config, previous: dict | None):

@@ -1,0 +1,240 @@
+"""A workdir's ownership and housekeeping: the lock, moving an old run aside, the stored summary.
+
+The lock is `workdir/.lock`, a JSON record {host, pid, started} created with O_CREAT|O_EXCL, so of
+two runs starting at once exactly one gets it; it is taken before the run writes anything to the
+workdir and removed when the run ends, also on an exception. A second run finds it and stops with
+one line naming the holder (`host:pid since HH:MM`). A lock whose process is gone (same host, pid
+not alive) is stale: it is taken over, said in one line. A lock from another host cannot be
+checked from here and is always honoured. In a multi-host run only process 0 takes it.
+
+`move_aside` puts a run's artifacts into `workdir/previous-<YYYYmmdd-HHMMSS>/` (what `--force`
+with an incompatible config does instead of mixing two runs); `summary.json` is the final summary
+of a completed run, returned when the same run is started again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import logging
+import os
+import pathlib
+import socket
+import time
+
+import jax
+
+log = logging.getLogger("jaxdl")
+
+LOCK = ".lock"
+SUMMARY = "summary.json"
+# What one run leaves in its workdir (moved together by `move_aside`).
+ARTIFACTS = ("config.json", "checkpoints", "metrics.jsonl", "tensorboard", "loss.png", SUMMARY,
+             "corrupt_checkpoints")
+# A lock file still empty after this long was left by a process killed while creating it.
+_EMPTY_LOCK_GRACE_S = 30.0
+
+
+class WorkdirError(ValueError):
+  """The workdir cannot be used (a ValueError, so the CLI exits 2 with its one line)."""
+
+
+class WorkdirLockedError(WorkdirError):
+  """Another live run holds the workdir's lock."""
+
+
+def _holder(path: pathlib.Path) -> dict | None:
+  """The lock's record; {} for a lock being written right now; None if there is no lock."""
+  try:
+    text = path.read_text()
+    age = time.time() - path.stat().st_mtime
+  except FileNotFoundError:
+    return None
+  try:
+    return json.loads(text)
+  except ValueError:  # created but not yet written (or torn by a kill while writing)
+    return {} if age < _EMPTY_LOCK_GRACE_S else {"host": socket.gethostname(), "pid": -1}
+
+
+def _alive(pid: int) -> bool:
+  if pid <= 0:
+    return False
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:  # exists, owned by someone else
+    return True
+  return True
+
+
+def _stale(holder: dict) -> bool:
+  return bool(holder) and holder.get("host") == socket.gethostname() and not _alive(
+      int(holder.get("pid", -1)))
+
+
+def _describe(holder: dict) -> str:
+  if not holder:
+    return "a run that is starting now"
+  started = holder.get("started", "")
+  since = started[11:16] if len(started) >= 16 else "?"
+  return f"{holder.get('host', '?')}:{holder.get('pid', '?')} since {since}"
+
+
+def _locked_error(workdir: pathlib.Path, holder: dict) -> WorkdirLockedError:
+  return WorkdirLockedError(
+      f"workdir {workdir} is in use by {_describe(holder)} ({workdir / LOCK}); wait for that "
+      f"run to finish or stop it, or use another --workdir (if it runs on another host and is "
+      f"gone, delete the lock file)")
+
+
+def check_unlocked(workdir) -> None:
+  """Raises WorkdirLockedError if a live run holds `workdir` (reads only; stale locks pass)."""
+  workdir = pathlib.Path(workdir)
+  holder = _holder(workdir / LOCK)
+  if holder is not None and not _stale(holder):
+    raise _locked_error(workdir, holder)
+
+
+def _create(path: pathlib.Path) -> bool:
+  """Creates the lock with this process's record; False if a lock file already exists."""
+  try:
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+  except FileExistsError:
+    return False
+  record = {"host": socket.gethostname(), "pid": os.getpid(),
+            "started": datetime.datetime.now().isoformat(timespec="seconds")}
+  with os.fdopen(fd, "w") as f:
+    f.write(json.dumps(record))
+  return True
+
+
+def _take_over(workdir: pathlib.Path, holder: dict) -> None:
+  """Removes a stale lock, making sure it is the one inspected and not a newer run's."""
+  path = workdir / LOCK
+  aside = workdir / f"{LOCK}.stale-{os.getpid()}"
+  try:
+    path.rename(aside)  # atomic: of two runs taking over, one renames the stale lock
+  except FileNotFoundError:
+    return
+  if _holder(aside) != holder:  # a live run created its lock in between: give it back
+    aside.rename(path)
+    raise _locked_error(workdir, _holder(path) or {})
+  aside.unlink()
+  log.warning("workdir %s: took over the stale lock of %s (that process is gone)", workdir,
+              _describe(holder))
+
+
+def _acquire(workdir: pathlib.Path) -> bool:
+  """Takes the lock; returns whether this call created the workdir directory."""
+  created = not workdir.exists()
+  try:
+    workdir.mkdir(parents=True, exist_ok=True)
+    for _ in range(3):
+      if _create(workdir / LOCK):
+        return created
+      holder = _holder(workdir / LOCK)
+      if holder is None:
+        continue  # released in between: try again
+      if not _stale(holder):
+        raise _locked_error(workdir, holder)
+      _take_over(workdir, holder)
+  except OSError as e:  # a file where the workdir should be, no permission, a name too long
+    raise WorkdirError(f"workdir {workdir}: cannot create its lock file "
+                       f"({e.strerror or type(e).__name__})") from None
+  raise _locked_error(workdir, _holder(workdir / LOCK) or {})
+
+
+def _read_config(workdir: pathlib.Path) -> dict | None:
+  path = workdir / "config.json"
+  return json.loads(path.read_text()) if path.exists() else None
+
+
+@contextlib.contextmanager
+def lock(workdir, expect_config: dict | None = None):
+  """Holds `workdir`'s lock for the block (process 0 only); released on any exit.
+
+  `expect_config` is the workdir's config.json as read (unlocked) before: if another run changed
+  it in between, the run stops rather than act on a stale reading. A workdir this call had to
+  create is removed again if the block leaves it empty (a run refused before writing anything
+  leaves no trace).
+  """
+  workdir = pathlib.Path(workdir)
+  if jax.process_index() != 0:
+    yield
+    return
+  created = _acquire(workdir)
+  try:
+    if _read_config(workdir) != expect_config:
+      raise WorkdirError(f"workdir {workdir}: another run wrote it while this one was starting; "
+                         f"run again")
+    yield
+  finally:
+    with contextlib.suppress(FileNotFoundError):
+      (workdir / LOCK).unlink()
+    if created:
+      with contextlib.suppress(OSError):
+        workdir.rmdir()  # only succeeds when empty
+
+
+def move_aside(workdir) -> None:
+  """Moves the run held in `workdir` to `workdir/previous-<time>/`; returns None (no run left).
+
+  Every process calls it; process 0 moves, the others wait for it (they read the same files).
+  """
+  workdir = pathlib.Path(workdir)
+  present = [name for name in ARTIFACTS if (workdir / name).exists()]
+  if present and jax.process_index() == 0:
+    _move(workdir, present)
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils
+    multihost_utils.sync_global_devices("jaxdl.workdir.move_aside")
+
+
+def _move(workdir: pathlib.Path, present: list[str]) -> None:
+  dest = workdir / f"previous-{datetime.datetime.now():%Y%m%d-%H%M%S}"
+  n = 1
+  while dest.exists():  # two moves within a second
+    dest, n = dest.with_name(f"{dest.name.split('.')[0]}.{n}"), n + 1
+  dest.mkdir()
+  for name in present:
+    (workdir / name).rename(dest / name)
+  log.warning("workdir %s held a run of a different config: moved it to %s (--force); "
+              "starting fresh", workdir, dest)
+
+
+def write_summary(workdir, summary: dict) -> None:
+  """Stores a completed run's summary (written whole, then renamed: never a torn file)."""
+  path = pathlib.Path(workdir) / SUMMARY
+  tmp = path.with_name(SUMMARY + ".tmp")
+  tmp.write_text(json.dumps(summary, indent=2))
+  tmp.replace(path)
+
+
+def read_summary(workdir) -> dict | None:
+  """The stored summary of a completed run, or None (none stored, or unreadable)."""
+  try:
+    return json.loads((pathlib.Path(workdir) / SUMMARY).read_text())
+  except (OSError, ValueError):
+    return None
+
+
+def completed_summary(workdir, steps: int) -> dict | None:
+  """The stored summary when `workdir`'s run is complete, else None.
+
+  Complete: a summary is stored, and the latest checkpoint is at that summary's step, which is
+  at least `steps`, and matches its checksums. Said in one line.
+  """
+  from jaxdl.train import checkpoint  # checkpoint -> orbax: only needed here
+  workdir = pathlib.Path(workdir)
+  summary = read_summary(workdir)
+  ckpts = workdir / "checkpoints"
+  saved = [int(p.name) for p in ckpts.iterdir() if p.name.isdigit()] if ckpts.is_dir() else []
+  if summary is None or not saved or max(saved) != summary.get("step") or max(saved) < steps:
+    return None
+  if checkpoint.verify_checksums(ckpts / str(max(saved))) is not None:
+    return None  # unverified or corrupt: let restore decide
+  log.info("workdir %s: already complete at step %d (train.steps=%d); returning its stored "
+           "summary (%s)", workdir, max(saved), steps, workdir / SUMMARY)
+  return summary

@@ -1,0 +1,190 @@
+"""Faults a long unattended run meets: corrupt checkpoints (all of them, or one flipped byte), a
+second run on the same workdir, a stale lock, `--force` with another model, a leftover tmp
+checkpoint, restarting a finished run. Each ends in a usable workdir: bit-identical to an
+uninterrupted run, or refused with one line and the documented exit code, nothing lost.
+
+One uninterrupted run is trained once (module fixture) and copied per test; runs are in-process.
+"""
+
+import hashlib
+import json
+import logging
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+
+import jax
+import numpy as np
+import pytest
+
+from jaxdl import cli
+from jaxdl.config import load_config
+from jaxdl.train import checkpoint as jckpt
+from jaxdl.train import run, workdir as jworkdir
+from jaxdl.train.checkpoint import load_state
+
+pytestmark = pytest.mark.slow
+
+STEPS, EVERY = 10, 5
+SETTINGS = [f"train.steps={STEPS}", f"train.ckpt_every={EVERY}", "train.plot=False",
+            "data.batch_size=200", "train.log_every=1"]
+
+
+def _config(*overrides):
+  config, _ = load_config("moons_mlp", [*SETTINGS, *overrides])
+  return config
+
+
+def _cli(workdir, *extra):
+  sets = [a for kv in SETTINGS for a in ("--set", kv)]
+  return cli.main(["train", "moons_mlp", "--workdir", str(workdir), *sets, *extra,
+                   "--no-progress"])
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+  """An uninterrupted run: checkpoints at steps 5 and 10, summary stored."""
+  workdir = tmp_path_factory.mktemp("faults") / "base"
+  summary = run(_config(), workdir, progress=False)
+  return workdir, summary
+
+
+def _copy(base, tmp_path) -> pathlib.Path:
+  workdir = tmp_path / "w"
+  shutil.copytree(base[0], workdir)
+  return workdir
+
+
+def _assert_same_state(a, b):
+  (step_a, state_a), (step_b, state_b) = load_state(a), load_state(b)
+  assert step_a == step_b
+  jax.tree.map(np.testing.assert_array_equal, state_a, state_b)  # bit-identical
+
+
+def _digest(workdir) -> dict:
+  return {p.relative_to(workdir).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+          for p in sorted(pathlib.Path(workdir).rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def caplog(caplog):
+  """caplog that also sees the jaxdl logger (the CLI stops it propagating to the root)."""
+  logger = logging.getLogger("jaxdl")
+  level = logger.level
+  logger.addHandler(caplog.handler)
+  logger.setLevel(logging.INFO)
+  yield caplog
+  logger.removeHandler(caplog.handler)
+  logger.setLevel(level)
+
+
+def _warnings(caplog, text):
+  return [r for r in caplog.records if r.levelno >= logging.WARNING and text in r.getMessage()]
+
+
+def test_every_checkpoint_corrupt_is_quarantined_and_the_run_completes(base, tmp_path, caplog,
+                                                                        capsys):
+  workdir = _copy(base, tmp_path)
+  for step in (EVERY, STEPS):
+    for f in (workdir / "checkpoints" / str(step) / "state").rglob("*"):
+      if f.is_file() and f.stat().st_size > 0:
+        f.write_bytes(f.read_bytes()[: f.stat().st_size // 3])  # as a crash mid-write leaves it
+  assert _cli(workdir) == 0
+  assert "Traceback" not in capsys.readouterr().err
+  lines = _warnings(caplog, "unreadable")
+  assert len(lines) == 1, [r.getMessage() for r in lines]
+  assert f"checkpoints at steps {STEPS}, {EVERY} are unreadable" in lines[0].getMessage()
+  assert "starting fresh" in lines[0].getMessage()
+  assert len(list((workdir / "corrupt_checkpoints").iterdir())) == 2
+  _assert_same_state(base[0], workdir)  # a fresh start is the same run
+
+
+def test_flipped_byte_is_detected_and_the_previous_checkpoint_used(base, tmp_path, caplog):
+  workdir = _copy(base, tmp_path)
+  state_dir = workdir / "checkpoints" / str(STEPS) / "state"
+  data = max((f for f in state_dir.rglob("*") if f.is_file()), key=lambda f: f.stat().st_size)
+  raw = bytearray(data.read_bytes())
+  raw[len(raw) // 2] ^= 0x01
+  data.write_bytes(bytes(raw))
+  summary = run(_config(), workdir, progress=False)
+  assert summary["start_step"] == EVERY and summary["step"] == STEPS
+  (line,) = _warnings(caplog, "unreadable")
+  assert "checksum mismatch in state/" in line.getMessage()
+  assert f"falling back to step {EVERY}" in line.getMessage()
+  _assert_same_state(base[0], workdir)
+
+
+def test_second_run_on_a_locked_workdir_exits_2_naming_the_holder(base, tmp_path, capsys):
+  workdir = _copy(base, tmp_path)
+  holder = subprocess.Popen(["sleep", "60"])  # a live process of this host holds the lock
+  try:
+    (workdir / ".lock").write_text(json.dumps(
+        {"host": socket.gethostname(), "pid": holder.pid, "started": "2025-01-02T03:04:05"}))
+    before = _digest(workdir)
+    assert _cli(workdir, "--set", "seed=7") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{socket.gethostname()}:{holder.pid} since 03:04" in err[0], err
+    assert _digest(workdir) == before  # the first run's files are intact
+  finally:
+    holder.kill()
+    holder.wait()
+
+
+def test_lock_is_exclusive_and_released_on_error(tmp_path):
+  workdir = tmp_path / "w"
+  with jworkdir.lock(workdir):
+    with pytest.raises(jworkdir.WorkdirLockedError, match=f":{os.getpid()} since"):
+      with jworkdir.lock(workdir):
+        pass
+  assert not workdir.exists()  # created for the lock, left empty: removed
+  with pytest.raises(RuntimeError):
+    with jworkdir.lock(workdir):
+      (workdir / "x").write_text("")
+      raise RuntimeError
+  assert not (workdir / ".lock").exists()
+
+
+def test_stale_lock_is_taken_over_and_a_complete_run_returns_its_summary(base, tmp_path, caplog):
+  workdir = _copy(base, tmp_path)
+  dead = subprocess.Popen(["true"])
+  dead.wait()
+  (workdir / ".lock").write_text(json.dumps(
+      {"host": socket.gethostname(), "pid": dead.pid, "started": "2025-01-02T03:04:05"}))
+  summary = run(_config(), workdir, progress=False)
+  assert summary == base[1]
+  assert len(_warnings(caplog, "took over the stale lock")) == 1
+  assert f"already complete at step {STEPS}" in caplog.text
+  assert not (workdir / ".lock").exists()
+
+
+def test_complete_run_in_the_cli_prints_the_stored_summary(base, tmp_path, capsys):
+  workdir = _copy(base, tmp_path)
+  before = _digest(workdir)
+  assert _cli(workdir) == 0
+  printed = json.loads(capsys.readouterr().out)
+  assert printed["step"] == STEPS and printed["eval"] == base[1]["eval"]
+  assert _digest(workdir) == before  # nothing retrained, re-evaluated or re-plotted
+
+
+def test_force_with_another_model_moves_the_old_run_aside(base, tmp_path, caplog):
+  workdir = _copy(base, tmp_path)
+  old = _digest(workdir)
+  summary = run(_config("model.hidden=(32,32,32)"), workdir, force=True, progress=False)
+  assert summary["start_step"] == 0 and summary["step"] == STEPS
+  (previous,) = workdir.glob("previous-*")
+  assert _digest(previous) == old  # the old run, whole
+  assert len(_warnings(caplog, "moved it to")) == 1
+  assert json.loads((workdir / "config.json").read_text())["model"]["hidden"] == [32, 32, 32]
+
+
+def test_leftover_tmp_checkpoint_is_removed(base, tmp_path, caplog):
+  workdir = _copy(base, tmp_path)
+  tmp = workdir / "checkpoints" / f"{STEPS + EVERY}{jckpt.TMP_MARK}"
+  (tmp / "state").mkdir(parents=True)
+  (tmp / "state" / "partial").write_bytes(b"\0" * 10)
+  ckpt = jckpt.Checkpointer(workdir / "checkpoints")
+  ckpt.close()
+  assert not tmp.exists() and ckpt.all_steps() == [EVERY, STEPS]
+  assert len(_warnings(caplog, "unfinished checkpoint save")) == 1
