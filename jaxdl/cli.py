@@ -8,11 +8,15 @@ line on stderr and leaves the workdir untouched.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import json
 import logging
+import math
 import os
+import re
 import sys
+import traceback
 
 DEFAULT_EXPERIMENT = "char_gpt"
 
@@ -96,7 +100,10 @@ def _setup_logging() -> None:
   logger.setLevel(logging.INFO)
   logger.propagate = False
   for noisy in ("absl", "orbax", "jax._src", "etils"):
-    logging.getLogger(noisy).setLevel(logging.WARNING)
+    noisy = logging.getLogger(noisy)
+    noisy.setLevel(logging.WARNING)
+    if not any(isinstance(f, _DiskErrorFilter) for f in noisy.filters):
+      noisy.addFilter(_DiskErrorFilter())
   try:
     from absl import logging as absl_logging
     absl_logging.set_verbosity(absl_logging.WARNING)
@@ -157,9 +164,17 @@ def cmd_train(args) -> int:
                          hooks=doctor.hooks_for(config))
       if hasattr(module, "after_training"):  # e.g. print a sample from the trained model
         summary.update(module.after_training(config, workdir, summary) or {})
-  except ValueError as e:  # bad config or value, a workdir of another run
-    print(f"jaxdl: error: {str(e).splitlines()[0]}", file=sys.stderr)
-    return 2
+  except (OSError, ValueError) as e:
+    failure = _disk_failure(e)
+    if failure is not None:  # a full disk or a permission error: one line, no traceback wall
+      during = hasattr(module, "run") or _in_training_loop(e)
+      print(f"jaxdl: error: {failure}" + ("; the run stopped, its last good checkpoint is kept "
+            "(fix it and rerun the same command to resume)" if during else ""), file=sys.stderr)
+      return 1 if during else 2
+    if isinstance(e, OSError):
+      raise
+    print(f"jaxdl: error: {str(e).splitlines()[0]}", file=sys.stderr)  # bad config or value,
+    return 2                                                              # another run's workdir
   except loop.NonFiniteLossError as e:
     print(f"jaxdl: {e}", file=sys.stderr)
     _locate(config, workdir, e.step)
@@ -167,7 +182,7 @@ def cmd_train(args) -> int:
   except (loop.SpikeError, loop.PreflightError) as e:
     print(f"jaxdl: {e}", file=sys.stderr)
     return 1
-  print(json.dumps({"workdir": workdir, **_jsonable(summary)}, indent=2))
+  print(json.dumps({"workdir": workdir, **_jsonable(summary)}, indent=2, allow_nan=False))
   return 0
 
 
@@ -182,16 +197,63 @@ def _locate(config, workdir, step: int) -> None:
 
 
 def _jsonable(x):
+  """`x` as JSON values: a non-finite number becomes None (`null`; JSON has no NaN or Inf)."""
   if isinstance(x, dict):
     return {str(k): _jsonable(v) for k, v in x.items()}
   if isinstance(x, (list, tuple)):
     return [_jsonable(v) for v in x]
-  if isinstance(x, (str, int, float, bool)) or x is None:
+  if isinstance(x, (str, int, bool)) or x is None:
     return x
   try:
-    return float(x)
+    x = float(x)
   except (TypeError, ValueError):
     return str(x)
+  return x if math.isfinite(x) else None
+
+
+# What a full disk or a permission problem is called, by errno.
+_DISK_ERRNOS = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
+                errno.EACCES: "permission denied", errno.EPERM: "operation not permitted",
+                errno.EROFS: "read-only file system"}
+# tensorstore (orbax's array writer) reports an OS error inside a ValueError's message, e.g.
+# 'Failed writing: "/w/checkpoints/5.orbax-checkpoint-tmp/...": ... [os_error_code='28']'.
+_TS_OS_ERROR = re.compile(r"\[os_error_code='(\d+)'\]")
+_TS_PATH = re.compile(r'"(/[^"]+)"')
+
+
+def _disk_failure(e: BaseException) -> str | None:
+  """'<what happened>: <path>' when `e` (or an exception it wraps) is a full disk or a
+  permission error, else None."""
+  seen = set()
+  while e is not None and id(e) not in seen:
+    seen.add(id(e))
+    if isinstance(e, OSError) and e.errno in _DISK_ERRNOS:
+      where = e.filename if e.filename is not None else "(a file of the run)"
+      return f"{_DISK_ERRNOS[e.errno]}: {where}"
+    code = _TS_OS_ERROR.search(str(e))
+    if code and int(code.group(1)) in _DISK_ERRNOS:
+      paths = _TS_PATH.findall(str(e))
+      return f"{_DISK_ERRNOS[int(code.group(1))]}: {paths[-1] if paths else '(a checkpoint)'}"
+    e = e.__cause__ or e.__context__
+  return None
+
+
+def _in_training_loop(e: BaseException) -> bool:
+  """Whether `e` came out of the training loop (steps, logs, saves, the plot) rather than the
+  run's setup (config, workdir, restore): a failed run exits 1, a setup failure 2."""
+  from jaxdl.train import loop
+  code = loop._Loop.train.__code__  # noqa: SLF001 -- the loop's one entry point
+  return any(frame.f_code is code for frame, _ in traceback.walk_tb(e.__traceback__))
+
+
+class _DiskErrorFilter(logging.Filter):
+  """Drops log records (with their tracebacks) about a full disk or a permission error: orbax's
+  save threads log each one several times, and the CLI reports it once, in one line."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    exc = record.exc_info[1] if record.exc_info else None
+    return not (_disk_failure(exc) if exc is not None else None) and not (
+        _disk_failure(RuntimeError(record.getMessage())))
 
 
 def cmd_list(args) -> int:

@@ -206,12 +206,13 @@ def _diagnose_eval(train: list[dict], evals: list[dict]) -> list[Diagnosis]:
 
 
 def diagnose_workdir(workdir, ln_k: float | None = None) -> list[Diagnosis]:
-  """`diagnose_history` on workdir/metrics.jsonl (train and eval records, events)."""
-  import json
+  """`diagnose_history` on workdir/metrics.jsonl (train and eval records, events; a torn line
+  is skipped with one warning, a `null` value counts as non-finite)."""
+  from jaxdl.train.writers import read_records
   path = pathlib.Path(workdir) / "metrics.jsonl"
   if not path.exists():
     raise FileNotFoundError(f"workdir: {workdir} has no metrics.jsonl; run `jaxdl train` first")
-  records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+  records = read_records(path)
   train = [r for r in records if r.get("split") == "train"]
   evals = [r for r in records if r.get("split") == "eval"]
   events = [r for r in records if "event" in r]

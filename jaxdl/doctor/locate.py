@@ -24,7 +24,6 @@ epoch is position // steps_per_epoch; batches the spike guard skipped (the `skip
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import pathlib
 
@@ -37,6 +36,7 @@ from jaxdl.doctor import probes
 from jaxdl.train import build
 from jaxdl.train import checkpoint as jckpt
 from jaxdl.train.step import make_train_step, step_rngs
+from jaxdl.train.writers import read_records
 
 
 @dataclasses.dataclass
@@ -131,7 +131,7 @@ def locate_nonfinite(config, workdir, step: int) -> Finding:
     before = jax.tree.map(jnp.copy, state)  # the step donates its input state
     state, metrics = train_fn(state, strategy.shard_batch(batch))
     metrics = jax.device_get(strategy.first(metrics))
-    bad = not math.isfinite(float(metrics["loss"]))
+    bad = not (math.isfinite(float(metrics["loss"])) and float(metrics["state_finite"]) == 1.0)
     if not r.policy.loss_scaling:  # under fp16 loss scaling a non-finite gradient is a skipped step
       bad = bad or not math.isfinite(float(metrics["grad_norm"]))
     if bad:
@@ -148,7 +148,7 @@ def _skipped_batches(workdir: pathlib.Path) -> set[int]:
   path = workdir / "metrics.jsonl"
   if not path.exists():
     return set()
-  events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+  events = read_records(path)  # a torn line (crash, full disk) is skipped, not fatal
   return {int(e["skipped_batch"]) for e in events
           if e.get("event") == "rewind" and "skipped_batch" in e}
 

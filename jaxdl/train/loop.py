@@ -37,12 +37,33 @@ from jaxdl.train.hooks import Hook, Hooks
 log = logging.getLogger("jaxdl")
 
 class NonFiniteLossError(RuntimeError):
-  """The training loss became NaN or Inf; the non-finite state was not saved."""
+  """A step's loss, gradient norm or updated state became NaN or Inf; that state was not saved.
 
-  def __init__(self, step: int, metrics: dict):
-    self.step, self.metrics = step, metrics
-    super().__init__(f"loss became non-finite at step {step} ({metrics.get('loss')}); "
-                     f"stopped without saving that state")
+  `what` names the first non-finite part: 'loss', 'grad_norm' (some gradient, or the norm's sum
+  of squares, is not finite) or 'state' (the updated params, optimizer or model state).
+  """
+
+  def __init__(self, step: int, metrics: dict, what: str = "loss"):
+    self.step, self.metrics, self.what = step, metrics, what
+    shown = ", ".join(f"{k} {metrics[k]:.4g}" for k in ("loss", "grad_norm") if k in metrics)
+    part = {"state": "the updated parameters / optimizer state"}.get(what, what)
+    super().__init__(f"{part} became non-finite at step {step} ({shown}); stopped without "
+                     f"saving that state")
+
+  @staticmethod
+  def find(metrics: dict) -> str | None:
+    """The first non-finite part of a step's host metrics, or None when the step is good.
+
+    Under fp16 loss scaling (a `grads_finite` metric) a non-finite gradient is a skipped step,
+    the designed behaviour, and the state is the previous one; only the loss and state count.
+    """
+    if not math.isfinite(metrics["loss"]):
+      return "loss"
+    if "grads_finite" not in metrics and not math.isfinite(metrics.get("grad_norm", 0.0)):
+      return "grad_norm"
+    if metrics.get("state_finite", 1.0) != 1.0:
+      return "state"
+    return None
 
 
 class SpikeError(RuntimeError):
@@ -251,8 +272,10 @@ class _Loop:
   def check(self, d: _Dispatched, guard) -> dict:
     """Host-side metrics of a step: stop on non-finite, rewind on a spike, log on cadence."""
     metrics = {k: float(v) for k, v in jax.device_get(self.strategy.first(d.metrics)).items()}
-    if not math.isfinite(metrics["loss"]):
-      raise NonFiniteLossError(d.step, metrics)
+    what = NonFiniteLossError.find(metrics)
+    metrics.pop("state_finite", None)  # always 1 past this point: not worth a column in the logs
+    if what is not None:
+      raise NonFiniteLossError(d.step, metrics, what)
     spike = guard.check(metrics) if guard is not None else None
     if spike is not None:
       raise SpikeRewind(d.step, spike, d.position)

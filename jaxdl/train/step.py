@@ -5,8 +5,14 @@
             streams dropout / noise / time / label_drop
   g       = grad of the task loss at params (averaged over devices under pmap)
   metrics = loss, grad_norm = ||g||_2 (before any clipping inside the optax chain), lr = eta(s),
-            and the task's metrics
+            state_finite = 1.0 if every leaf of the updated params, optimizer and model state is
+            finite else 0.0, and the task's metrics
   params  <- params + tx.update(g)
+
+A non-finite g shows as a non-finite grad_norm (NaN and Inf propagate through the sum of squares;
+so does an overflow of the sum itself, which would overflow Adam's second moment too). The loop
+refuses to save a state after a step whose loss, grad_norm or state_finite says otherwise; the
+check is one fused reduction inside the step, read back with the other metrics (no extra sync).
 
 Under the fp16 policy the loss is multiplied by the dynamic scale S before differentiation and the
 gradients divided by S; a step whose gradients are not finite is skipped and S adjusted
@@ -82,8 +88,11 @@ def make_train_step(apply_fn: Callable, loss_fn: Callable, tx: optax.GradientTra
       new_state = precision.select_tree(finite, new_state, state.replace(step=state.step + 1))
       new_state = new_state.replace(loss_scale=scale.adjust(finite))
       metrics = {**metrics, "loss_scale": scale.scale, "grads_finite": finite}
+    # After the fp16 select: a skipped step keeps the old (finite) state, so it reads 1 there.
+    state_finite = precision.all_finite((new_state.params, new_state.opt_state,
+                                         new_state.model_state))
     metrics = {"loss": loss, "grad_norm": grad_norm, "lr": jnp.asarray(schedule(state.step)),
-               **metrics}
+               "state_finite": state_finite, **metrics}
     return new_state, jax.tree.map(lambda m: jnp.asarray(m, jnp.float32), metrics)
 
   return jax.jit(train_step, donate_argnums=0) if jit else train_step

@@ -2,17 +2,53 @@
 
 Named `writers` rather than `logging` so it never shadows the standard library module. Only
 process 0 writes; the other processes get a writer that does nothing.
+
+metrics.jsonl is valid JSON Lines: a non-finite number is written as `null` (JSON has no NaN or
+Infinity). Each record is one `write(2)` on a file opened for appending, so a crash (or a full
+disk) leaves at most one partial last line; the next writer starts a fresh line after it, and
+readers skip such a torn line with one warning naming the file and line. No fsync per line: a
+killed process loses nothing the kernel already holds, and only a machine crash could lose the
+last lines, which the checkpoints (not the logs) are the record of.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
+import os
 import pathlib
 import sys
 import time
 
 import numpy as np
+
+log = logging.getLogger("jaxdl")
+
+
+def json_safe(x):
+  """`x` with every non-finite float replaced by None (JSON `null`), recursively."""
+  if isinstance(x, dict):
+    return {k: json_safe(v) for k, v in x.items()}
+  if isinstance(x, (list, tuple)):
+    return [json_safe(v) for v in x]
+  if isinstance(x, float) and not math.isfinite(x):
+    return None
+  return x
+
+
+def _append(path: pathlib.Path, text: str) -> None:
+  """Appends `text` in one write call (looping only on a short write, which a full disk makes)."""
+  data = text.encode()
+  try:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+      while data:
+        data = data[os.write(fd, data):]
+    finally:
+      os.close(fd)
+  except OSError as e:  # os.write names no file; the user needs to know which one
+    raise OSError(e.errno, e.strerror, str(path)) from e
 
 
 class MetricsWriter:
@@ -22,38 +58,74 @@ class MetricsWriter:
     self.enabled = enabled
     self.path = pathlib.Path(workdir) / "metrics.jsonl"
     self._tb = None
+    self._tail_checked = False
     if enabled:
       from tensorboardX import SummaryWriter  # imported lazily: it is slow to import
       self._tb = SummaryWriter(str(pathlib.Path(workdir) / "tensorboard"))
 
+  def _write_record(self, record: dict) -> None:
+    line = json.dumps(json_safe(record), allow_nan=False) + "\n"
+    if not self._tail_checked:
+      # A torn last line (a crash mid-write) must not swallow this run's first record.
+      if self.path.exists() and self.path.stat().st_size:
+        with self.path.open("rb") as f:
+          f.seek(-1, os.SEEK_END)
+          if f.read(1) != b"\n":
+            line = "\n" + line
+      self._tail_checked = True
+    _append(self.path, line)
+
   def write(self, step: int, split: str, metrics: dict) -> None:
     if not self.enabled:
       return
-    record = {"step": int(step), "split": split,
-              **{k: float(v) for k, v in metrics.items()}}
-    with self.path.open("a") as f:
-      f.write(json.dumps(record) + "\n")
+    self._write_record({"step": int(step), "split": split,
+                        **{k: float(v) for k, v in metrics.items()}})
     for k, v in metrics.items():
-      self._tb.add_scalar(f"{split}/{k}", float(v), int(step))
+      if math.isfinite(float(v)):  # a NaN would make tensorboardX warn once per scalar
+        self._tb.add_scalar(f"{split}/{k}", float(v), int(step))
 
   def write_event(self, step: int, event: str, **info) -> None:
     """A non-metric event (resume, preemption, rewind) in metrics.jsonl."""
     if not self.enabled:
       return
-    with self.path.open("a") as f:
-      f.write(json.dumps({"step": int(step), "event": event, **info}) + "\n")
+    self._write_record({"step": int(step), "event": event, **info})
 
   def close(self) -> None:
     if self._tb is not None:
       self._tb.close()
 
 
-def read_metrics(workdir, split: str = "train") -> list[dict]:
-  """The metrics.jsonl records of one split, in file order."""
-  path = pathlib.Path(workdir) / "metrics.jsonl"
+_warned: set[tuple[str, int]] = set()
+
+
+def read_records(path) -> list[dict]:
+  """Every record of a metrics.jsonl file, in file order; [] when there is none.
+
+  A line that is not a JSON object (torn by a crash or a full disk) is skipped with a warning
+  naming the file and line, once per process. `null` values read back as None (non-finite).
+  """
+  path = pathlib.Path(path)
   if not path.exists():
     return []
-  records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+  records = []
+  for n, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
+    if not line.strip():
+      continue
+    try:
+      record = json.loads(line)
+    except json.JSONDecodeError:
+      record = None
+    if isinstance(record, dict):
+      records.append(record)
+    elif (str(path), n) not in _warned:
+      _warned.add((str(path), n))
+      log.warning("%s:%d is not a complete JSON record (a torn write?); skipped", path, n)
+  return records
+
+
+def read_metrics(workdir, split: str = "train") -> list[dict]:
+  """The metrics.jsonl records of one split, in file order (torn lines skipped)."""
+  records = read_records(pathlib.Path(workdir) / "metrics.jsonl")
   return [r for r in records if r.get("split") == split]
 
 
@@ -106,7 +178,8 @@ class Progress:
 
 def plot_losses(workdir, title: str = "") -> pathlib.Path | None:
   """Writes workdir/loss.png: training loss per step and eval loss where measured."""
-  train = read_metrics(workdir, "train")
+  # A non-finite loss is stored as null; the plot shows the finite points.
+  train = [r for r in read_metrics(workdir, "train") if r.get("loss") is not None]
   if not train:
     return None
   import matplotlib
@@ -114,7 +187,7 @@ def plot_losses(workdir, title: str = "") -> pathlib.Path | None:
   import matplotlib.pyplot as plt
   fig, ax = plt.subplots(figsize=(7, 4))
   ax.plot([r["step"] for r in train], [r["loss"] for r in train], label="train")
-  evals = read_metrics(workdir, "eval")
+  evals = [r for r in read_metrics(workdir, "eval") if r.get("loss") is not None]
   if evals:
     ax.plot([r["step"] for r in evals], [r["loss"] for r in evals], "o-", label="eval")
   ax.set_xlabel("step")
@@ -126,6 +199,10 @@ def plot_losses(workdir, title: str = "") -> pathlib.Path | None:
   ax.legend()
   fig.tight_layout()
   out = pathlib.Path(workdir) / "loss.png"
-  fig.savefig(out, dpi=100)
-  plt.close(fig)
+  try:
+    fig.savefig(out, dpi=100)
+  except OSError as e:  # name the file, whichever layer of matplotlib raised
+    raise OSError(e.errno, e.strerror, str(out)) from e
+  finally:
+    plt.close(fig)
   return out
