@@ -25,8 +25,9 @@ def _train_args(p: argparse.ArgumentParser) -> None:
   p.add_argument("experiment", nargs="?", default=DEFAULT_EXPERIMENT,
                  help="experiment file or name, optionally with :ARG (e.g. moons_mlp:bn); "
                       f"default {DEFAULT_EXPERIMENT}")
-  p.add_argument("--workdir", help="run directory (default runs/<experiment name>); an existing "
-                                   "run there is resumed from its latest checkpoint")
+  p.add_argument("--workdir", help="run directory (default runs/<experiment>[-<arg>], e.g. "
+                                   "runs/moons_mlp-bn); an existing run there is resumed from "
+                                   "its latest checkpoint")
   p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                  help="override a config key, e.g. --set optim.lr=3e-3 (repeatable); "
                       "--config.optim.lr=3e-3 is accepted too")
@@ -141,18 +142,81 @@ def _initialize_distributed(args) -> None:
     watchdog.cancel()
 
 
+def check_workdir(workdir: str) -> str | None:
+  """Why `workdir` cannot hold a run, as one line naming the path, or None; creates nothing.
+
+  Refused: a path that is (or lies under) a file, a name longer than the file system allows,
+  and a folder that cannot be written (no write permission, or no write bits at all, which
+  even root is refused so a folder made read-only on purpose stays untouched).
+  """
+  path = os.path.abspath(workdir)
+  existing = path
+  while not os.path.exists(existing):
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    return f"--workdir {workdir}: {existing} is a file, not a directory"
+  try:
+    name_max = os.pathconf(existing, "PC_NAME_MAX")
+  except (OSError, ValueError):
+    name_max = 255
+  for part in path[len(existing):].split(os.sep):
+    if len(os.fsencode(part)) > name_max:
+      return (f"--workdir {workdir}: the name is too long for the file system "
+              f"({len(os.fsencode(part))} > {name_max} bytes per name)")
+  mode = os.stat(existing).st_mode
+  if not os.access(existing, os.W_OK | os.X_OK) or not mode & 0o222:
+    return f"--workdir {workdir}: {existing} is read-only"
+  return None
+
+
+def _cluster_detected() -> bool:
+  """Whether jax.distributed.initialize can find the coordinator itself (SLURM, Open MPI,
+  TPU VMs), using jax's own detectors minus the opt-in ones."""
+  try:
+    from jax._src import clusters
+    return any(env.is_env_present() for env in clusters.ClusterEnv._cluster_types
+               if not getattr(env, "opt_in_only_method", None)
+               and env.__name__ not in ("Mpi4pyCluster", "K8sCluster"))
+  except Exception:  # noqa: BLE001 -- a private API; without it, ask for the flags
+    return False
+
+
+def _check_distributed(args) -> str | None:
+  """Why the multi-host flags cannot work, as one line, or None (before jax.distributed,
+  whose own failures are aborts or waits on a coordinator that will never answer)."""
+  n, pid = args.num_processes, args.process_id
+  if n is not None and n < 1:
+    return f"--num-processes: must be >= 1, got {n}"
+  if pid is not None and n is None:
+    return "--process-id: needs --num-processes"
+  if pid is not None and not 0 <= pid < n:
+    return f"--process-id: must be in 0..{n - 1} for --num-processes {n}, got {pid}"
+  if args.coordinator is None and not _cluster_detected():
+    return ("--distributed: no --coordinator HOST:PORT given and no cluster environment "
+            "(SLURM, Open MPI, TPU VM) to find one; pass --coordinator, --num-processes and "
+            "--process-id")
+  if args.coordinator is not None and (n is None or pid is None) and not _cluster_detected():
+    return ("--coordinator: needs --num-processes and --process-id outside a cluster "
+            "environment")
+  return None
+
+
 def cmd_train(args) -> int:
-  from jaxdl.config import ConfigError, load_config
+  from jaxdl.config import ConfigError, default_workdir, load_config
   for plugin in _PLUGINS:
     importlib.import_module(plugin)
   try:
     config, module = load_config(args.experiment, args.overrides)
   except ConfigError as e:
-    print(f"jaxdl: error: {e}", file=sys.stderr)
+    print(f"jaxdl: error: {str(e).splitlines()[0]}", file=sys.stderr)
+    return 2
+  workdir = args.workdir or default_workdir(args.experiment, config)
+  problem = check_workdir(workdir) or (_check_distributed(args) if args.distributed else None)
+  if problem:
+    print(f"jaxdl: error: {problem}", file=sys.stderr)
     return 2
   if args.distributed:
     _initialize_distributed(args)
-  workdir = args.workdir or os.path.join("runs", config.name)
   from jaxdl import doctor
   from jaxdl.train import loop
   try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib.util
+import math
 import os
 import pathlib
 import sys
@@ -44,9 +45,22 @@ def list_experiments() -> list[tuple[str, str]]:
   for path in sorted(experiments_dir().glob("*.py")):
     if path.name.startswith("_"):
       continue
-    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    try:
+      doc = ast.get_docstring(ast.parse(path.read_text(), filename=str(path))) or ""
+    except (SyntaxError, ValueError, OSError, UnicodeDecodeError) as e:
+      # One broken file must not hide the others: it is listed with its error instead.
+      out.append((path.stem, f"(cannot be read: {_one_line(e)})"))
+      continue
     out.append((path.stem, doc.strip().splitlines()[0] if doc.strip() else ""))
   return out
+
+
+def _one_line(e: BaseException) -> str:
+  """`Type: message (line N)` of an exception, on one line."""
+  if isinstance(e, SyntaxError):
+    return f"SyntaxError: {e.msg} (line {e.lineno})"
+  text = str(e).strip().splitlines()
+  return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
 
 
 def resolve_experiment(spec: str) -> tuple[pathlib.Path, str | None]:
@@ -65,6 +79,18 @@ def resolve_experiment(spec: str) -> tuple[pathlib.Path, str | None]:
   raise ConfigError(f"experiment: {base!r} not found; known experiments: {names}")
 
 
+def default_workdir(spec: str, config) -> str:
+  """`runs/<config.name>[-<arg>]`, the run directory when none is given.
+
+  The experiment's `:ARG` is part of the name (commas as '-', `moons_mlp:bn,smoke` ->
+  `runs/moons_mlp-bn-smoke`), so runs of differently configured variants never share a
+  workdir: `jaxdl train moons_mlp` then `jaxdl train moons_mlp:bn` are two runs.
+  """
+  _, arg = resolve_experiment(spec)
+  parts = [config.name] + [a.strip() for a in (arg or "").split(",") if a.strip()]
+  return os.path.join("runs", "-".join(parts).replace(os.sep, "_"))
+
+
 def load_module(path: pathlib.Path) -> types.ModuleType:
   """Imports an experiment file as a module.
 
@@ -77,6 +103,8 @@ def load_module(path: pathlib.Path) -> types.ModuleType:
   sys.path.insert(0, folder)
   try:
     spec.loader.exec_module(module)
+  except Exception as e:  # noqa: BLE001 -- any error of the user's file is a bad input
+    raise ConfigError(f"experiment: {path} cannot be loaded: {_one_line(e)}") from e
   finally:
     sys.path.remove(folder)
   if not hasattr(module, "get_config"):
@@ -93,6 +121,9 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> tuple[ml_collection
     config = module.get_config(arg) if arg is not None else module.get_config()
   except (ValueError, KeyError) as e:
     raise ConfigError(f"experiment: {path.stem} rejects arg {arg!r}: {e}") from None
+  except Exception as e:  # noqa: BLE001 -- a crashing get_config is the file's error, one line
+    raise ConfigError(f"experiment: {path.stem}: get_config({arg!r}) raised "
+                      f"{_one_line(e)}") from e
   if "name" not in config:
     raise ConfigError(f"experiment: {path.stem}: get_config() must set `name`")
   config.lock()
@@ -209,6 +240,7 @@ class TrainSettings:
   max_rewinds: int = 3
 
   def __post_init__(self):
+    require_finite(self, "train.")
     _require(self.steps > 0, "train.steps", f"must be positive, got {self.steps}")
     for key in ("eval_every", "log_every", "ckpt_every", "patience", "max_rewinds"):
       _require(getattr(self, key) >= 0, f"train.{key}", f"must be >= 0, got {getattr(self, key)}")
@@ -236,6 +268,22 @@ class ParallelSettings:
     _require(self.devices >= 0, "parallel.devices",
              f"must be >= 0 (0 = all devices), got {self.devices}")
     _require(self.fsdp >= 0, "parallel.fsdp", f"must be >= 0 (0 = all devices), got {self.fsdp}")
+
+
+def require_finite(obj, prefix: str) -> None:
+  """Refuses a non-finite float field of a dataclass (`1e400` parses as inf), naming the key.
+
+  Every schema (train, parallel, data, optim, models) calls it, so an overflowing literal is a
+  one-line error instead of a run that trains on inf or NaN.
+  """
+  for f in dataclasses.fields(obj):
+    value = getattr(obj, f.name)
+    if isinstance(value, (tuple, list)):
+      bad = [v for v in value if isinstance(v, float) and not math.isfinite(v)]
+    else:
+      bad = [value] if isinstance(value, float) and not math.isfinite(value) else []
+    if bad:
+      raise ConfigError(f"{prefix}{f.name}: must be a finite number, got {value!r}")
 
 
 def _require(cond: bool, key: str, message: str) -> None:

@@ -28,6 +28,8 @@ import ml_collections
 from ml_collections import config_dict
 import numpy as np
 
+from jaxdl.config import require_finite
+
 
 @dataclasses.dataclass(frozen=True)
 class Split:
@@ -80,6 +82,7 @@ class DataSource:
   shuffle: bool = True                                    # False: every epoch in row order
 
   def __post_init__(self):
+    require_finite(self, "data.")
     for f in dataclasses.fields(self):
       value, check = getattr(self, f.name), _check_of(type(self), f.name)
       error = None if value is None or check is None else check(value)

@@ -291,6 +291,25 @@ def _cast_y(y, kind):
   return y.astype(np.int32 if kind in ("classification", "lm") else np.float32)
 
 
+def _check_arrays(path: str, kind: str, split_name: str, split: dict[str, np.ndarray]) -> None:
+  """Refuses values the task would silently train on wrongly: non-finite floats, and labels
+  that are negative (or, for classification and lm, not integers: class indices, token ids)."""
+  for k, a in split.items():
+    if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
+      raise ValueError(f"data.path: {path!r}: {split_name} {k} holds non-finite values")
+  if "y" not in split or kind not in ("classification", "binary", "lm"):
+    return
+  y = split["y"]
+  integral = (np.issubdtype(y.dtype, np.integer) or np.issubdtype(y.dtype, np.bool_) or
+              (np.issubdtype(y.dtype, np.floating) and (y == np.round(y)).all()))
+  if kind != "binary" and not integral:
+    raise ValueError(f"data.path: {path!r}: {split_name} y must hold integer labels for kind "
+                     f"{kind!r}, got dtype {y.dtype}")
+  if y.size and y.min() < 0:
+    raise ValueError(f"data.path: {path!r}: {split_name} y holds negative labels (min "
+                     f"{y.min()}); kind {kind!r} needs labels >= 0")
+
+
 @register_source("npz")
 @dataclasses.dataclass(frozen=True)
 class Npz(DataSource):
@@ -306,8 +325,10 @@ class Npz(DataSource):
     try:
       with np.load(path, allow_pickle=False) as f:
         arrays = {k: np.asarray(f[k]) for k in f.files}
-    except (OSError, ValueError) as e:
-      raise ValueError(f"data.path: cannot read {path!r} as .npz: {e}") from e
+    except Exception as e:  # noqa: BLE001 -- truncated zips raise BadZipFile, EOFError, ...
+      first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+      raise ValueError(f"data.path: cannot read {path!r} as .npz (truncated or not an npz "
+                       f"file?): {first}") from e
     if "x" not in arrays or ("y" not in arrays and kind != "generative"):
       raise ValueError(f"data.path: {path!r} must hold arrays 'x' and 'y' (kind {kind!r}); "
                        f"found {sorted(arrays)}")
@@ -331,6 +352,8 @@ class Npz(DataSource):
       perm_N = np.random.default_rng(self.data_seed).permutation(n)
       train = {k: arrays[k][perm_N[n_eval:]] for k in keys}
       eval_ = {k: arrays[k][perm_N[:n_eval]] for k in keys}
+    for name, split in (("train", train), ("eval", eval_)):
+      _check_arrays(path, kind, name, split)
     for split in (train, eval_):
       if np.issubdtype(split["x"].dtype, np.floating):
         split["x"] = split["x"].astype(np.float32)

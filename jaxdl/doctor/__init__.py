@@ -85,7 +85,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
   p.add_argument("experiment", help="experiment file or name, optionally with :ARG")
   p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                  help="override a config key (repeatable), as for `jaxdl train`")
-  p.add_argument("--workdir", help="run directory (default runs/<experiment name>)")
+  p.add_argument("--workdir", help="run directory (default runs/<experiment>[-<arg>], as for "
+                                   "`jaxdl train`)")
   p.add_argument("--steps", type=int, default=20, help="real train steps in the first-steps "
                                                        "check (default 20)")
   p.add_argument("--overfit-steps", type=int, default=200,
@@ -109,17 +110,24 @@ def _print(text: str) -> None:
 def main(args) -> int:
   """Exit codes: 0 nothing failed, 1 a check failed (or a non-finite module was found),
   2 bad input."""
-  from jaxdl.config import ConfigError, load_config
+  from jaxdl.config import ConfigError, default_workdir, load_config
   try:
     config, _ = load_config(args.experiment, args.overrides)
   except ConfigError as e:
-    print(f"jaxdl: error: {e}", file=sys.stderr)
+    print(f"jaxdl: error: {str(e).splitlines()[0]}", file=sys.stderr)
     return 2
   if "train" not in config or "model" not in config:
     print(f"jaxdl: error: experiment {config.name!r} is not a standard training run "
           "(no train/model sections); the doctor has nothing to check", file=sys.stderr)
     return 2
-  workdir = args.workdir or os.path.join("runs", config.name)
+  workdir = args.workdir or default_workdir(args.experiment, config)
+  if (args.locate is not None or args.history) and not os.path.isfile(
+      os.path.join(workdir, "config.json")):
+    # Replaying or diagnosing needs the run itself; a missing one is not a clean bill of health.
+    print(f"jaxdl: error: --workdir {workdir}: no run there (no config.json); "
+          f"{'--locate' if args.locate is not None else '--history'} reads a trained run's "
+          f"workdir", file=sys.stderr)
+    return 2
   try:
     if args.locate is not None:
       finding = locate_nonfinite(config, workdir, args.locate)

@@ -80,8 +80,37 @@ def save_samples(config, x, out: str) -> None:
   plt.imsave(out, np.clip(canvas, 0, 1), cmap="gray_r", vmin=0, vmax=1)
 
 
+GENERATIVE_TASKS = ("flow_matching", "ddpm")
+
+
+def check_request(workdir: str, num: int, out: str) -> None:
+  """Refuses, with one line naming the option or path, what would fail only after loading the
+  checkpoint and sampling: `--num` < 1, an `--out` folder that is missing or read-only, and a
+  workdir that holds no run or a run that is not a flow_matching / ddpm one."""
+  import json  # pylint: disable=g-import-not-at-top
+  import os  # pylint: disable=g-import-not-at-top
+  if num < 1:
+    raise ValueError(f"--num: must be >= 1, got {num}")
+  folder = os.path.dirname(os.path.abspath(out))
+  if not os.path.isdir(folder):
+    raise ValueError(f"--out {out}: folder {folder} does not exist")
+  if not os.access(folder, os.W_OK):
+    raise ValueError(f"--out {out}: folder {folder} is not writable")
+  config_json = os.path.join(workdir, "config.json")
+  if not os.path.isfile(config_json):
+    raise ValueError(f"{workdir}: no trained run here (no config.json)")
+  try:
+    task = json.loads(open(config_json, encoding="utf-8").read()).get("task")
+  except (OSError, ValueError, AttributeError) as e:
+    raise ValueError(f"{config_json}: unreadable ({type(e).__name__}: {e})") from None
+  if task not in GENERATIVE_TASKS:
+    raise ValueError(f"{workdir}: a {task!r} run has nothing to sample; `jaxdl sample` needs "
+                     f"a {' or '.join(GENERATIVE_TASKS)} run")
+
+
 def main(args) -> int:
   try:
+    check_request(args.workdir, args.num, args.out)
     config, x = sample_run(args.workdir, sampler=args.sampler, steps=args.steps,
                            guidance=args.guidance, eta=args.eta, cls=args.cls, num=args.num,
                            seed=args.seed, ema=args.ema)

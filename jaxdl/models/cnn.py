@@ -59,6 +59,11 @@ class CNN(nn.Module):
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
+  def __post_init__(self):
+    layers.check_fields(self, sizes=("features", "kernel", "pool", "out"),
+                        dropouts=("dropout",))
+    super().__post_init__()
+
   @nn.compact
   def __call__(self, x, *, train: bool):
     x_BxHxWxC = as_image(x, self.image_shape, "CNN").astype(self.dtype)
@@ -121,6 +126,10 @@ class ResNet(nn.Module):
   out: int = 10
   image_shape: Sequence[int] | None = None
   bn_axis_name: str | None = None
+
+  def __post_init__(self):
+    layers.check_fields(self, sizes=("stage_sizes", "features", "out"))
+    super().__post_init__()
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 

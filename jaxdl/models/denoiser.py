@@ -29,7 +29,7 @@ from typing import Any, Sequence
 import flax.linen as nn
 import jax.numpy as jnp
 
-from jaxdl.models import register_model
+from jaxdl.models import layers, register_model
 
 Dtype = Any
 
@@ -94,6 +94,10 @@ class MLPDenoiser(nn.Module):
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
+  def __post_init__(self):
+    layers.check_fields(self, sizes=("hidden", "depth", "emb_dim"), dropouts=("dropout",))
+    super().__post_init__()
+
   @nn.compact
   def __call__(self, x, t=None, y=None, *, train: bool):
     kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
@@ -146,6 +150,10 @@ class UNetDenoiser(nn.Module):
   dropout: float = 0.0
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
+
+  def __post_init__(self):
+    layers.check_fields(self, sizes=("image_shape", "channels", "emb_dim"), dropouts=("dropout",))
+    super().__post_init__()
 
   @nn.compact
   def __call__(self, x, t=None, y=None, *, train: bool):

@@ -59,6 +59,12 @@ class GPT(nn.Module):
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
+  def __post_init__(self):
+    layers.check_fields(self, sizes=("vocab_size", "block_size", "n_layer", "n_head", "d_model",
+                                     "scan_unroll"),
+                        dropouts=("dropout", "attn_dropout"))
+    super().__post_init__()
+
   @nn.compact
   def __call__(self, x, *, train: bool, cache=None, pos=0):
     chex.assert_rank(x, 2, custom_message=f"{self.name or 'GPT'}: tokens must be int (B, T)")

@@ -18,7 +18,28 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jaxdl.config import require_finite
+
 Dtype = Any
+
+def check_fields(module, *, sizes: tuple[str, ...] = (), dropouts: tuple[str, ...] = ()) -> None:
+  """Value checks of a model's config fields, each a one-line ValueError naming `model.<key>`.
+
+  Every size in `sizes` (an int or a sequence of ints: widths, depths, heads) must be >= 1, every
+  rate in `dropouts` in [0, 1) (1 would drop every unit), and every float field finite. Called
+  from the model classes' `__post_init__`, so a module built directly refuses the same values.
+  """
+  require_finite(module, "model.")
+  for key in sizes:
+    value = getattr(module, key)
+    values = value if isinstance(value, (tuple, list)) else (value,)
+    if any(not isinstance(v, int) or v < 1 for v in values):
+      raise ValueError(f"model.{key}: every size must be an integer >= 1, got {value!r}")
+  for key in dropouts:
+    value = getattr(module, key)
+    if not 0.0 <= value < 1.0:
+      raise ValueError(f"model.{key}: a drop probability must be in [0, 1), got {value!r}")
+
 
 # ---------------------------------------------------------------------------------------------
 # Initializers and activations by name.

@@ -43,6 +43,10 @@ class MLP(nn.Module):
   param_dtype: jnp.dtype = jnp.float32
   bn_axis_name: str | None = None
 
+  def __post_init__(self):
+    layers.check_fields(self, sizes=("hidden", "out"), dropouts=("dropout",))
+    super().__post_init__()
+
   @nn.compact
   def __call__(self, x, *, train: bool):
     x_BxD = x.reshape(x.shape[0], -1).astype(self.dtype)

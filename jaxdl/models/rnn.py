@@ -16,7 +16,7 @@ import chex
 import flax.linen as nn
 import jax.numpy as jnp
 
-from jaxdl.models import register_model
+from jaxdl.models import layers, register_model
 
 Dtype = Any
 
@@ -77,6 +77,10 @@ class RNN(nn.Module):
   dropout: float = 0.0
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
+
+  def __post_init__(self):
+    layers.check_fields(self, sizes=("hidden", "num_layers", "out"), dropouts=("dropout",))
+    super().__post_init__()
 
   def _as_sequence(self, x):
     if self.vocab_size:

@@ -45,6 +45,11 @@ class ViT(nn.Module):
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
+  def __post_init__(self):
+    layers.check_fields(self, sizes=("patch_size", "d_model", "n_layer", "n_head", "out"),
+                        dropouts=("dropout", "attn_dropout"))
+    super().__post_init__()
+
   @nn.compact
   def __call__(self, x, *, train: bool):
     x_BxHxWxC = as_image(x, self.image_shape, "ViT").astype(self.dtype)

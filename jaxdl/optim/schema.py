@@ -23,6 +23,8 @@ import types
 import typing
 from typing import Any, Callable, ClassVar, NamedTuple
 
+from jaxdl.config import require_finite
+
 
 class Check(NamedTuple):
   """A range check: `ok(value)` must hold, else `{key}: {message}, got {value!r}`."""
@@ -54,6 +56,7 @@ class Checked:
   prefix: ClassVar[str] = ""
 
   def __post_init__(self):
+    require_finite(self, self.prefix)
     for f in dataclasses.fields(self):
       check, value = f.metadata.get("check"), getattr(self, f.name)
       if check is not None and value is not None and not check.ok(value):

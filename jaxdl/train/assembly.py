@@ -24,7 +24,7 @@ from jaxdl import models as jmodels
 from jaxdl import optim as joptim
 from jaxdl.config import TrainSettings, parse_parallel, parse_train
 from jaxdl.optim import precision
-from jaxdl.train import strategies, tasks
+from jaxdl.train import step, strategies, tasks
 from jaxdl.train.state import TrainState, create_train_state
 
 
@@ -81,4 +81,30 @@ def build(config) -> Run:
   policy = precision.get_policy(train.precision)
   model = apply_precision(jmodels.build_model(config.model), policy, strategy.model_overrides)
   init_key, base_key = jax.random.split(jax.random.PRNGKey(config.seed))
-  return Run(config, ds, task, strategy, tx, schedule, policy, model, init_key, base_key, train)
+  run = Run(config, ds, task, strategy, tx, schedule, policy, model, init_key, base_key, train)
+  check_best_metric(run)
+  return run
+
+
+def eval_metric_names(run: Run) -> list[str]:
+  """The keys an evaluation of `run` reports ('eval/loss', 'eval/<task metric>', ...).
+
+  Read from `jax.eval_shape` of the eval step on the abstract state: traced, nothing computed
+  or compiled, and always the metrics the loop will log, whatever the task.
+  """
+  eval_step = step.make_eval_step(run.model.apply, run.task.loss_fn)
+  batch = next(run.ds.train_iter(process_index=0, process_count=1))
+  sums = jax.eval_shape(eval_step, run.abstract_state(), batch)
+  return sorted(f"eval/{k}" for k in sums if k != "count")
+
+
+def check_best_metric(run: Run) -> None:
+  """Refuses a `train.best_metric` the task does not report, before anything is trained (the
+  checkpoint manager would otherwise fail on it at the first evaluation)."""
+  metric = run.train.best_metric
+  if metric in ("", "eval/loss"):  # every task reports its loss
+    return
+  names = eval_metric_names(run)
+  if metric not in names:
+    raise ValueError(f"train.best_metric: task {run.config.task!r} reports no metric "
+                     f"{metric!r}; expected one of {', '.join(names)} (or '' for none)")
