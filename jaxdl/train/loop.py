@@ -3,13 +3,14 @@
 Order of a run:
   1. build data, task, model, optimizer and strategy (`jaxdl.train.assembly.build`) -- every
      config error is raised here, before the workdir is touched or anything compiles;
-  2. check the workdir (`jaxdl.train.resume`): a different experiment or config there is refused
-     (unless `force`); the hooks' `before_training` (e.g. the doctor's preflight) may refuse too;
-  3. restore the latest readable checkpoint (state + data iterator), else start fresh;
+  2. check the workdir (`resume`) and lock it (`workdir`): a different config there is refused
+     (`force`: resumed if its state fits, else moved aside); a complete run returns its stored
+     summary; the hooks' `before_training` (e.g. the doctor's preflight) may refuse too;
+  3. restore the latest verified checkpoint (state + data iterator), else start fresh;
   4. loop: dispatch step s, then read step s-1's metrics (no per-step host sync); log, evaluate,
      checkpoint on their cadences; stop on SIGTERM (save and return), a non-finite loss (raise,
      nothing saved) or early stopping;
-  5. final eval and checkpoint, wait for async saves, draw loss.png.
+  5. final eval and checkpoint, wait for async saves, draw loss.png, store summary.json.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import numpy as np
 from jaxdl import optim as joptim
 from jaxdl.train import checkpoint as jckpt
 from jaxdl.train import guards, resume, step as jstep, writers
+from jaxdl.train import workdir as jworkdir
 from jaxdl.train.assembly import Run, build
 from jaxdl.train.hooks import Hook, Hooks
 
@@ -140,35 +142,53 @@ def run(config, workdir, *, force: bool = False, progress: bool = True,
         hooks: Sequence[Hook] = ()) -> dict:
   """Trains `config` in `workdir`, resuming from its latest checkpoint; returns a summary.
 
+  The workdir is locked for the run (a second run there raises `WorkdirLockedError`); a run
+  already complete (`jaxdl.train.workdir.completed_summary`) returns its stored summary.
+
   Args:
     config: the experiment config (`jaxdl.config.load_config`).
     workdir: the run directory; a run of the same config there is resumed.
-    force: resume even when the workdir holds a different config.
+    force: run even when the workdir holds a different config: resume its state if it fits the
+      new config, else move the old run to `workdir/previous-<time>/` and start fresh.
     progress: show a progress bar and log lines (process 0 only).
     hooks: `jaxdl.train.hooks.Hook`s called before training, per logged step, per evaluation,
       per checkpoint and at the end (`train.doctor=True` needs the doctor's preflight hook,
       `jaxdl.doctor.PreflightHook`, which the CLI passes).
   """
   workdir = pathlib.Path(workdir)
+  jworkdir.check_unlocked(workdir)  # name a run in progress before building anything
   previous = resume.read_previous(workdir)
   config = resume.pin_wsd_warmup(config, previous)
   r = build(config)
   config_json = json.loads(config.to_json_best_effort())
-  resume.check_same_run(workdir, previous, config_json, force)
+  differs = resume.check_same_run(workdir, previous, config_json, force)
   hooks = Hooks(hooks)
   if r.train.doctor and not hooks.preflight:
     raise ValueError("train.doctor: the preflight lives in jaxdl.doctor; pass "
                      "hooks=[jaxdl.doctor.PreflightHook()] to jaxdl.train.run (the CLI does)")
-  hooks.before_training(r)
-
   abstract = r.abstract_state()
+  with jworkdir.lock(workdir, expect_config=previous):
+    if differs and not jckpt.restorable(workdir / "checkpoints", abstract):
+      previous = jworkdir.move_aside(workdir)  # never mix two runs: resume only a state that fits
+    stored = jworkdir.completed_summary(workdir, r.train.steps)
+    if stored is not None:
+      return stored
+    hooks.before_training(r)
+    return _train(r, workdir, config_json, abstract, hooks,
+                  None if force else previous, progress)
+
+
+def _train(r: Run, workdir: pathlib.Path, config_json: dict, abstract, hooks: Hooks,
+           previous: dict | None, progress: bool) -> dict:
+  """Restores or initializes the state, compiles the steps and runs the loop (workdir locked)."""
+  config = r.config
   workdir.mkdir(parents=True, exist_ok=True)
   loop = _Loop(r, workdir, config_json, abstract, hooks)
   if loop.restore() is None:
     # Created where it lives (replicated under jit, sharded under fsdp, on every process of a
     # multi-host run), never whole on one device first; pmap stacks a copy per device later.
     loop.state = r.init_state(r.strategy.state_shardings(abstract))
-  resume.check_run_length(None if force else previous, config, loop.start)
+  resume.check_run_length(previous, config, loop.start)
   if loop.is_main:
     (workdir / "config.json").write_text(json.dumps(config_json, indent=2))
     if progress:
@@ -183,6 +203,8 @@ def run(config, workdir, *, force: bool = False, progress: bool = True,
   train_fn = r.strategy.compile_train(train_step, loop.state)
   eval_fn = r.strategy.compile_eval(eval_step, loop.state)
   summary = loop.train(train_fn, eval_fn, progress)
+  if loop.is_main and summary["step"] >= r.train.steps:
+    jworkdir.write_summary(workdir, summary)
   hooks.on_train_end(summary)
   return summary
 

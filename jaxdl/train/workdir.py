@@ -25,6 +25,8 @@ import time
 
 import jax
 
+from jaxdl.train import checkpoint as jckpt
+
 log = logging.getLogger("jaxdl")
 
 LOCK = ".lock"
@@ -49,7 +51,7 @@ def _holder(path: pathlib.Path) -> dict | None:
   try:
     text = path.read_text()
     age = time.time() - path.stat().st_mtime
-  except FileNotFoundError:
+  except OSError:  # no lock (or no such directory: `_acquire` says what is wrong with it)
     return None
   try:
     return json.loads(text)
@@ -223,18 +225,22 @@ def read_summary(workdir) -> dict | None:
 def completed_summary(workdir, steps: int) -> dict | None:
   """The stored summary when `workdir`'s run is complete, else None.
 
-  Complete: a summary is stored, and the latest checkpoint is at that summary's step, which is
-  at least `steps`, and matches its checksums. Said in one line.
+  Complete: the latest checkpoint is at `steps` or beyond and matches its checksums, and the
+  stored summary is of that step; said in one line. A latest checkpoint at `steps` without a
+  verified summary (a run of an older jaxdl) is said too, and left to the restore.
   """
-  from jaxdl.train import checkpoint  # checkpoint -> orbax: only needed here
   workdir = pathlib.Path(workdir)
-  summary = read_summary(workdir)
   ckpts = workdir / "checkpoints"
   saved = [int(p.name) for p in ckpts.iterdir() if p.name.isdigit()] if ckpts.is_dir() else []
-  if summary is None or not saved or max(saved) != summary.get("step") or max(saved) < steps:
+  if not saved or max(saved) < steps:
     return None
-  if checkpoint.verify_checksums(ckpts / str(max(saved))) is not None:
-    return None  # unverified or corrupt: let restore decide
-  log.info("workdir %s: already complete at step %d (train.steps=%d); returning its stored "
-           "summary (%s)", workdir, max(saved), steps, workdir / SUMMARY)
-  return summary
+  latest, summary = max(saved), read_summary(workdir)
+  problem = jckpt.verify_checksums(ckpts / str(latest))
+  if problem is None and summary is not None and summary.get("step") == latest:
+    log.info("workdir %s: already complete at step %d (train.steps=%d); returning its stored "
+             "summary (%s)", workdir, latest, steps, workdir / SUMMARY)
+    return summary
+  if problem in (None, "unverified"):
+    log.info("workdir %s: already complete at step %d (train.steps=%d), without a verified "
+             "stored summary; restoring it (no metrics to report)", workdir, latest, steps)
+  return None
