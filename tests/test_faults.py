@@ -72,12 +72,14 @@ def _digest(workdir) -> dict:
 def caplog(caplog):
   """caplog that also sees the jaxdl logger (the CLI stops it propagating to the root)."""
   logger = logging.getLogger("jaxdl")
-  level = logger.level
+  level, propagate = logger.level, logger.propagate
   logger.addHandler(caplog.handler)
   logger.setLevel(logging.INFO)
+  logger.propagate = False  # each record once, whether or not the CLI ran before
   yield caplog
   logger.removeHandler(caplog.handler)
   logger.setLevel(level)
+  logger.propagate = propagate
 
 
 def _warnings(caplog, text):

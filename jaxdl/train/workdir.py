@@ -18,6 +18,7 @@ import contextlib
 import datetime
 import json
 import logging
+import math
 import os
 import pathlib
 import socket
@@ -210,8 +211,17 @@ def write_summary(workdir, summary: dict) -> None:
   """Stores a completed run's summary (written whole, then renamed: never a torn file)."""
   path = pathlib.Path(workdir) / SUMMARY
   tmp = path.with_name(SUMMARY + ".tmp")
-  tmp.write_text(json.dumps(summary, indent=2))
+  tmp.write_text(json.dumps(_finite_or_null(summary), indent=2, allow_nan=False))
   tmp.replace(path)
+
+
+def _finite_or_null(x):
+  """JSON has no NaN or Infinity: non-finite numbers are stored as null (as in metrics.jsonl)."""
+  if isinstance(x, dict):
+    return {k: _finite_or_null(v) for k, v in x.items()}
+  if isinstance(x, float) and not math.isfinite(x):
+    return None
+  return x
 
 
 def read_summary(workdir) -> dict | None:
