@@ -2,7 +2,6 @@
 the default experiment trains end to end through the CLI."""
 
 import ast
-import json
 
 import pytest
 
@@ -28,13 +27,3 @@ def test_experiment_loads_and_documents_itself(name):
   assert config.name == name
   if "train" in smoke and "train" in config:
     assert smoke.train.steps <= config.train.steps
-
-
-@pytest.mark.slow
-def test_default_experiment_smoke_through_the_cli(tmp_path, capsys):
-  code = cli.main(["train", f"{cli.DEFAULT_EXPERIMENT}:smoke", "--workdir", str(tmp_path),
-                   "--no-progress"])
-  assert code == 0
-  summary = json.loads(capsys.readouterr().out.split("---\n")[-1])
-  assert summary["step"] > 0 and summary["eval"]
-  assert (tmp_path / "loss.png").exists() and (tmp_path / "metrics.jsonl").exists()

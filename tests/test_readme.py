@@ -15,6 +15,7 @@ temporary directory where `experiments/` links to the repository's. How they are
   machine, no second process).
 """
 
+import json
 import os
 import pathlib
 import re
@@ -113,3 +114,7 @@ def test_readme_commands_run_in_order(tmp_path, monkeypatch, capsys):
   # Item 7 of issue 13: the README's variants train into separate default workdirs.
   assert {"char_gpt", "moons_mlp", "moons_mlp-bn", "moons_mlp-smoke"} <= {
       p.name for p in (tmp_path / "runs").iterdir()}
+  # The default experiment (`jaxdl train`) trained, evaluated and stored its summary.
+  default = json.loads((tmp_path / "runs" / cli.DEFAULT_EXPERIMENT / "summary.json").read_text())
+  assert default["step"] > 0 and default["eval"]
+  assert (tmp_path / "runs" / cli.DEFAULT_EXPERIMENT / "metrics.jsonl").exists()

@@ -7,8 +7,9 @@ from jaxdl.train.resume import WorkdirMismatchError
 from jaxdl.train.state import TrainState, create_train_state
 from jaxdl.train.step import make_eval_step, make_train_step, step_rngs
 from jaxdl.train.tasks import TASKS, Task, make_task, register_task
+from jaxdl.train.workdir import WorkdirError, WorkdirLockedError
 
 __all__ = ["run", "build", "Run", "Hook", "Hooks", "evaluate", "TrainState",
            "create_train_state", "make_train_step", "make_eval_step", "step_rngs", "TASKS", "Task",
            "make_task", "register_task", "NonFiniteLossError", "PreflightError", "SpikeError",
-           "WorkdirMismatchError"]
+           "WorkdirMismatchError", "WorkdirError", "WorkdirLockedError"]

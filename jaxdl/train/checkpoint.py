@@ -23,6 +23,7 @@ next run opens the checkpoints. All processes take part in saves.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import logging
 import pathlib
@@ -252,3 +253,14 @@ def load_state(workdir, step: int | None = None) -> tuple[int, dict]:
                              args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
   manager.close()
   return step, restored["state"]
+
+
+def manifest(strategy, config) -> dict:
+  """What a checkpoint was written by: library versions, devices, processes, mesh, strategy."""
+  versions = {name: importlib.metadata.version(dist) for name, dist in (
+      ("jax", "jax"), ("flax", "flax"), ("optax", "optax"), ("orbax", "orbax-checkpoint"),
+      ("grain", "grain"))}
+  return {**versions,
+          "backend": jax.default_backend(), "device_count": jax.device_count(),
+          "local_device_count": jax.local_device_count(), "process_count": jax.process_count(),
+          **strategy.describe(), "experiment": config.name}

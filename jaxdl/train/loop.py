@@ -16,13 +16,10 @@ Order of a run:
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import json
 import logging
 import math
 import pathlib
-import signal
-import threading
 from typing import Any, Sequence
 
 import jax
@@ -78,38 +75,6 @@ class PreflightError(RuntimeError):
 
 def every(step: int, n: int) -> bool:
   return n > 0 and step % n == 0
-
-
-def manifest(strategy, config) -> dict:
-  """What a checkpoint was written by: library versions, devices, processes, mesh, strategy."""
-  versions = {name: importlib.metadata.version(dist) for name, dist in (
-      ("jax", "jax"), ("flax", "flax"), ("optax", "optax"), ("orbax", "orbax-checkpoint"),
-      ("grain", "grain"))}
-  return {**versions,
-          "backend": jax.default_backend(), "device_count": jax.device_count(),
-          "local_device_count": jax.local_device_count(), "process_count": jax.process_count(),
-          **strategy.describe(), "experiment": config.name}
-
-
-class _Preemption:
-  """Turns SIGTERM into a flag the loop polls, so the current step is saved before exit."""
-
-  def __init__(self):
-    self.requested = False
-    self._old = None
-
-  def __enter__(self):
-    if threading.current_thread() is threading.main_thread():
-      self._old = signal.signal(signal.SIGTERM, self._handle)
-    return self
-
-  def _handle(self, signum, frame):
-    del signum, frame
-    self.requested = True
-
-  def __exit__(self, *exc):
-    if self._old is not None:
-      signal.signal(signal.SIGTERM, self._old)
 
 
 def _pad_to_multiple(batch: dict, multiple: int) -> dict:
@@ -252,7 +217,7 @@ class _Loop:
                                    best_metric=train.best_metric, best_mode=train.best_mode,
                                    async_save=train.async_checkpoint)
     self.writer = writers.MetricsWriter(workdir, enabled=self.is_main)
-    self.meta = manifest(r.strategy, config)
+    self.meta = jckpt.manifest(r.strategy, config)
     self.guard = (guards.SpikeDetector(train.spike_factor, train.spike_window, train.spike_watch)
                   if train.spike_guard else None)
     self.early = _EarlyStopping(train.best_metric, train.best_mode, train.patience)
@@ -325,7 +290,7 @@ class _Loop:
     summary = {"start_step": self.start, "preempted": False, "early_stopped": False,
                "rewinds": 0}
     s = self.start
-    with _Preemption() as preempt:
+    with guards.Preemption() as preempt:
       try:
         while s < self.settings.steps:
           s, stop = self.advance(s, train_fn, eval_fn, preempt, summary)
