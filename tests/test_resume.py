@@ -46,20 +46,31 @@ def _jaxdl(*args, check=True, **kw):
   return proc
 
 
-# Runs the real CLI, but SIGKILLs its own process the moment the checkpoint of step N is on disk.
-KILL_AFTER_SAVE = f"""
+# Runs the real CLI and SIGKILLs its own process at a chosen point (argv[1]):
+#   'save:S'  right after the async save of step S is dispatched, before it is finalized;
+#   'step:K'  when step K is dispatched (the checkpoints before it complete).
+KILLER = """
 import os, signal, sys
-from jaxdl.train import checkpoint
-original = checkpoint.Checkpointer.save
-def save_then_die(self, step, *a, **kw):
-  out = original(self, step, *a, **kw)
-  if step == {N}:
-    self.wait()
-    os.kill(os.getpid(), signal.SIGKILL)
-  return out
-checkpoint.Checkpointer.save = save_then_die
+from jaxdl.train import checkpoint, loop
+where, at = sys.argv[1].split(":"); at = int(at)
+if where == "save":
+  original = checkpoint.Checkpointer.save
+  def save_then_die(self, step, *a, **kw):
+    out = original(self, step, *a, **kw)
+    if step == at:
+      os.kill(os.getpid(), signal.SIGKILL)
+    return out
+  checkpoint.Checkpointer.save = save_then_die
+else:
+  advance = loop._Loop.advance
+  def advance_then_die(self, s, *a, **kw):
+    if s + 1 == at:
+      self.ckpt.wait()
+      os.kill(os.getpid(), signal.SIGKILL)
+    return advance(self, s, *a, **kw)
+  loop._Loop.advance = advance_then_die
 from jaxdl.cli import main
-sys.exit(main(sys.argv[1:]))
+sys.exit(main(sys.argv[2:]))
 """
 
 
@@ -67,25 +78,31 @@ def _train_records(workdir):
   return {r["step"]: r for r in read_metrics(workdir, "train")}
 
 
-def test_sigkill_after_checkpoint_then_resume_is_bit_exact(tmp_path):
-  full, killed = tmp_path / "full", tmp_path / "killed"
-  common = [*OVERRIDES, "--set", f"train.steps={2 * N}", "--set", f"train.ckpt_every={N}"]
+def test_sigkill_during_a_save_and_at_a_random_step_then_resume_is_bit_exact(tmp_path):
+  """Killed while the async checkpoint of step N is being written (that step is lost, the run
+  falls back to step N/2), and at a random step (resumes from the newest checkpoint before it,
+  or from scratch): both resumed runs end bit-identical to an uninterrupted one, metrics
+  included."""
+  full = tmp_path / "full"
+  common = [*OVERRIDES, "--set", f"train.steps={2 * N}", "--set", f"train.ckpt_every={N // 2}"]
   _jaxdl("--workdir", str(full), *common)
-  proc = subprocess.run([sys.executable, "-c", KILL_AFTER_SAVE, "train", "moons_mlp:bn",
-                         "--workdir", str(killed), *common, "--no-progress"], env=_env(),
-                        cwd=ROOT, capture_output=True, text=True, timeout=240)
-  assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
-  step, _ = load_state(killed)
-  assert step == N
-  resumed = _jaxdl("--workdir", str(killed), *common)
-  assert json.loads(resumed.stdout)["start_step"] == N
-
   _, state_full = load_state(full)
-  _, state_resumed = load_state(killed)
-  jax.tree.map(np.testing.assert_array_equal, state_full, state_resumed)  # bit-identical
-  a, b = _train_records(full), _train_records(killed)
-  for s in range(N + 1, 2 * N + 1):
-    assert a[s] == b[s], f"step {s}: {a[s]} != {b[s]}"
+  a = _train_records(full)
+  at_random = int(np.random.default_rng().integers(2, 2 * N + 1))
+  last_save = (at_random - 1) // (N // 2) * (N // 2)   # the newest complete checkpoint
+  for kill, restart in ((f"save:{N}", N // 2), (f"step:{at_random}", last_save)):
+    killed = tmp_path / kill.replace(":", "_")
+    proc = subprocess.run([sys.executable, "-c", KILLER, kill, "train", "moons_mlp:bn",
+                           "--workdir", str(killed), *common, "--no-progress"], env=_env(),
+                          cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    resumed = _jaxdl("--workdir", str(killed), *common)
+    assert json.loads(resumed.stdout)["start_step"] == restart, kill
+    _, state_resumed = load_state(killed)
+    jax.tree.map(np.testing.assert_array_equal, state_full, state_resumed)  # bit-identical
+    b = _train_records(killed)
+    for s in range(restart + 1, 2 * N + 1):
+      assert a[s] == b[s], f"{kill}, step {s}: {a[s]} != {b[s]}"
 
 
 def test_sigterm_saves_current_step_and_exits_0(tmp_path):
