@@ -9,8 +9,9 @@ Setup: bytes of the stdlib's .py files (2 MB cap, split by file), context 64, ba
 GPT with d 128, 4 layers, 4 heads, learned positions, tied embeddings, GELU MLP; AdamW 3e-3
 (decay 0.1 on kernels), clipping at 1.0, 5% warmup then cosine to 10%, 800 steps.
 
-Expected (2-core CPU: about 2 minutes with compilation, measured 127 s): validation loss about
-1.64 nats per byte, i.e. about 2.37 bits per byte (measured 2.370; ln 256 = 5.55 nats = 8 bits at
+Expected (2-core CPU: 2-4 minutes with compilation, measured 127 s earlier and 259 s on a slower
+machine): validation loss about 1.64 nats per byte, i.e. about 2.37 bits per byte (measured 2.363;
+ln 256 = 5.55 nats = 8 bits at
 init), and a printed 60-byte sample of code-like text (the 64-byte context bounds prompt + sample).
 """
 
