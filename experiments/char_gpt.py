@@ -11,7 +11,8 @@ GPT with d 128, 4 layers, 4 heads, learned positions, tied embeddings, GELU MLP;
 
 Expected (2-core CPU: 2-4 minutes with compilation, measured 127 s earlier and 259 s on a slower
 machine): validation loss about 1.64 nats per byte, i.e. about 2.37 bits per byte (measured 2.363;
-ln 256 = 5.55 nats = 8 bits at init), and a printed 60-byte sample of code-like text (the 64-byte context bounds prompt + sample).
+ln 256 = 5.55 nats = 8 bits at init), and a printed 60-byte sample of code-like text (the
+64-byte context bounds prompt + sample).
 """
 
 import jax
