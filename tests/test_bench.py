@@ -2,6 +2,7 @@
 that the plain-Flax baseline is the same model as jaxdl's GPT (same parameter count)."""
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -54,13 +55,9 @@ def test_the_gpu_bench_path_runs_in_bf16_at_toy_size():
   end to end at toy size on the CPU, so a dtype slip cannot first show up on the GPU."""
   setup = dataclasses.replace(bgpt.GPU_SETUP, batch=2, context=32, vocab=64, d_model=32,
                               n_layer=2, n_head=2, peak_n=64)
+  assert setup.dtype == "bfloat16"
   r = bgpt.bench_gpt(setup, steps=1, rounds=1)
   for name in ("jaxdl", "jaxdl_unrolled", "baseline"):
     assert r[name]["tokens_per_s"] > 0 and 0 < r[name]["mfu"] < float("inf"), name
-  state, step = bgpt.jaxdl_step(setup)
-  assert {a.dtype for a in jax.tree.leaves(state.params)} == {jnp.dtype(jnp.float32)}
-  logits = bgpt.jaxdl_model(setup).apply({"params": state.params}, jnp.zeros((1, 32), jnp.int32),
-                                         train=False)
-  assert logits.shape == (1, 32, 64) and bool(jnp.isfinite(logits).all())
-  new_state, metrics = step(state, bgpt.random_batch(setup))
-  assert bool(jnp.isfinite(metrics["loss"]))
+    assert math.isfinite(r[name]["loss"]), name           # the bf16 steps train
+    assert r[name]["param_dtypes"] == ["float32"], name   # master weights stay fp32

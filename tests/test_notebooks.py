@@ -6,6 +6,7 @@ folder (JAXDL_FIGURES), so running the tests leaves the committed thumbnails alo
 """
 
 import json
+import os
 import pathlib
 import resource
 import sys
@@ -38,9 +39,14 @@ def kernel_env(tmp_path_factory):
   root = tmp_path_factory.mktemp("jupyter")
   spec = root / "kernels" / KERNEL
   spec.mkdir(parents=True)
+  # One CPU device in the kernel: the notebooks are about the course, not parallelism, and the
+  # suite's four emulated devices only add sharded compiles to their training runs.
+  flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
+           if not f.startswith("--xla_force_host_platform_device_count")]
   (spec / "kernel.json").write_text(json.dumps({
       "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-      "display_name": "jaxdl tests", "language": "python"}))
+      "display_name": "jaxdl tests", "language": "python",
+      "env": {"XLA_FLAGS": " ".join(flags + ["--xla_force_host_platform_device_count=1"])}}))
   return root
 
 

@@ -181,7 +181,8 @@ def random_batch(setup: GPTSetup, seed: int = 0) -> dict:
 
 
 def runner(state, step: Callable, batch: dict):
-  """A `run(n) -> Clock` that advances its own copy of the state by n steps."""
+  """A `run(n) -> Clock` that advances its own copy of the state by n steps; `run.last` is
+  (state, step output) after the latest call."""
   holder = [state]
 
   def run(n: int) -> Clock:
@@ -191,6 +192,7 @@ def runner(state, step: Callable, batch: dict):
         s, out = step(s, batch)
       jax.block_until_ready(out)
     holder[0] = s
+    run.last = (s, out)
     return clock
 
   return run
@@ -220,8 +222,11 @@ def bench_gpt(setup: GPTSetup, *, steps: int | None = None, rounds: int = 5) -> 
          "peak_flops": peak, "first_call_s": first, "steps": steps, "rounds": rounds}
   for k, sec in per_step.items():
     tps = setup.tokens / sec["wall"]
+    state, metrics = runs[k].last
+    loss = metrics["loss"] if isinstance(metrics, dict) else metrics
     out[k] = {"step_s": sec["wall"], "cpu_step_s": sec["cpu"], "tokens_per_s": tps,
-              "model_flops": tps * fpt, "mfu": tps * fpt / peak}
+              "model_flops": tps * fpt, "mfu": tps * fpt / peak, "loss": float(loss),
+              "param_dtypes": sorted({str(a.dtype) for a in jax.tree.leaves(state.params)})}
   return out
 
 
