@@ -133,10 +133,12 @@ def test_the_checker_sees_a_wrong_way_import(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("package", ["train", "generative", "doctor"])
+@pytest.mark.parametrize("package", ["train"])
 def test_a_package_imports_without_the_layers_above(package):
   """Imported first in a fresh interpreter, a package loads nothing of a layer at or above its
-  own but itself (train pulls in config, data, models and optim, and nothing else)."""
+  own but itself (train pulls in config, data, models and optim, and nothing else). One
+  interpreter per package costs seconds, so only the engine is checked at run time; the static
+  test above covers every module's imports."""
   code = (f"import sys, jaxdl.{package}; "
           f"others = sorted({{m.split('.')[1] for m in sys.modules if m.startswith('jaxdl.')}} "
           f"- {{'{package}'}}); print(','.join(others))")
