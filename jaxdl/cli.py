@@ -91,11 +91,24 @@ def _split_config_flags(argv: list[str]) -> list[str]:
   return out
 
 
+class _StderrHandler(logging.StreamHandler):
+  """Writes to whatever `sys.stderr` is when a record is emitted, not the one at setup: a second
+  in-process `main` call (tests, notebooks) may run after the first one's stream was closed."""
+
+  @property
+  def stream(self):
+    return sys.stderr
+
+  @stream.setter
+  def stream(self, value):
+    del value
+
+
 def _setup_logging() -> None:
   # jaxdl's own messages go to stderr at INFO whatever absl did to the root logger on import.
   logger = logging.getLogger("jaxdl")
-  if not logger.handlers:
-    handler = logging.StreamHandler(sys.stderr)
+  if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
+    handler = _StderrHandler()
     handler.setFormatter(logging.Formatter("%(message)s"))
     logger.addHandler(handler)
   logger.setLevel(logging.INFO)
