@@ -8,7 +8,6 @@ must still not exist; the module's tiny finished moons run must hash the same be
 import hashlib
 import pathlib
 import stat
-import sys
 
 import numpy as np
 import pytest
@@ -39,18 +38,8 @@ def get_config(arg=None):
 
 
 def run_cli(argv: list[str]) -> int:
-  """`jaxdl.cli.main(argv)` with jaxdl's log handler writing to the current (captured) stderr."""
-  cli._setup_logging()
-  # Only jaxdl's own handler (pytest's log capture handlers keep their streams).
-  handlers = [h for h in cli.logging.getLogger("jaxdl").handlers
-              if type(h) is cli.logging.StreamHandler]
-  for handler in handlers:
-    handler.setStream(sys.stderr)
-  try:
-    return cli.main(argv)
-  finally:
-    for handler in handlers:  # never left on a capture stream that pytest closes
-      handler.setStream(sys.__stderr__)
+  """`jaxdl.cli.main(argv)` in this process; its log handler writes to whatever stderr is now."""
+  return cli.main(argv)
 
 
 def tree_hash(path: pathlib.Path) -> str | None:

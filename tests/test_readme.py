@@ -20,7 +20,6 @@ import os
 import pathlib
 import re
 import shlex
-import sys
 
 import pytest
 
@@ -69,17 +68,8 @@ def shrink_train(argv: list[str]) -> tuple[list[str], str]:
 
 
 def run_cli(argv: list[str]) -> int:
-  """`jaxdl.cli.main(argv)` with jaxdl's log handler on the current (captured) stderr."""
-  cli._setup_logging()
-  handlers = [h for h in cli.logging.getLogger("jaxdl").handlers
-              if type(h) is cli.logging.StreamHandler]
-  for handler in handlers:
-    handler.setStream(sys.stderr)
-  try:
-    return cli.main(argv)
-  finally:
-    for handler in handlers:
-      handler.setStream(sys.__stderr__)
+  """`jaxdl.cli.main(argv)` in this process; its log handler writes to whatever stderr is now."""
+  return cli.main(argv)
 
 
 def test_readme_commands_parse():

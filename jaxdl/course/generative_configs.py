@@ -13,6 +13,16 @@ from jaxdl.optim import default_optim_config
 DISTRIBUTIONS = ("moons", "8gaussians", "checkerboard", "swissroll")
 
 
+def _optim():
+  """Both families' optimizer: AdamW 2e-3 without decay, clipped at 1, warmup-cosine."""
+  c = default_optim_config()
+  c.name = "adamw"
+  c.lr = 2e-3
+  c.weight_decay = 0.0
+  c.clip_norm = 1.0
+  return c
+
+
 def toy2d_config(task: str, name: str, arg=None):
   """2-D toys: residual MLP denoiser (4 x 256), AdamW 2e-3 warmup-cosine, batch 256, 8k steps.
 
@@ -36,11 +46,7 @@ def toy2d_config(task: str, name: str, arg=None):
                  dropout=0.0)
   c.gen = default_gen_config(task)
   c.gen.eval_num = 2000
-  c.optim = default_optim_config()
-  c.optim.name = "adamw"
-  c.optim.lr = 2e-3
-  c.optim.weight_decay = 0.0
-  c.optim.clip_norm = 1.0
+  c.optim = _optim()
   c.train.steps = 8_000
   c.train.eval_every = 2_000
   c.train.log_every = 200
@@ -86,11 +92,7 @@ def digits_config(task: str, name: str, arg=None):
   if task == "ddpm":
     c.gen.schedule = "cosine"
     c.gen.clip_x0 = 1.0
-  c.optim = default_optim_config()
-  c.optim.name = "adamw"
-  c.optim.lr = 2e-3
-  c.optim.weight_decay = 0.0
-  c.optim.clip_norm = 1.0
+  c.optim = _optim()
   c.train.steps = 3000
   c.train.eval_every = 1000
   c.train.log_every = 100
