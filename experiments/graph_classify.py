@@ -1,0 +1,47 @@
+"""Graph classification: a GIN with sum readout tells random trees from trees with one cycle.
+
+Run:
+  jaxdl train graph_classify               # GIN, sum readout; workdir runs/graph_classify
+  jaxdl train graph_classify:gcn           # the GCN layer with mean readout instead
+  jaxdl train graph_classify:smoke         # 20 steps, for tests
+
+Setup: `cycles_trees` data, 1,000 train / 400 eval graphs of 6..12 nodes with constant node
+features: a uniform random tree (class 0) or that tree plus one edge (class 1: exactly one
+cycle). GNN 3 layers of width 32, Adam lr 3e-3, batch 64, 600 steps.
+
+Expected (measured, seed 0): eval/accuracy {gin} for GIN + sum readout and {gcn} for GCN + mean
+readout (chance 0.5).
+"""
+
+from jaxdl.config import base_config, parse_arg
+from jaxdl.data import default_data_config
+from jaxdl.optim import default_optim_config
+
+
+def get_config(arg=None):
+  args = parse_arg(arg, gcn=False, smoke=False)
+  c = base_config()
+  c.name = "graph_classify"
+  c.description = "GIN/GCN graph classification: random trees vs trees plus one cycle"
+  c.task = "graph_classification"
+  c.data = default_data_config("cycles_trees")
+  c.model = dict(name="gnn", conv="gcn" if args.gcn else "gin", hidden=32, num_layers=3, out=2,
+                 readout="mean" if args.gcn else "sum")
+  c.optim = default_optim_config()
+  c.optim.name = "adam"
+  c.optim.lr = 3e-3
+  c.optim.clip_norm = None
+  c.optim.schedule.name = "constant"
+  c.optim.schedule.warmup_frac = 0.0
+  c.train.steps = 600
+  c.train.eval_every = 200
+  c.train.log_every = 20
+  c.train.ckpt_every = 600
+  c.train.best_metric = "eval/accuracy"
+  c.train.best_mode = "max"
+  if args.smoke:
+    c.data.n, c.data.n_eval = 128, 64
+    c.train.steps = 20
+    c.train.eval_every = 10
+    c.train.ckpt_every = 10
+  return c
