@@ -34,6 +34,9 @@ def _train_args(p: argparse.ArgumentParser) -> None:
   p.add_argument("--force", action="store_true",
                  help="resume even if the workdir's config differs")
   p.add_argument("--no-progress", action="store_true", help="no progress bar or log lines")
+  p.add_argument("--profile", action="store_true",
+                 help="write a jax.profiler trace of a few steps after the compile step to "
+                      "WORKDIR/profile/ (train.profile_steps sets the window)")
   dist = p.add_argument_group("multi-host")
   dist.add_argument("--distributed", action="store_true",
                     help="call jax.distributed.initialize (auto-detects SLURM, TPU pods, ...)")
@@ -56,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Commands provided by other packages: each module defines HELP, add_arguments(parser), main(args).
 _EXTENSIONS = {"sample": "jaxdl.generative.cli", "doctor": "jaxdl.doctor",
-               "reproduce": "jaxdl.course.reproduce", "bench": "jaxdl.bench"}
+               "reproduce": "jaxdl.course.reproduce", "bench": "jaxdl.bench",
+               "data": "jaxdl.data.cli"}
 
 
 # Packages whose tasks and models register on import; an experiment file may name them without
@@ -220,6 +224,10 @@ def cmd_train(args) -> int:
     importlib.import_module(plugin)
   try:
     config, module = load_config(args.experiment, args.overrides)
+    if args.profile and config.get("train") is not None:
+      from jaxdl.train.profiling import default_window
+      config, module = load_config(args.experiment, [
+          *args.overrides, f"train.profile_steps={default_window(config.train.steps)}"])
   except ConfigError as e:
     print(f"jaxdl: error: {str(e).splitlines()[0]}", file=sys.stderr)
     return 2

@@ -36,6 +36,7 @@ from jaxdl.models import gpt as jgpt
 from jaxdl.train import step as jstep
 from jaxdl.train import tasks
 from jaxdl.train.state import create_train_state
+from jaxdl.train.throughput import measure_peak, transformer_flops_per_token
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,24 +72,11 @@ def default_setup() -> GPTSetup:
 
 
 # ---------------------------------------------------------------------------------------------
-# Peak: a large matmul on the same device.
-
-def measure_peak(n: int, dtype: str, rounds: int = 3) -> float:
-  """FLOP/s of an n x n x n matmul (2 n^3 FLOPs), the best of `rounds`."""
-  a = jax.random.normal(jax.random.PRNGKey(0), (n, n), dtype)
-  b = jax.random.normal(jax.random.PRNGKey(1), (n, n), dtype)
-  mm = jax.jit(lambda a, b: a @ b)
-  mm(a, b).block_until_ready()
-  best = float("inf")
-  for _ in range(rounds):
-    t = time.perf_counter()
-    mm(a, b).block_until_ready()
-    best = min(best, time.perf_counter() - t)
-  return 2.0 * n ** 3 / best
-
+# FLOPs per token; the peak is a large matmul on the same device (`throughput.measure_peak`).
 
 def flops_per_token(setup: GPTSetup, n_params_matmul: int) -> float:
-  return 6.0 * n_params_matmul + 12.0 * setup.n_layer * setup.d_model * setup.context
+  return transformer_flops_per_token(n_params_matmul, setup.n_layer, setup.d_model,
+                                     setup.context)
 
 
 # ---------------------------------------------------------------------------------------------

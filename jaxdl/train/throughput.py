@@ -1,0 +1,208 @@
+"""Throughput of a running job: steps/s, examples/s, tokens/s, model FLOP/s and MFU.
+
+Rates are measured on the host between two logged steps, when the loop reads their metrics back
+(it already reads step s-1's metrics while step s runs, so this adds no device sync). Time spent
+evaluating and checkpointing between them is left out, so the rate is the training step's:
+
+  steps/s    = (s_b - s_a) / (t_b - t_a - t_paused)
+  examples/s = steps/s x global batch B;      tokens/s = examples/s x T  (sequence tasks)
+  FLOP/s     = steps/s x F_step;              MFU = FLOP/s / (peak per device x devices)
+
+F_step, the FLOPs of one train step, comes from the model's own formula where there is one, else
+from XLA's cost analysis of the compiled step:
+
+  GPT (PaLM appendix B, as nanoGPT and llm.c count it): F_token = 6 N + 12 L D T, N the
+  parameters touched by matmuls (all but the position table wpe), L layers, D width, T context;
+  F_step = F_token x B x T.
+  XLA: `compiled.cost_analysis()['flops']` of the per-device program x devices. XLA counts the
+  body of a while loop once, whatever its trip count, so a step holding a loop (scanned layers)
+  is reported as not countable rather than undercounted.
+
+The peak is per device and per compute dtype: a known table of dense bf16 matmul peaks for
+accelerators (datasheet numbers, used for bf16/fp16 runs on those), else a large matmul timed
+once per device kind and dtype and cached in `$JAXDL_CACHE_DIR/peak_flops.json` (default
+`~/.cache/jaxdl`), or `train.peak_flops` when given. The log names the source.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import pathlib
+import time
+
+import jax
+import jax.numpy as jnp
+
+log = logging.getLogger("jaxdl")
+
+# Dense bf16 matmul peak per chip (FLOP/s), from the vendors' datasheets.
+PEAK_BF16 = {
+    "TPU v4": 275e12,
+    "TPU v5 lite": 197e12,
+    "TPU v5e": 197e12,
+    "TPU v5p": 459e12,
+    "TPU v6 lite": 918e12,
+    "NVIDIA A100-SXM4-40GB": 312e12,
+    "NVIDIA A100-SXM4-80GB": 312e12,
+    "NVIDIA H100 80GB HBM3": 989e12,
+    "NVIDIA H200": 989e12,
+}
+
+# Side of the square matmul timed as the peak where no table entry applies.
+PEAK_MATMUL_N = {"cpu": 1024, "gpu": 8192, "tpu": 8192}
+
+_PEAKS: dict[str, float] = {}   # this process's measurements, by cache key
+
+
+def measure_peak(n: int, dtype, rounds: int = 3) -> float:
+  """FLOP/s of an n x n x n matmul (2 n^3 FLOPs), the best of `rounds` after one warm-up."""
+  a = jax.random.normal(jax.random.PRNGKey(0), (n, n), dtype)
+  b = jax.random.normal(jax.random.PRNGKey(1), (n, n), dtype)
+  mm = jax.jit(lambda a, b: a @ b)
+  mm(a, b).block_until_ready()
+  best = float("inf")
+  for _ in range(rounds):
+    t = time.perf_counter()
+    mm(a, b).block_until_ready()
+    best = min(best, time.perf_counter() - t)
+  return 2.0 * n ** 3 / best
+
+
+def _cache_path() -> pathlib.Path:
+  root = os.environ.get("JAXDL_CACHE_DIR") or pathlib.Path.home() / ".cache" / "jaxdl"
+  return pathlib.Path(root) / "peak_flops.json"
+
+
+def device_peak(dtype, device=None) -> tuple[float, str]:
+  """(peak FLOP/s of one device in `dtype`, where the number comes from)."""
+  device = device or jax.devices()[0]
+  name = jnp.dtype(dtype).name
+  kind = device.device_kind
+  if name in ("bfloat16", "float16") and kind in PEAK_BF16:
+    return PEAK_BF16[kind], f"datasheet bf16 peak of {kind}"
+  n = PEAK_MATMUL_N.get(device.platform, 4096)
+  key = f"{device.platform}|{kind}|{name}|{n}"
+  path = _cache_path()
+  if key not in _PEAKS:
+    try:
+      _PEAKS.update(json.loads(path.read_text()))
+    except (OSError, ValueError):
+      pass  # no cache yet (or a broken one): measure
+  if key in _PEAKS:
+    return _PEAKS[key], f"{n}^3 {name} matmul on {kind}, measured earlier ({path})"
+  _PEAKS[key] = measure_peak(n, dtype)
+  try:  # a cache that cannot be written costs a re-measurement next run, nothing else
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_PEAKS, indent=1))
+  except OSError as e:
+    log.debug("peak FLOP/s cache %s not written: %s", path, e)
+  return _PEAKS[key], f"{n}^3 {name} matmul on {kind}, measured now"
+
+
+def transformer_flops_per_token(n_matmul_params: int, n_layer: int, d_model: int,
+                                context: int) -> float:
+  """6 N + 12 L D T: forward and backward matmuls over the weights, plus attention's scores and
+  weighted sum (the full T x T, as PaLM counts it, even when causal)."""
+  return 6.0 * n_matmul_params + 12.0 * n_layer * d_model * context
+
+
+def _gpt_flops(model, params, x_shape) -> float:
+  n = sum(int(p.size) for p in jax.tree.leaves(params))
+  if getattr(model, "pos", "") == "learned":
+    n -= model.block_size * model.d_model  # wpe is a lookup, not a matmul
+  batch, context = x_shape[-2], x_shape[-1]
+  tokens = context * batch
+  return tokens * transformer_flops_per_token(n, model.n_layer, model.d_model, context)
+
+
+def count_step_flops(r, train_fn, state, batch) -> tuple[float | None, str]:
+  """(FLOPs of one global train step, or None, and how they were counted).
+
+  Lowers and compiles `train_fn` for (state, batch) before its first call: jit caches the
+  executable, so the first step reuses it and nothing is compiled twice.
+  """
+  if r.config.model.get("name") == "gpt" and r.task.kind == "lm":
+    global_x = (r.config.data.batch_size, batch["x"].shape[-1])
+    return _gpt_flops(r.model, state.params, global_x), "GPT formula 6N + 12LDT per token"
+  if r.strategy.name == "pmap" or not hasattr(train_fn, "lower"):
+    return None, "no FLOP formula for this model and no XLA count under this strategy"
+  compiled = train_fn.lower(state, batch).compile()
+  if " while(" in compiled.as_text():
+    return None, "the step holds a loop (scanned layers?), which XLA's cost analysis counts once"
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  flops = (cost or {}).get("flops", 0.0)
+  if flops <= 0:
+    return None, "XLA's cost analysis reports no FLOPs"
+  return flops * r.strategy.num_global_devices, "XLA cost analysis of the compiled step"
+
+
+class Meter:
+  """Turns the host times of logged steps into throughput metrics.
+
+  `prepare(train_fn, state, batch)` once before the first step (FLOPs and peak), then
+  `tick(step)` at each logged step's read-back returns the rates since the previous one;
+  `with meter.paused():` leaves evaluation and checkpoint time out.
+  """
+
+  def __init__(self, r, enabled: bool = True, log_info: bool = True):
+    self.r, self.count, self.log_info = r, enabled and r.train.count_flops, log_info
+    self.batch = r.config.data.batch_size
+    self.ready = False
+    self.flops_step = self.peak = None
+    self.tokens = 0
+    self.last: tuple[int, float] | None = None
+    self.excluded = 0.0
+
+  def prepare(self, train_fn, state, batch) -> None:
+    self.ready = True
+    if self.r.task.kind == "lm":
+      self.tokens = int(batch["x"].shape[-1])
+    if not self.count:
+      return
+    try:
+      self.flops_step, how = count_step_flops(self.r, train_fn, state, batch)
+    except Exception as e:  # noqa: BLE001 -- a failed count costs the MFU column, not the run
+      self.flops_step, how = None, f"counting failed ({type(e).__name__}: {e})"
+    if self.flops_step is None:
+      if self.log_info:
+        log.info("throughput: no MFU: %s", how)
+      return
+    devices = self.r.strategy.num_global_devices
+    given = self.r.train.peak_flops
+    peak, source = ((given, "train.peak_flops") if given > 0
+                    else device_peak(self.r.policy.compute_dtype))
+    self.peak = peak * devices
+    if self.log_info:
+      log.info("throughput: %.4g FLOPs per step (%s); peak %.4g FLOP/s per device x %d (%s)",
+               self.flops_step, how, peak, devices, source)
+
+  @contextlib.contextmanager
+  def paused(self):
+    t = time.perf_counter()
+    try:
+      yield
+    finally:
+      self.excluded += time.perf_counter() - t
+
+  def tick(self, step: int) -> dict:
+    """Rates since the previous tick ({} at the first one, or after a rewind)."""
+    now = time.perf_counter()
+    last, self.last = self.last, (step, now)
+    excluded, self.excluded = self.excluded, 0.0
+    if last is None or step <= last[0]:
+      return {}
+    seconds = now - last[1] - excluded
+    if seconds <= 0:
+      return {}
+    steps_per_s = (step - last[0]) / seconds
+    out = {"steps_per_s": steps_per_s, "examples_per_s": steps_per_s * self.batch}
+    if self.tokens:
+      out["tokens_per_s"] = out["examples_per_s"] * self.tokens
+    if self.flops_step is not None:
+      out["flops_per_s"] = steps_per_s * self.flops_step
+      out["mfu"] = out["flops_per_s"] / self.peak
+    return out

@@ -1,0 +1,84 @@
+"""Throughput, MFU and profiler traces of a run, through `jaxdl.train.run` and the CLI."""
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from jaxdl import cli
+from jaxdl.config import ConfigError, load_config
+from jaxdl.train import build, run
+from jaxdl.train.writers import read_metrics
+
+PEAK = 1e12   # given, so the test never times a matmul
+GPT = ["model.n_layer=2", "model.d_model=32", "model.n_head=2", "data.batch_size=8",
+       "data.context_length=16", "model.block_size=16", "data.max_eval_windows=8",
+       "train.steps=6", "train.log_every=2", "train.eval_every=0", "train.ckpt_every=0",
+       "train.plot=False", f"train.peak_flops={PEAK}", "train.profile_steps=(3, 4)"]
+
+
+@pytest.fixture(scope="module")
+def gpt_run(tmp_path_factory):
+  workdir = tmp_path_factory.mktemp("gpt")
+  config, _ = load_config("char_gpt", GPT)
+  summary = run(config, workdir, progress=False)
+  return config, workdir, summary
+
+
+def test_rates_and_mfu_follow_from_the_step_rate(gpt_run):
+  config, workdir, _ = gpt_run
+  rates = read_metrics(workdir, "throughput")
+  # Step 1 is logged but has no previous read-back to measure from (and holds the compile).
+  assert [r["step"] for r in rates] == [2, 4, 6]
+  params = build(config).abstract_state().params
+  n = sum(p.size for p in jax.tree.leaves(params)) - 16 * 32   # minus wpe
+  flops_step = 8 * 16 * (6 * n + 12 * 2 * 32 * 16)                   # B T (6N + 12LDT)
+  devices = jax.device_count()
+  for rec in rates:
+    s = rec["steps_per_s"]
+    assert s > 0
+    np.testing.assert_allclose(rec["examples_per_s"], 8 * s, rtol=1e-12)
+    np.testing.assert_allclose(rec["tokens_per_s"], 8 * 16 * s, rtol=1e-12)
+    np.testing.assert_allclose(rec["flops_per_s"], flops_step * s, rtol=1e-12)
+    np.testing.assert_allclose(rec["mfu"], flops_step * s / (PEAK * devices), rtol=1e-12)
+  # Timings stay out of the train records, which resumes compare bit for bit.
+  assert not {"steps_per_s", "mfu"} & set(read_metrics(workdir, "train")[0])
+
+
+def test_profile_window_writes_a_trace(gpt_run):
+  _, workdir, summary = gpt_run
+  assert summary["step"] == 6
+  traces = list((workdir / "profile").rglob("*.xplane.pb"))
+  assert traces and traces[0].stat().st_size > 0
+
+
+def test_bad_profile_windows_are_one_line_errors():
+  for window in ("(5, 20)", "(4, 2)", "(0, 3)"):
+    with pytest.raises(ConfigError, match=r"^train.profile_steps: expected \(start, stop\)"):
+      load_config("moons_mlp", ["train.steps=10", f"train.profile_steps={window}"])
+
+
+def test_cli_profile_flag_and_xla_flop_count(tmp_path, capsys):
+  """moons_mlp has no FLOP formula and no loop in its step: XLA's count covers its matmuls,
+  6 B sum(d_in d_out) for forward and backward, plus elementwise work."""
+  workdir = tmp_path / "w"
+  assert cli.main(["train", "moons_mlp", "--workdir", str(workdir), "--profile",
+                   "--no-progress", "--set", "train.steps=5", "--set", "train.log_every=2",
+                   "--set", "train.plot=False", "--set", "train.peak_flops=1e12",
+                   "--set", "data.batch_size=64"]) == 0
+  config = json.loads((workdir / "config.json").read_text())
+  assert config["train"]["profile_steps"] == [3, 5]
+  assert list((workdir / "profile").rglob("*.xplane.pb"))
+  kernels = [p for p in jax.tree.leaves(build(load_config("moons_mlp")[0]).abstract_state()
+                                        .params) if p.ndim == 2]
+  matmul = 6 * 64 * sum(int(k.shape[0] * k.shape[1]) for k in kernels)
+  for rec in read_metrics(workdir, "throughput"):
+    flops_step = rec["flops_per_s"] / rec["steps_per_s"]
+    assert matmul <= flops_step <= 4 * matmul, (flops_step, matmul)
+  capsys.readouterr()
+  assert cli.main(["train", "moons_mlp", "--workdir", str(tmp_path / "x"),
+                   "--set", "train.profile_steps=(3, 9)", "--set", "train.steps=5"]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "train.profile_steps" in err[0]
+  assert not (tmp_path / "x").exists()
