@@ -1,0 +1,200 @@
+"""Variational autoencoder (Kingma & Welling, 2014): the 'vae' model and the 'vae' task.
+
+Prior p(z) = N(0, I); encoder q(z|x) = N(mu(x), diag exp(logvar(x))); decoder p(x|z), either
+  'gaussian'   N(x; m(z), diag sigma^2), sigma = exp(log_sigma) a learned vector: a density on the
+               continuous data space, comparable with a flow's PF-ODE likelihood in the same space;
+  'bernoulli'  prod_d Bern(x_d; sigmoid(l_d(z))): a likelihood only for binary x (on grey values
+               in [0, 1] it is the usual cross-entropy surrogate, not a normalized density).
+Reparameterization: z = mu + exp(logvar / 2) eps, eps ~ N(0, I) drawn from the step's 'noise'
+stream, so the gradient flows through mu and logvar. The ELBO, in nats per example,
+
+  ELBO(x) = E_q[log p(x|z)] - KL(q(z|x) || p(z)) <= log p(x),
+  KL = 1/2 sum_j (mu_j^2 + exp(logvar_j) - 1 - logvar_j)                 (closed form),
+
+with the gap log p(x) - ELBO = KL(q(z|x) || p(z|x)). Training minimizes (rec + beta KL) / D, per
+data dimension, with rec = -log p(x|z) at one z per example; beta = `gen.beta` (beta-VAE,
+Higgins et al., 2017). Evaluation reports the beta = 1 bound: elbo (nats per example), bpd =
+-ELBO / (D ln 2), kl, rec, and active_units: the latent dims whose posterior mean varies over
+the batch, Var_x(mu_j) > 0.01 (Burda et al., 2016; posterior collapse leaves them at 0).
+Sampling is one decoder call: x = m(z) (gaussian) or sigmoid(l(z)) (bernoulli), z ~ N(0, I).
+
+Shapes: B batch, D data dims (flattened), Z latent dims, H hidden width.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from jaxdl.models import layers, register_model
+from jaxdl.train.tasks import Task, masked_mean, register_task
+
+DECODERS = ("gaussian", "bernoulli")
+_EVAL_KEY = 20260102
+ACTIVE_VAR = 0.01  # Var_x(mu_j) above this counts latent dim j as active (Burda et al., 2016)
+
+
+@register_model("vae")
+class VAE(nn.Module):
+  """MLP encoder and decoder; `__call__(x, eps) -> (log p(x|z)_B, mu_BxZ, logvar_BxZ)`.
+
+  Attributes:
+    data_shape: shape of one example, e.g. (8, 8, 1) or (2,); D = its product.
+    latent: Z, the latent dims.
+    hidden: encoder widths (the decoder mirrors them); () makes both maps affine.
+    decoder: 'gaussian' or 'bernoulli' (module docstring).
+  """
+  data_shape: Sequence[int] = (8, 8, 1)
+  latent: int = 8
+  hidden: Sequence[int] = (256, 256)
+  decoder: str = "gaussian"
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+
+  def __post_init__(self):
+    layers.check_fields(self, sizes=("data_shape", "latent", "hidden"))
+    if self.decoder not in DECODERS:
+      raise ValueError(f"model.decoder: expected one of {DECODERS}, got {self.decoder!r}")
+    super().__post_init__()
+
+  def setup(self):
+    dense = functools.partial(nn.Dense, dtype=self.dtype, param_dtype=self.param_dtype)
+    dims = math.prod(self.data_shape)
+    self.enc = [dense(w) for w in self.hidden]
+    self.enc_out = dense(2 * self.latent)
+    self.dec = [dense(w) for w in reversed(self.hidden)]
+    self.dec_out = dense(dims)
+    if self.decoder == "gaussian":
+      self.log_sigma = self.param("log_sigma", nn.initializers.zeros, (dims,), self.param_dtype)
+
+  def encode(self, x):
+    """(mu_BxZ, logvar_BxZ) of q(z|x)."""
+    h = x.reshape(x.shape[0], -1).astype(self.dtype)
+    for layer in self.enc:
+      h = nn.silu(layer(h))
+    mu_BxZ, logvar_BxZ = jnp.split(self.enc_out(h).astype(jnp.float32), 2, axis=-1)
+    return mu_BxZ, logvar_BxZ
+
+  def decode(self, z_BxZ):
+    """The decoder's output: the mean m(z) (gaussian) or the logits l(z) (bernoulli), (B, D)."""
+    h = z_BxZ.astype(self.dtype)
+    for layer in self.dec:
+      h = nn.silu(layer(h))
+    return self.dec_out(h).astype(jnp.float32)
+
+  def log_px(self, x_BxD, out_BxD):
+    """log p(x|z) per example, summed over the D dims."""
+    if self.decoder == "bernoulli":
+      return jnp.sum(x_BxD * jax.nn.log_sigmoid(out_BxD)
+                     + (1 - x_BxD) * jax.nn.log_sigmoid(-out_BxD), axis=1)
+    log_sigma_D = self.log_sigma.astype(jnp.float32)
+    z2_BxD = ((x_BxD - out_BxD) * jnp.exp(-log_sigma_D)) ** 2
+    return -jnp.sum(0.5 * z2_BxD + log_sigma_D + 0.5 * math.log(2 * math.pi), axis=1)
+
+  def mean(self, z_BxZ):
+    """E[x | z] in data_shape: one decoder call (the sample `jaxdl sample` draws)."""
+    out_BxD = self.decode(z_BxZ)
+    if self.decoder == "bernoulli":
+      out_BxD = jax.nn.sigmoid(out_BxD)
+    return out_BxD.reshape((z_BxZ.shape[0],) + tuple(self.data_shape))
+
+  def __call__(self, x, eps_BxZ=None, *, train: bool):
+    """log p(x|z) at z = mu + exp(logvar / 2) eps (z = mu when eps is None), mu, logvar."""
+    del train  # no dropout or batch statistics
+    mu_BxZ, logvar_BxZ = self.encode(x)
+    z_BxZ = mu_BxZ if eps_BxZ is None else mu_BxZ + jnp.exp(0.5 * logvar_BxZ) * eps_BxZ
+    x_BxD = x.reshape(x.shape[0], -1).astype(jnp.float32)
+    return self.log_px(x_BxD, self.decode(z_BxZ)), mu_BxZ, logvar_BxZ
+
+
+def gaussian_kl(mu_BxZ, logvar_BxZ):
+  """KL(N(mu, diag e^logvar) || N(0, I)) = 1/2 sum_j (mu^2 + e^logvar - 1 - logvar), per row."""
+  return 0.5 * jnp.sum(mu_BxZ**2 + jnp.exp(logvar_BxZ) - 1.0 - logvar_BxZ, axis=1)
+
+
+def active_units(mu_BxZ, mask_B=None):
+  """The number of latent dims j with Var_x(mu_j(x)) > ACTIVE_VAR over the (real) batch rows."""
+  w_B = jnp.ones(mu_BxZ.shape[:1]) if mask_B is None else mask_B.astype(jnp.float32)
+  n = jnp.maximum(jnp.sum(w_B), 1.0)
+  mean_Z = jnp.sum(w_B[:, None] * mu_BxZ, axis=0) / n
+  var_Z = jnp.sum(w_B[:, None] * (mu_BxZ - mean_Z) ** 2, axis=0) / n
+  return jnp.sum(var_Z > ACTIVE_VAR).astype(jnp.float32)
+
+
+# ----------------------------------------------------------------------------- the task
+
+
+@dataclasses.dataclass(frozen=True)
+class VAESettings:
+  """`config.gen` of a 'vae' run: every key, its default and its check."""
+  beta: float = 1.0           # weight of the KL term in training (evaluation reports beta = 1)
+  sample_shape: tuple = (8, 8, 1)  # what `jaxdl sample` draws: model.data_shape
+  eval_num: int = 500         # samples the experiments' post-training check draws
+
+  def __post_init__(self):
+    if not (math.isfinite(self.beta) and self.beta >= 0):
+      raise ValueError(f"gen.beta: must be a finite number >= 0, got {self.beta!r}")
+    if self.eval_num < 1:
+      raise ValueError(f"gen.eval_num: must be >= 1, got {self.eval_num}")
+
+
+def default_vae_config() -> ml_collections.ConfigDict:
+  """`config.gen` of a 'vae' run with every key at its default."""
+  return ml_collections.ConfigDict(dataclasses.asdict(VAESettings()))
+
+
+def parse_vae(config) -> VAESettings:
+  """`config.gen` as checked `VAESettings`: an unknown key is one line naming it."""
+  given = dict(config.get("gen") or {})
+  known = [f.name for f in dataclasses.fields(VAESettings)]
+  for key in given:
+    if key not in known:
+      raise ValueError(f"gen.{key}: unknown key for task 'vae'; expected one of {known}")
+  given["sample_shape"] = tuple(given.get("sample_shape", VAESettings.sample_shape))
+  if tuple(config.model.get("data_shape", ())) != given["sample_shape"]:
+    raise ValueError(f"gen.sample_shape={given['sample_shape']} but model.data_shape="
+                     f"{tuple(config.model.get('data_shape', ()))}; they must agree")
+  return VAESettings(**given)
+
+
+@register_task("vae")
+def vae(config) -> Task:
+  """(rec + beta KL) / D with one reparameterized z per example (module docstring)."""
+  settings = parse_vae(config)
+  latent = int(config.model.get("latent", VAE.latent))
+
+  def loss_fn(apply_fn, params, model_state, batch, rngs, train):
+    x = batch["x"].astype(jnp.float32)
+    key = rngs["noise"] if rngs else jax.random.PRNGKey(_EVAL_KEY)
+    eps_BxZ = jax.random.normal(key, (x.shape[0], latent), jnp.float32)
+    log_px_B, mu_BxZ, logvar_BxZ = apply_fn({"params": params, **model_state}, x, eps_BxZ,
+                                            train=train)
+    kl_B = gaussian_kl(mu_BxZ, logvar_BxZ)
+    dims = math.prod(x.shape[1:])
+    mask_B = batch.get("mask")
+    loss = masked_mean((-log_px_B + settings.beta * kl_B) / dims, batch)
+    elbo = masked_mean(log_px_B - kl_B, batch)
+    metrics = {"elbo": elbo, "bpd": -elbo / (dims * math.log(2.0)),
+               "kl": masked_mean(kl_B, batch), "rec": masked_mean(-log_px_B, batch),
+               "active_units": active_units(mu_BxZ, mask_B)}
+    return loss, (metrics, model_state)
+
+  return Task(loss_fn, kind="generative")
+
+
+def make_run_sampler(config, model):
+  """`sample(variables, rng, num) -> x_num...`: z ~ N(0, I), then one decoder call (the mean)."""
+
+  @functools.partial(jax.jit, static_argnums=2)
+  def sample(variables, rng, num: int):
+    z_BxZ = jax.random.normal(rng, (num, model.latent), jnp.float32)
+    return model.apply(variables, z_BxZ, method=VAE.mean)
+
+  return sample
