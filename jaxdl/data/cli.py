@@ -1,0 +1,84 @@
+"""`jaxdl data`: turn a user's files into prepared ArrayRecord data.
+
+  jaxdl data tokenizer my_texts/ --vocab 4096 --out prepared/   # BPE on the train split
+  jaxdl data prepare my_texts/ --out prepared/ --tokenizer bpe   # -> shards + manifest.json
+  jaxdl data prepare my_images/ --out prepared_images/           # root/<class>/*.png|jpg
+  jaxdl train bpe_gpt --set data.path=prepared/
+
+SRC is a folder of text files, a .parquet file (a text column) or an image folder; the split
+rule and the output are in `jaxdl.data.prepare` and `jaxdl.data.records`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+HELP = "prepare a folder of text files, a Parquet file or an image folder (ArrayRecord)"
+
+
+def _source_args(p) -> None:
+  p.add_argument("src", help="a folder of text files, a .parquet file, or root/<class>/*.png")
+  p.add_argument("--out", required=True, help="the prepared directory")
+  p.add_argument("--pattern", default="*.txt", help="text files to read (default *.txt)")
+  p.add_argument("--column", default="text", help="the text column of a .parquet SRC")
+  p.add_argument("--max-bytes", type=int, default=0, help="read at most this many bytes")
+  p.add_argument("--val-frac", type=float, default=0.1,
+                 help="share of files (rows) held out: crc32(name) / 2^32 < val_frac")
+
+
+def add_arguments(parser) -> None:
+  sub = parser.add_subparsers(dest="data_command", required=True)
+  prep = sub.add_parser("prepare", help="SRC -> ArrayRecord shards + manifest.json")
+  _source_args(prep)
+  prep.add_argument("--tokenizer", default=None,
+                    help="text: bytes | bpe (OUT/tokenizer.json) | a tokenizer.json path "
+                         "(default: bpe when OUT has a tokenizer.json, else bytes)")
+  prep.add_argument("--mode", default="", choices=["", "L", "RGB"],
+                    help="images: convert every image to this mode")
+  prep.add_argument("--shard-size", type=int, default=4096, help="records per shard")
+  tok = sub.add_parser("tokenizer", help="train a byte-level BPE on SRC's train split")
+  _source_args(tok)
+  tok.add_argument("--vocab", type=int, default=4096, help="vocabulary size")
+
+
+def run(args) -> dict:
+  """The command's work; returns the manifest (prepare) or a summary (tokenizer)."""
+  from jaxdl.data import images, prepare  # pylint: disable=g-import-not-at-top
+  if not 0 < args.val_frac < 1:
+    raise ValueError(f"--val-frac: must be in (0, 1), got {args.val_frac}")
+  text = dict(pattern=args.pattern, max_bytes=args.max_bytes, column=args.column,
+              val_frac=args.val_frac)
+  if args.data_command == "tokenizer":
+    tok = prepare.train_tokenizer(args.src, args.out, vocab=args.vocab, **text)
+    return {"tokenizer": os.path.join(args.out, "tokenizer.json"), "vocab_size": tok.vocab_size}
+  if os.path.isdir(args.src) and _is_image_folder(args.src):
+    return images.prepare_images(args.src, args.out, val_frac=args.val_frac, mode=args.mode,
+                                 shard_size=args.shard_size)
+  tokenizer = args.tokenizer or ("bpe" if os.path.isfile(os.path.join(args.out, "tokenizer.json"))
+                                 else "bytes")
+  return prepare.prepare_text(args.src, args.out, tokenizer=tokenizer,
+                              shard_size=args.shard_size, **text)
+
+
+def _is_image_folder(src: str) -> bool:
+  from jaxdl.data.images import SUFFIXES  # pylint: disable=g-import-not-at-top
+  for d in os.listdir(src):
+    sub = os.path.join(src, d)
+    if os.path.isdir(sub) and any(f.lower().endswith(SUFFIXES) for f in os.listdir(sub)):
+      return True
+  return False
+
+
+def main(args) -> int:
+  try:
+    result = run(args)
+  except ValueError as e:
+    print(f"jaxdl: error: {str(e).splitlines()[0]}", file=sys.stderr)
+    return 2
+  if args.data_command == "tokenizer":
+    print(f"tokenizer: {result['vocab_size']} ids -> {result['tokenizer']}")
+    return 0
+  counts = ", ".join(f"{s} {v['count']}" for s, v in result["splits"].items())
+  print(f"prepared {args.out}: {result['kind']} ({counts} examples)")
+  return 0

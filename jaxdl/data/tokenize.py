@@ -1,0 +1,118 @@
+"""Tokenizers for language-model text: raw bytes, or byte-level BPE (Hugging Face `tokenizers`).
+
+Both map text to int32 ids and back, and have an end-of-text id `eot_id` that separates packed
+documents (`jaxdl.data.packing`):
+
+  bytes  id = the UTF-8 byte (0..255); eot_id = 256, so V = 257.
+  bpe    byte-level BPE (GPT-2's scheme): text -> UTF-8 bytes -> merges learned on the training
+         split, most frequent pair first, until V ids; '<|endoftext|>' is a special token that
+         ordinary text never produces. Trained by `train_bpe` (`jaxdl data tokenizer`) or loaded
+         from any `tokenizer.json` that has '<|endoftext|>' (GPT-2's has it, id 50256).
+
+`tokenizer.fingerprint` is the sha256 of the tokenizer's JSON ('bytes' for bytes); prepared data
+records it, so data tokenized by one tokenizer is never read with another.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+from typing import Any, Iterable
+
+import numpy as np
+
+EOT = "<|endoftext|>"
+
+
+@dataclasses.dataclass(frozen=True)
+class Tokenizer:
+  """`encode(text) -> int32 ids`, `decode(ids) -> text`; `hf` is the `tokenizers.Tokenizer`
+  behind a BPE (None for bytes)."""
+  name: str
+  vocab_size: int
+  eot_id: int
+  hf: Any = None
+
+  def encode(self, text: str) -> np.ndarray:
+    return self.encode_batch([text])[0]
+
+  def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+    if self.hf is None:
+      return [np.frombuffer(t.encode("utf-8"), np.uint8).astype(np.int32) for t in texts]
+    return [np.asarray(e.ids, np.int32) for e in self.hf.encode_batch(texts)]
+
+  def decode(self, ids) -> str:
+    """Ids -> text; end-of-text ids are dropped and invalid UTF-8 is replaced."""
+    ids = [int(i) for i in np.asarray(ids).reshape(-1) if int(i) != self.eot_id]
+    if self.hf is None:
+      return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
+    return self.hf.decode(ids, skip_special_tokens=True)
+
+  @property
+  def fingerprint(self) -> str:
+    if self.hf is None:
+      return "bytes"
+    return hashlib.sha256(self.hf.to_str().encode()).hexdigest()
+
+  def save(self, path: str) -> None:
+    if self.hf is None:
+      raise ValueError("the bytes tokenizer has no tokenizer.json to save")
+    self.hf.save(path)
+
+
+def bytes_tokenizer() -> Tokenizer:
+  return Tokenizer("bytes", 257, 256)
+
+
+def _wrap(hf, where: str) -> Tokenizer:
+  eot = hf.token_to_id(EOT)
+  if eot is None:
+    raise ValueError(f"{where}: the tokenizer has no {EOT!r} token (needed to separate "
+                     "packed documents)")
+  return Tokenizer("bpe", int(hf.get_vocab_size()), int(eot), hf)
+
+
+def train_bpe(texts: Iterable[str], vocab_size: int, *, min_frequency: int = 2) -> Tokenizer:
+  """A byte-level BPE with `vocab_size` ids (256 byte symbols + merges + '<|endoftext|>' = id 0),
+  trained on `texts`. Deterministic: the same texts give the same merges."""
+  from tokenizers import Tokenizer as HF  # pylint: disable=g-import-not-at-top
+  from tokenizers import decoders, models, pre_tokenizers, trainers
+  if vocab_size < 257:
+    raise ValueError(f"--vocab: a byte-level BPE needs at least 257 ids (256 bytes + "
+                     f"{EOT}), got {vocab_size}")
+  hf = HF(models.BPE())
+  hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+  hf.decoder = decoders.ByteLevel()
+  trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                special_tokens=[EOT], show_progress=False,
+                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+  hf.train_from_iterator(texts, trainer)
+  return _wrap(hf, "train_bpe")
+
+
+def load_bpe(path: str, key: str = "data.tokenizer") -> Tokenizer:
+  """A tokenizer from a `tokenizer.json` file; one-line ValueError naming `key` otherwise."""
+  from tokenizers import Tokenizer as HF  # pylint: disable=g-import-not-at-top
+  if not os.path.isfile(path):
+    raise ValueError(f"{key}: tokenizer file not found: {path!r}")
+  try:
+    hf = HF.from_file(path)
+  except Exception as e:  # noqa: BLE001 -- tokenizers raises a bare Exception on bad JSON
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    raise ValueError(f"{key}: cannot read {path!r} as a tokenizer.json: {first}") from e
+  return _wrap(hf, f"{key}: {path!r}")
+
+
+def get_tokenizer(spec: str, data_dir: str | None = None, key: str = "data.tokenizer"):
+  """'bytes'; 'bpe' (the tokenizer.json of the prepared data in `data_dir`); or a path."""
+  if spec == "bytes":
+    return bytes_tokenizer()
+  if spec == "bpe":
+    if data_dir is None:
+      raise ValueError(f"{key}: 'bpe' means the tokenizer.json of prepared data; set data.path "
+                       "to a prepared directory, or give the tokenizer.json path itself")
+    return load_bpe(os.path.join(data_dir, "tokenizer.json"), key)
+  if spec.endswith(".json"):
+    return load_bpe(os.path.expanduser(spec), key)
+  raise ValueError(f"{key}: expected 'bytes', 'bpe' or a path to a tokenizer.json, got {spec!r}")
