@@ -1,0 +1,134 @@
+"""Gradient accumulation (train.grad_accum): N microbatches equal one batch, under every strategy,
+with fp16 loss scaling and with BatchNorm; a bad N is one line, exit 2, before anything compiles."""
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import pytest
+
+from jaxdl import cli
+from jaxdl.config import load_config
+from jaxdl.models.mlp import MLP
+from jaxdl.optim import precision
+from jaxdl.train import build, create_train_state, make_task, make_train_step
+from jaxdl.train.accumulate import split_microbatches
+
+STEPS = 3
+BATCH = 64  # 16 rows per device on 4 devices: N = 4 gives 4-row microbatches on every device
+
+
+def _train(strategy: str, grad_accum: int):
+  """STEPS steps of a small moons MLP (AdamW) on the first STEPS batches of the stream."""
+  config, _ = load_config("moons_mlp:plain", [
+      f"parallel.strategy='{strategy}'", f"data.batch_size={BATCH}", f"train.steps={STEPS}",
+      f"train.grad_accum={grad_accum}", "model.hidden=(16,16)", "optim.name='adamw'",
+      "optim.weight_decay=0.01"])
+  r = build(config)
+  state = r.strategy.place_state(r.init_state(r.strategy.state_shardings(r.abstract_state())))
+  step = make_train_step(r.model.apply, r.task.loss_fn, r.tx, r.schedule, r.base_key,
+                         axis_name=r.strategy.axis_name, grad_accum=r.train.grad_accum)
+  train_fn = r.strategy.compile_train(step, state)
+  it, metrics = r.ds.train_iter(), []
+  for _ in range(STEPS):
+    state, m = train_fn(state, r.strategy.shard_batch(next(it)))
+    metrics.append(jax.device_get(r.strategy.first(m)))
+  return metrics, jax.device_get(r.strategy.single_copy(state).params)
+
+
+@pytest.fixture(scope="module")
+def one_batch():
+  """The reference: N = 1 under jit on the 4 devices."""
+  assert jax.device_count() == 4
+  return _train("jit", 1)
+
+
+@pytest.mark.parametrize("strategy", ["jit", "fsdp", "pmap"])
+def test_four_microbatches_equal_one_batch(strategy, one_batch):
+  (m1, params1), (m4, params4) = one_batch, _train(strategy, 4)
+  for a, b in zip(m1, m4):
+    for key in ("loss", "accuracy", "grad_norm"):  # metrics: the mean over the microbatches
+      np.testing.assert_allclose(b[key], a[key], rtol=1e-6, err_msg=key)
+  assert m1[-1]["loss"] < m1[0]["loss"]  # the steps really train
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-7),
+               params1, params4)
+
+
+def _mlp_setup(norm: str, policy: str = "fp32"):
+  model = MLP(hidden=(16,), out=3, norm=norm, dtype=precision.get_policy(policy).compute_dtype)
+  task = make_task(ml_collections.ConfigDict(dict(task="classification", train={})))
+  rng = np.random.default_rng(0)
+  batch = {"x": rng.normal(size=(16, 2)).astype(np.float32),
+           "y": rng.integers(0, 3, size=16).astype(np.int32)}
+  return model, task, batch
+
+
+def _step(model, task, tx, n, **kw):
+  return jax.jit(make_train_step(model.apply, task.loss_fn, tx, optax.constant_schedule(0.1),
+                                 jax.random.PRNGKey(1), grad_accum=n), **kw)
+
+
+def test_batchnorm_statistics_are_per_microbatch():
+  """N = 4 with BatchNorm equals SGD on the mean of the 4 microbatch gradients, each taken with
+  that microbatch's own statistics, the running averages updated once per microbatch in turn."""
+  model, task, batch = _mlp_setup("batch")
+  tx = optax.sgd(0.1)
+  state = create_train_state(model, tx, jax.random.PRNGKey(0), batch["x"])
+  new_state, metrics = _step(model, task, tx, 4)(state, batch)
+
+  def micro_loss(params, stats, micro):
+    logits, updates = model.apply({"params": params, "batch_stats": stats}, micro["x"],
+                                  train=True, mutable=["batch_stats"])
+    nll = optax.softmax_cross_entropy_with_integer_labels(logits, micro["y"]).mean()
+    return nll, updates["batch_stats"]
+
+  grad_fn = jax.jit(jax.value_and_grad(micro_loss, has_aux=True))
+  stats, grads, losses = state.model_state["batch_stats"], [], []
+  for i in range(4):
+    micro = {k: v[i::4] for k, v in batch.items()}  # rows i, i + 4, ... (the strided split)
+    (loss, stats), g = grad_fn(state.params, stats, micro)
+    grads.append(g)
+    losses.append(loss)
+  mean_g = jax.tree.map(lambda *g: sum(g) / 4, *grads)
+  expected = jax.tree.map(lambda p, g: p - 0.1 * g, state.params, mean_g)
+  close = lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+  jax.tree.map(close, new_state.params, expected)
+  jax.tree.map(close, new_state.model_state["batch_stats"], stats)
+  close(metrics["loss"], np.mean(losses))
+  # And the split itself: microbatch i is rows i, i + N, ...
+  np.testing.assert_array_equal(split_microbatches(batch, 4)["x"][1], batch["x"][1::4])
+
+
+def test_fp16_loss_scaling_with_accumulation():
+  """fp16 at N = 4 follows N = 1 (to fp16 compute precision), and an overflowing scale skips
+  the step (params kept, S halved) exactly as without accumulation."""
+  model, task, batch = _mlp_setup("none", "fp16")
+  tx = optax.sgd(0.1)
+  scale = precision.DynamicLossScale.create(2.0**10)
+  state = create_train_state(model, tx, jax.random.PRNGKey(0), batch["x"], loss_scale=scale)
+  step4 = _step(model, task, tx, 4)
+  (s1, m1), (s4, m4) = _step(model, task, tx, 1)(state, batch), step4(state, batch)
+  assert float(m1["grads_finite"]) == float(m4["grads_finite"]) == 1.0
+  np.testing.assert_allclose(m4["loss"], m1["loss"], rtol=2e-3)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(b, a, rtol=2e-3, atol=1e-4),
+               s1.params, s4.params)
+  huge = state.replace(loss_scale=precision.DynamicLossScale.create(2.0**100))  # S = inf-ish
+  skipped, m = step4(huge, batch)
+  assert float(m["grads_finite"]) == 0.0
+  jax.tree.map(np.testing.assert_array_equal, skipped.params, state.params)
+  assert float(skipped.loss_scale.scale) == float(jnp.float32(2.0**99))
+
+
+@pytest.mark.parametrize("value,expected", [
+    (3, "train.grad_accum: 3 does not divide the per-device batch 250"),
+    (0, "train.grad_accum: must be >= 1, got 0")])
+def test_bad_grad_accum_is_one_line_exit_2(value, expected, tmp_path, capsys):
+  workdir = tmp_path / "run"
+  argv = ["train", "moons_mlp:smoke", "--set", f"train.grad_accum={value}", "--workdir",
+          str(workdir), "--no-progress"]
+  capsys.readouterr()
+  assert cli.main(argv) == 2
+  lines = capsys.readouterr().err.strip().splitlines()
+  assert len(lines) == 1 and expected in lines[0], lines
+  assert not workdir.exists()
