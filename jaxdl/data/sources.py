@@ -12,7 +12,8 @@ Datasets:
   moons     sklearn make_moons: train = the exact draw (n, noise, random_state=data_seed),
             eval = an independent draw with random_state data_seed + 1.        kind 'binary'
   digits    sklearn load_digits, x = pixels / 16 in [0, 1] (or 2 x - 1 in [-1, 1] with
-            scale 'symmetric'), stratified 80/20 split, random_state 0.       kind 'classification'
+            scale 'symmetric'), stratified 80/20 split, random_state 0 (n_train: the first n
+            training rows only); `augment` ops on the training stream.        kind 'classification'
   toy2d     2-D generative targets (moons, 8gaussians, checkerboard, swissroll), independent
             samples (toy moons are not make_moons' stratified draw), each mapped by a fixed
             affine so every coordinate has mean ~0 and std ~1.                 kind 'generative'
@@ -32,6 +33,7 @@ import zlib
 
 import numpy as np
 
+from jaxdl.data.augment import augment_setting
 from jaxdl.data.schema import (NONNEG, OPEN_UNIT, POSITIVE, DataSource, Source, Split, one_of,
                                register_source, setting)
 
@@ -98,9 +100,12 @@ def digits_split() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 @dataclasses.dataclass(frozen=True)
 class Digits(DataSource):
   scale: str = setting("unit", one_of("unit", "symmetric"))  # x in [0, 1] or [-1, 1]
+  n_train: int | None = setting(None, POSITIVE)  # None: all 1437; n: the split's first n rows
+  augment: tuple = augment_setting()             # training ops (jaxdl.data.augment)
 
   def build(self) -> Source:
     x_tr, y_tr, x_te, y_te = digits_split()
+    x_tr, y_tr = x_tr[:self.n_train], y_tr[:self.n_train]  # the split is already shuffled
 
     def prep(x_Nx8x8, y_N):
       x = (x_Nx8x8 / 16.0).astype(np.float32)[..., None]
