@@ -220,6 +220,20 @@ def test_bad_inputs_are_one_line_errors(files, tmp_path):
   # data.mode converts: the mixed folder reads as grey images.
   assert make("image_folder", path=str(tmp_path / "mixed"), mode="L", eval_frac=0.5,
               batch_size=1).info["input_shape"] == (5, 4, 1)
+  # A resumed run whose prepared data changed refuses, naming the change.
+  state = make("arrayrecord", path=str(files / "prep"), context_length=12,
+               batch_size=4).train_iter().get_state()
+  changed = tmp_path / "changed"
+  changed.mkdir()
+  for name, text in _docs().items():
+    (changed / name).write_text(text.replace("line 0", "line zero"))
+  prepare.prepare_text(str(changed), str(tmp_path / "changed_prep"),
+                       tokenizer=str(files / "prep" / "tokenizer.json"))
+  it = make("arrayrecord", path=str(tmp_path / "changed_prep"), context_length=12,
+            batch_size=4).train_iter()
+  with pytest.raises(ValueError, match=r"^data iterator state: saved data_checksum=\w+ but this "
+                                       r"pipeline has data_checksum=\w+; the saved step"):
+    it.set_state(state)
   # Through the CLI: exit 2, one line, and no output directory is left behind.
   assert cli.main(["data", "prepare", str(tmp_path / "latin1"), "--out",
                    str(tmp_path / "out")]) == 2

@@ -9,6 +9,8 @@ ones, so shuffling, per-process sharding and the checkpointed iterator position 
                records are decoded to x = pixels / 255, float32 (H, W, C).
   parquet      a .parquet file, or a folder of them (the split's files: <split>*.parquet or
                <split>/*.parquet).
+  stdlib_bpe   the `text` source's standard-library files prepared with a BPE trained by jaxdl
+               (once, into a cache directory): what `experiments/bpe_gpt.py` trains on.
   hf_disk      a `datasets` folder written by `save_to_disk` (a Dataset, or a DatasetDict with one
                folder per split), read with pyarrow from its arrow files; `datasets` is not needed.
 Tables give language-model text (kind 'lm': `columns` names the text column, each row one
@@ -21,10 +23,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
+import sysconfig
 
 import numpy as np
 
-from jaxdl.data import packing, records
+from jaxdl.data import packing, prepare, records
 from jaxdl.data.prepare import import_pyarrow
 from jaxdl.data.schema import (NONNEG, OPEN_UNIT, POSITIVE, DataSource, Source, Split, one_of,
                                register_source, setting)
@@ -68,8 +72,11 @@ class ArrayRecord(TextWindows):
   path: str = ""
 
   def build(self) -> Source:
-    directory = os.path.expanduser(self.path)
-    manifest = records.read_manifest(self.path)
+    return self.build_from(self.path)
+
+  def build_from(self, path: str) -> Source:
+    directory = os.path.expanduser(path)
+    manifest = records.read_manifest(path)
     readers = {s: records.RecordReader(directory, manifest["splits"][s], manifest["fields"])
                for s in ("train", "val")}
     if manifest["kind"] == "classification":
@@ -93,9 +100,44 @@ class ArrayRecord(TextWindows):
     tok = get_tokenizer(self.tokenizer or entry["name"], directory)
     if tok.fingerprint != entry["sha256"]:
       raise ValueError(f"data.tokenizer: {self.tokenizer or entry['name']!r} is not the "
-                       f"tokenizer {self.path!r} was prepared with (sha256 {tok.fingerprint[:12]}"
+                       f"tokenizer {directory!r} was prepared with (sha256 {tok.fingerprint[:12]}"
                        f" vs the manifest's {entry['sha256'][:12]})")
     return tok
+
+
+def cache_dir() -> str:
+  """Where built-in corpora are prepared once: $JAXDL_CACHE, else ~/.cache/jaxdl."""
+  return os.path.expanduser(os.environ.get("JAXDL_CACHE") or "~/.cache/jaxdl")
+
+
+@register_source("stdlib_bpe")
+@dataclasses.dataclass(frozen=True)
+class StdlibBPE(ArrayRecord):
+  """The `text` source's files and split (the standard library's .py files, crc32 of the path
+  against val_frac) prepared to ArrayRecord with a byte-level BPE of `vocab` ids trained on the
+  train split; prepared on first use into `path` (default: under `cache_dir()`)."""
+  vocab: int = setting(4096, POSITIVE)
+  max_bytes: int = setting(2_000_000, POSITIVE)
+  val_frac: float = setting(0.1, OPEN_UNIT)
+
+  def directory(self) -> str:
+    return os.path.expanduser(self.path) or os.path.join(
+        cache_dir(), f"stdlib-{self.max_bytes}-{self.val_frac}-bpe{self.vocab}")
+
+  def build(self) -> Source:
+    path = self.directory()
+    if not os.path.isfile(os.path.join(path, records.MANIFEST)):
+      # Written aside and renamed into place, so a concurrent or killed run never sees half.
+      tmp = f"{path}.tmp-{os.getpid()}"
+      root = sysconfig.get_paths()["stdlib"]
+      text = dict(pattern="*.py", max_bytes=self.max_bytes, val_frac=self.val_frac)
+      prepare.train_tokenizer(root, tmp, vocab=self.vocab, **text)
+      prepare.prepare_text(root, tmp, tokenizer="bpe", **text)
+      try:
+        os.rename(tmp, path)
+      except OSError:  # another process got there first: its data is the same
+        shutil.rmtree(tmp, ignore_errors=True)
+    return self.build_from(path)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -123,6 +123,8 @@ def prepare_text(src: str, out_dir: str, *, tokenizer: str = "bytes", pattern: s
     if not texts:
       raise ValueError(f"--val-frac: {val_frac} leaves the {split} split of {src!r} empty")
   os.makedirs(out_dir, exist_ok=True)  # only once the input has been read and checked
+  if tok.hf is not None and not os.path.isfile(os.path.join(out_dir, "tokenizer.json")):
+    tok.save(os.path.join(out_dir, "tokenizer.json"))  # the data carries its tokenizer
   dtype = "uint16" if tok.vocab_size <= 2**16 else "int32"
   fields = {"tokens": {"shape": [-1], "dtype": dtype}}
   splits = {}
