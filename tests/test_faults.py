@@ -14,6 +14,7 @@ import pathlib
 import shutil
 import socket
 import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -190,3 +191,60 @@ def test_leftover_tmp_checkpoint_is_removed(base, tmp_path, caplog):
   ckpt.close()
   assert not tmp.exists() and ckpt.all_steps() == [EVERY, STEPS]
   assert len(_warnings(caplog, "unfinished checkpoint save")) == 1
+
+
+def test_an_experiment_with_its_own_loop_is_locked_too(tmp_path, capsys):
+  """The optimizer toys run their own loop (`run(config, workdir)`), not the training loop; a
+  live run's lock refuses them as well, and they release the lock they take."""
+  workdir = tmp_path / "toy"
+  workdir.mkdir()
+  holder = subprocess.Popen(["sleep", "60"])
+  try:
+    (workdir / ".lock").write_text(json.dumps(
+        {"host": socket.gethostname(), "pid": holder.pid, "started": "2025-01-02T03:04:05"}))
+    assert cli.main(["train", "sgd_vs_momentum", "--workdir", str(workdir)]) == 2
+    assert "is in use by" in capsys.readouterr().err
+    assert sorted(os.listdir(workdir)) == [".lock"]  # nothing written
+  finally:
+    holder.kill()
+    holder.wait()
+  (workdir / ".lock").unlink()
+  assert cli.main(["train", "sgd_vs_momentum", "--workdir", str(workdir)]) == 0
+  assert (workdir / "results.json").exists() and not (workdir / ".lock").exists()
+
+
+def test_two_cli_processes_on_one_workdir_one_trains_the_other_is_refused(tmp_path):
+  """Two `jaxdl train` processes started together on one workdir: exactly one takes the lock
+  and trains to the end; the other exits 2 naming it, and the workdir holds one run."""
+  workdir = tmp_path / "w"
+  cmd = [sys.executable, "-m", "jaxdl", "train", "moons_mlp", "--workdir", str(workdir),
+         "--no-progress", "--set", "train.plot=False", "--set", "train.ckpt_every=50",
+         "--set", "train.steps=100"]  # long enough that the two runs overlap
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+  procs = [subprocess.Popen([*cmd, "--set", f"seed={seed}"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True) for seed in (1, 2)]
+  outs = [(p.wait(timeout=300), *p.communicate()) for p in procs]
+  assert sorted(rc for rc, _, _ in outs) == [0, 2], outs
+  (_, _, refused_err), = [o for o in outs if o[0] == 2]
+  assert "is in use by" in refused_err and "Traceback" not in refused_err, refused_err
+  (winner_out, ), = [(o[1],) for o in outs if o[0] == 0]
+  seed = json.loads((workdir / "config.json").read_text())["seed"]
+  assert json.loads(winner_out)["workdir"] == str(workdir) and seed in (1, 2)
+  steps = [r["step"] for r in map(json.loads, (workdir / "metrics.jsonl").read_text().splitlines())
+           if r["split"] == "train"]
+  assert steps == sorted(set(steps))  # one run's records, no duplicates
+  assert not (workdir / ".lock").exists()
+
+
+def test_closed_event_loop_noise_from_failed_saves_is_dropped_and_nothing_else():
+  """After a failed checkpoint write orbax closes its event loop while tensorstore completes
+  the other writes; their callbacks' "Event loop is closed" reaches sys.unraisablehook as a bare
+  traceback each. The CLI's hook drops exactly those and passes anything else on."""
+  import types
+  seen = []
+  hook = cli._QuietClosedLoop(seen.append)
+  noise = types.SimpleNamespace(exc_value=RuntimeError("Event loop is closed"))
+  other = types.SimpleNamespace(exc_value=RuntimeError("something else"))
+  hook(noise)
+  hook(other)
+  assert seen == [other]

@@ -149,8 +149,9 @@ def _acquire(workdir: pathlib.Path) -> bool:
   raise _locked_error(workdir, _holder(workdir / LOCK) or {})
 
 
-def _read_config(workdir: pathlib.Path) -> dict | None:
-  path = workdir / "config.json"
+def read_config(workdir) -> dict | None:
+  """The workdir's config.json, or None if it has none."""
+  path = pathlib.Path(workdir) / "config.json"
   return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -169,7 +170,7 @@ def lock(workdir, expect_config: dict | None = None):
     return
   created = _acquire(workdir)
   try:
-    if _read_config(workdir) != expect_config:
+    if read_config(workdir) != expect_config:
       raise WorkdirError(f"workdir {workdir}: another run wrote it while this one was starting; "
                          f"run again")
     yield
