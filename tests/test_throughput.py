@@ -1,6 +1,8 @@
-"""Throughput, MFU and profiler traces of a run, through `jaxdl.train.run` and the CLI."""
+"""Throughput, MFU, profiler traces and watched health signals of a run, through
+`jaxdl.train.run` and the CLI (the watch maths on their own are in test_watch.py)."""
 
 import json
+import pathlib
 
 import jax
 import numpy as np
@@ -9,13 +11,15 @@ import pytest
 from jaxdl import cli
 from jaxdl.config import ConfigError, load_config
 from jaxdl.train import build, run
+from jaxdl.train.checkpoint import load_state
 from jaxdl.train.writers import read_metrics
 
 PEAK = 1e12   # given, so the test never times a matmul
 GPT = ["model.n_layer=2", "model.d_model=32", "model.n_head=2", "data.batch_size=8",
        "data.context_length=16", "model.block_size=16", "data.max_eval_windows=8",
        "train.steps=6", "train.log_every=2", "train.eval_every=0", "train.ckpt_every=0",
-       "train.plot=False", f"train.peak_flops={PEAK}", "train.profile_steps=(3, 4)"]
+       "train.plot=False", f"train.peak_flops={PEAK}", "train.profile_steps=(3, 4)",
+       "train.watch='detailed'", "train.watch_every=2"]
 
 
 @pytest.fixture(scope="module")
@@ -53,27 +57,70 @@ def test_profile_window_writes_a_trace(gpt_run):
   assert traces and traces[0].stat().st_size > 0
 
 
+def test_detailed_watch_records_agree_with_the_saved_state_and_grad_norm(gpt_run):
+  _, workdir, _ = gpt_run
+  records = {r["step"]: r for r in read_metrics(workdir, "watch")}
+  assert sorted(records) == [2, 4, 6]
+  # The norms of step 6 are those of the final state, read back from its checkpoint.
+  _, state = load_state(workdir)
+  for i in range(2):
+    expected = np.sqrt(sum(np.sum(np.square(np.asarray(x[i], np.float64)))
+                           for x in jax.tree.leaves(state["params"]["h"])))
+    np.testing.assert_allclose(records[6][f"param_norm/h/{i}"], expected, rtol=1e-5)
+  train = {r["step"]: r for r in read_metrics(workdir, "train")}
+  for step, rec in records.items():
+    # The groups partition the parameters: their grad norms make up the global one.
+    by_group = np.sqrt(sum(v ** 2 for k, v in rec.items() if k.startswith("grad_norm/")))
+    np.testing.assert_allclose(by_group, train[step]["grad_norm"], rtol=1e-4)
+    assert {"attn_max_logit/h/0", "attn_max_logit/h/1", "logit_max", "logit_std"} <= set(rec)
+    values = [v for k, v in rec.items() if k not in ("step", "split")]
+    assert np.all(np.isfinite(values)) and rec["logit_std"] > 0
+
+
 def test_bad_profile_windows_are_one_line_errors():
   for window in ("(5, 20)", "(4, 2)", "(0, 3)"):
     with pytest.raises(ConfigError, match=r"^train.profile_steps: expected \(start, stop\)"):
       load_config("moons_mlp", ["train.steps=10", f"train.profile_steps={window}"])
 
 
-def test_cli_profile_flag_and_xla_flop_count(tmp_path, capsys):
+EXPERIMENT_WITH_HOOKS = """
+import json
+from moons_mlp import get_config
+from jaxdl.train import Hook
+
+class Seen(Hook):
+  def on_step_end(self, step, metrics):
+    with open("seen.jsonl", "a") as f:  # in the test's working directory
+      f.write(json.dumps({"step": step, **metrics}) + "\\n")
+
+def hooks(config):
+  return [Seen()]
+"""
+
+
+def test_cli_profile_flag_experiment_hooks_and_xla_flop_count(tmp_path, capsys, monkeypatch):
   """moons_mlp has no FLOP formula and no loop in its step: XLA's count covers its matmuls,
-  6 B sum(d_in d_out) for forward and backward, plus elementwise work."""
+  6 B sum(d_in d_out) for forward and backward, plus elementwise work. The experiment file's
+  `hooks(config)` sees each logged step's metrics with the throughput."""
+  monkeypatch.syspath_prepend(str(pathlib.Path(__file__).parent.parent / "experiments"))
+  monkeypatch.chdir(tmp_path)
+  (tmp_path / "moons_hooked.py").write_text(EXPERIMENT_WITH_HOOKS)
   workdir = tmp_path / "w"
-  assert cli.main(["train", "moons_mlp", "--workdir", str(workdir), "--profile",
-                   "--no-progress", "--set", "train.steps=5", "--set", "train.log_every=2",
-                   "--set", "train.plot=False", "--set", "train.peak_flops=1e12",
-                   "--set", "data.batch_size=64"]) == 0
+  assert cli.main(["train", str(tmp_path / "moons_hooked.py"), "--workdir", str(workdir),
+                   "--profile", "--no-progress", "--set", "train.steps=5",
+                   "--set", "train.log_every=2", "--set", "train.plot=False",
+                   "--set", "train.peak_flops=1e12", "--set", "data.batch_size=64"]) == 0
+  seen = [json.loads(line) for line in (tmp_path / "seen.jsonl").read_text().splitlines()]
+  rates = read_metrics(workdir, "throughput")
+  assert [r["step"] for r in seen] == [1, 2, 4, 5] and [r["step"] for r in rates] == [2, 4, 5]
+  assert [r["mfu"] for r in seen[1:]] == [r["mfu"] for r in rates]
   config = json.loads((workdir / "config.json").read_text())
   assert config["train"]["profile_steps"] == [3, 5]
   assert list((workdir / "profile").rglob("*.xplane.pb"))
   kernels = [p for p in jax.tree.leaves(build(load_config("moons_mlp")[0]).abstract_state()
                                         .params) if p.ndim == 2]
   matmul = 6 * 64 * sum(int(k.shape[0] * k.shape[1]) for k in kernels)
-  for rec in read_metrics(workdir, "throughput"):
+  for rec in rates:
     flops_step = rec["flops_per_s"] / rec["steps_per_s"]
     assert matmul <= flops_step <= 4 * matmul, (flops_step, matmul)
   capsys.readouterr()

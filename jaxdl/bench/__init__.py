@@ -9,6 +9,8 @@ be shared and noisy; absolute numbers are printed but only ratios are judged):
   compile     train-step compile seconds at 2, 8, 24 layers, scanned vs unrolled (scan at 24
               within 1.5x of 2).
   loop        `jaxdl.train.run` steps/s vs a bare loop over the same jitted step (<= 5%).
+  watch       the health signals' cost per step at one watched step in 100, cheap (<= 5%)
+              and detailed (<= 10%), vs the plain step (`jaxdl.bench.engine.bench_watch`).
   checkpoint  time an async save blocks the loop vs a synchronous save (<= 20%).
   sampler     lax-loop sampler vs a Python loop over a jitted step, 100 steps, batch 256 (same
               samples, >= 3x); time linear in the number of steps.
@@ -120,6 +122,21 @@ def _loop(ctx):
                      r[f"lag{lag}_bare_steps_per_s"] / r["bare_steps_per_s"], "", None,
                      "steps/s"))
   return r, rows
+
+
+@register_bench("watch")
+def _watch(ctx):
+  from jaxdl.bench import engine
+  r = engine.bench_watch()
+  k = r["every"]
+  return r, [
+      _row("watch", f"step with train.watch='cheap' every {k} vs plain step (per step)",
+           r["step_s"]["plain"] * (1 + r["cheap_overhead"]), r["step_s"]["plain"],
+           1 + r["cheap_overhead"], "overhead <= 5%", r["cheap_overhead"] <= 0.05, "s"),
+      _row("watch", f"step with train.watch='detailed' every {k} vs plain step (per step)",
+           r["step_s"]["plain"] * (1 + r["detailed_overhead"]), r["step_s"]["plain"],
+           1 + r["detailed_overhead"], "overhead <= 10%", r["detailed_overhead"] <= 0.10,
+           "s")]
 
 
 @register_bench("checkpoint")

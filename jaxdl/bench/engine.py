@@ -4,6 +4,8 @@
               fixed batch: overhead = 1 - loop / bare (data, sharding, metrics reads, logging).
               The loop's rate is taken between the dispatch times of its steps k0 and n (after
               compilation, before the final eval and checkpoint).
+  watch       the health signals (`jaxdl.train.watch`) per step at one watched step in K, vs
+              the plain step: the cond branch, the watched step's norms, the detailed probe.
   checkpoint  seconds the caller is blocked by an async save vs the whole synchronous save of
               the same state (orbax, through `jaxdl.train.checkpoint.Checkpointer`).
   data        training batches/s of the grain pipeline vs the train step's steps/s.
@@ -240,3 +242,43 @@ def bench_sampler(steps: int = 100, batch: int = 256, hidden: int = 256, depth: 
   a, b, worst = linear_fit(list(line), list(line.values()))
   return {**out, "lax_cpu_s_by_steps": line, "fit_intercept_s": a, "fit_per_step_s": b,
           "fit_max_rel_residual": worst}
+
+
+# ---------------------------------------------------------------------------------------------
+# Health signals.
+
+def bench_watch(every: int = 100, steps: int = 4, rounds: int = 5) -> dict:
+  """Cost of `train.watch` at one watched step in `every`, on the loop bench's shrunk char_gpt.
+
+  Timed in alternation: the plain step (a), the step with the health vector on an unwatched
+  step (c: the `lax.cond`'s branch and the vector's read-back) and on a watched one (b), and
+  the detailed probe's forward (d). Per step, watching every K steps costs
+    cheap:    ((K - 1) (c - a) + (b - a)) / (K a)        detailed: the same + d / (K a)
+  """
+  from jaxdl.bench.gpt import runner
+  from jaxdl.config import load_config
+  from jaxdl.train import build, step as jstep, watch
+  config, _ = load_config("char_gpt", [*LOOP_OVERRIDES, "train.steps=100"])
+  r = build(config)
+  state = r.init_state()
+  batch = {k: jnp.asarray(v) for k, v in
+           next(r.ds.train_iter(process_index=0, process_count=1)).items()}
+
+  def train_step(health):
+    fn = jstep.make_train_step(r.model.apply, r.task.loss_fn, r.tx, r.schedule, r.base_key,
+                               watch=health)
+    return jax.jit(fn, donate_argnums=0)
+
+  never = watch.make_health(state.params, r.model, 10 ** 9)[1]   # step + 1 never divisible
+  always = watch.make_health(state.params, r.model, 1)[1]
+  probe = jax.jit(watch.make_probe(r.model, r.task))
+  runs = {name: runner(jax.tree.map(jnp.copy, state), fn, batch) for name, fn in (
+      ("plain", train_step(None)), ("unwatched", train_step(never)),
+      ("watched", train_step(always)), ("probe", lambda s, b: (s, probe(s, b))))}
+  for run in runs.values():
+    run(1)  # compile
+  t = {k: v["wall"] for k, v in interleaved(runs, steps=steps, rounds=rounds).items()}
+  cheap = ((every - 1) * (t["unwatched"] - t["plain"]) + t["watched"] - t["plain"]) / (
+      every * t["plain"])
+  return {"every": every, "step_s": t, "cheap_overhead": cheap,
+          "detailed_overhead": cheap + t["probe"] / (every * t["plain"])}

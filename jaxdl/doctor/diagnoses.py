@@ -15,6 +15,10 @@ Rules (L_s train loss at step s, E_s eval loss; thresholds are stated where used
   val_below_train E < 0.9 L at every eval in the second half of the run
   eval_mode       at every eval, from the first on: accuracy < train accuracy - 0.15 (without
                   accuracies: E > 2 L and E - L > 0.1 L_first)
+  attn_logits     from the 'watch' records (train.watch='detailed'): the largest attention
+                  logit a_s (max over layers) exceeds 50 and 5 x its first watched value; named
+                  at the first such step, so it can come before a spike it leads to (a gap of
+                  50 between logits makes softmax one-hot to e^-50: its gradient vanishes)
 """
 
 from __future__ import annotations
@@ -70,6 +74,12 @@ SYMPTOMS: dict[str, Symptom] = {
         "validation loss below training loss",
         "dropout or augmentation act only in training; the validation set is easier",
         "evaluate the training set in eval mode and compare"),
+    "attn_logits": Symptom(
+        "attention logits growing",
+        "learning rate too high for the attention weights; q and k growing without a norm "
+        "(no qk-norm), so softmax saturates and its gradient vanishes, then the loss spikes",
+        "qk-norm (model.qk_norm=True); a lower peak learning rate or longer warmup; z-loss; "
+        "softmax in fp32"),
     "eval_mode": Symptom(
         "good in training, bad in evaluation",
         "eval mode forgotten (BatchNorm on batch statistics or dropout still on); different "
@@ -130,9 +140,9 @@ def _near(records: list[dict], step: int, key: str, window: int = 3) -> float | 
 
 
 def diagnose_history(train: list[dict], evals: list[dict] = (), *, ln_k: float | None = None,
-                     events: list[dict] = ()) -> list[Diagnosis]:
+                     events: list[dict] = (), watch: list[dict] = ()) -> list[Diagnosis]:
   """Symptoms visible in a run's metrics history (rules in the module docstring)."""
-  out: list[Diagnosis] = []
+  out: list[Diagnosis] = _diagnose_watch(watch)
   train = sorted(train, key=lambda r: r["step"])
   evals = sorted(evals, key=lambda r: r["step"])
   bad = [r for r in train if not _finite(r.get("loss")) or
@@ -167,6 +177,23 @@ def diagnose_history(train: list[dict], evals: list[dict] = (), *, ln_k: float |
   if evals:
     out += _diagnose_eval(train, evals)
   return out
+
+
+def _diagnose_watch(watch: list[dict]) -> list[Diagnosis]:
+  """The attn_logits rule over the watch records (the health signals of `jaxdl.train.watch`)."""
+  series = []   # (step, the largest attention logit over the layers)
+  for r in sorted(watch, key=lambda r: r["step"]):
+    logits = [v for k, v in r.items() if k.startswith("attn_max_logit/") and _finite(v)]
+    if logits:
+      series.append((r["step"], max(logits)))
+  if not series:
+    return []
+  first = series[0][1]
+  for step, a in series:
+    if a > 50.0 and a > 5.0 * max(first, 1e-3):
+      return [Diagnosis("attn_logits", f"largest attention logit {a:.3g} at step {step}, "
+                        f"{first:.3g} at step {series[0][0]}", step)]
+  return []
 
 
 def _diagnose_eval(train: list[dict], evals: list[dict]) -> list[Diagnosis]:
@@ -216,4 +243,5 @@ def diagnose_workdir(workdir, ln_k: float | None = None) -> list[Diagnosis]:
   train = [r for r in records if r.get("split") == "train"]
   evals = [r for r in records if r.get("split") == "eval"]
   events = [r for r in records if "event" in r]
-  return diagnose_history(train, evals, ln_k=ln_k, events=events)
+  watch = [r for r in records if r.get("split") == "watch"]
+  return diagnose_history(train, evals, ln_k=ln_k, events=events, watch=watch)

@@ -5,13 +5,16 @@
   before_training(run)        after every piece is built, before the workdir is touched; raise
                               to refuse the run (nothing is written)
   on_step_end(step, metrics)  host-side train metrics of each logged step (already read back,
-                              so a hook adds no device sync)
+                              so a hook adds no device sync), with the throughput since the
+                              previous logged step (steps_per_s, ..., mfu) when measured
   on_eval(step, metrics)      the eval metrics of each evaluation
   on_checkpoint(step)         after the checkpoint of `step` was handed to the checkpointer
   on_train_end(summary)       once, with the summary `run` returns
 
 A hook subclasses `Hook` and overrides what it needs. The engine never imports the packages that
-provide hooks: the dependency points from them to it.
+provide hooks: the dependency points from them to it. User scripts pass hooks to `run`; an
+experiment file passes its own by defining `hooks(config) -> list[Hook]` (`jaxdl train` adds
+them after the doctor's).
 """
 
 from __future__ import annotations

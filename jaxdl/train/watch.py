@@ -1,0 +1,169 @@
+"""Health signals of a running job (`train.watch`, every `train.watch_every` = K steps).
+
+The course's debugging table names what to look at around a loss spike: per-layer gradient
+norms, the size of the Adam update relative to the weights, the largest attention logit and the
+output logits. For each parameter group g (a top-level module; each layer of a scanned stack
+'h' is its own group), on steps s with s % K == 0:
+
+  cheap     param_norm/g   = ||theta_g||_2           (after the update)
+            grad_norm/g    = ||grad_g||_2            (before clipping)
+            update_ratio/g = ||theta_g' - theta_g||_2 / ||theta_g||_2   (the applied update)
+  detailed  the above, and one extra forward pass on that step's batch (eval mode) with the
+            'watch' collection mutable: attn_max_logit/<layer> = max over b, h, t, s of
+            q_t . k_s / sqrt(d_head) where the mask allows (sown by the attention module only
+            when 'watch' is mutable, so the train step never computes it), and the output
+            logits' logit_max = max z and logit_std = std z.
+
+The cheap signals are computed inside the train step under `lax.cond(s % K == 0)` and returned
+as one vector (one array to read back, not one per group), so an unwatched step adds a branch
+and nothing else. Records go to the 'watch' split of metrics.jsonl and TensorBoard.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+log = logging.getLogger("jaxdl")
+
+STACKED = "h"          # the scanned transformer stack (`jaxdl.models.transformer.apply_blocks`)
+COLLECTION = "watch"   # what the attention module sows into, only when it is mutable
+PROBED_TASKS = ("classification", "binary", "lm")
+
+
+def _stacked_layers(model) -> int:
+  return int(getattr(model, "n_layer", 0)) if getattr(model, "scan_layers", False) else 0
+
+
+def group_names(params, n_stacked: int) -> list[str]:
+  """The parameter groups, in the order `group_sq_norms` returns them."""
+  names = []
+  for key in sorted(params):  # sorted, as jit flattens dicts: names and values line up
+    if key == STACKED and n_stacked:
+      names += [f"{key}/{i}" for i in range(n_stacked)]
+    else:
+      names.append(str(key))
+  return names
+
+
+def group_sq_norms(tree, n_stacked: int) -> jax.Array:
+  """sum of x^2 over each group's leaves, as one float32 vector (per layer for the stack)."""
+  out = []
+  for key in sorted(tree):
+    leaves = [jnp.asarray(x, jnp.float32) for x in jax.tree.leaves(tree[key])]
+    if key == STACKED and n_stacked:
+      out.append(sum(jnp.sum(x * x, axis=tuple(range(1, x.ndim))) for x in leaves))
+    else:
+      out.append(jnp.reshape(sum(jnp.sum(x * x) for x in leaves), (1,)))
+  return jnp.concatenate(out)
+
+
+def make_health(params, model, every: int) -> tuple[list[str], Callable]:
+  """(names, health(step, params, grads, new_params) -> vector) for the train step.
+
+  `step` is the state's step before the update, so update s + 1 is watched when
+  (s + 1) % every == 0; other steps return zeros without computing anything.
+  """
+  n = _stacked_layers(model)
+  groups = group_names(params, n)
+  names = ([f"param_norm/{g}" for g in groups] + [f"grad_norm/{g}" for g in groups] +
+           [f"update_ratio/{g}" for g in groups])
+
+  def compute(params, grads, new_params):
+    p = jnp.sqrt(group_sq_norms(new_params, n))
+    g = jnp.sqrt(group_sq_norms(grads, n))
+    delta = jax.tree.map(lambda a, b: jnp.asarray(a, jnp.float32) - b, new_params, params)
+    u = jnp.sqrt(group_sq_norms(delta, n)) / jnp.maximum(jnp.sqrt(group_sq_norms(params, n)),
+                                                         1e-30)
+    return jnp.concatenate([p, g, u])
+
+  def health(step, params, grads, new_params):
+    return jax.lax.cond((step + 1) % every == 0, compute,
+                        lambda *_: jnp.zeros(len(names), jnp.float32), params, grads,
+                        new_params)
+
+  return names, health
+
+
+def _sown(tree, prefix: str = "") -> list[tuple[str, jax.Array]]:
+  """(name, max over the leaf's non-layer axes) for each sown value; a stacked leaf of shape
+  (L, ...) (sown inside the scanned stack) gives one entry per layer."""
+  out = []
+  for key, value in tree.items():
+    name = f"{prefix}{key}"
+    if isinstance(value, dict):
+      out += _sown(value, name + "/")
+      continue
+    for leaf in jax.tree.leaves(value):  # flax sows a tuple of values
+      if leaf.ndim >= 1:
+        flat = leaf.reshape(leaf.shape[0], -1).max(axis=1)
+        out += [(f"{name}/{i}", flat[i]) for i in range(leaf.shape[0])]
+      else:
+        out.append((name, leaf))
+  return out
+
+
+def make_probe(model, task) -> Callable:
+  """`probe(state, batch) -> {name: scalar}`: one eval-mode forward with 'watch' mutable."""
+
+  def probe(state, batch):
+    variables = {"params": state.params, **state.model_state}
+    logits, sown = model.apply(variables, task.init_input(batch), train=False,
+                               mutable=[COLLECTION])
+    logits = jnp.asarray(logits, jnp.float32)
+    out = {"logit_max": jnp.max(logits), "logit_std": jnp.std(logits)}
+    for name, value in _sown(sown.get(COLLECTION, {})):
+      # 'h/attn/attn_max_logit/3' (scanned) or 'h_3/attn/attn_max_logit' -> 'h/3', 'h_3'
+      layer = name.replace("/attn/attn_max_logit", "").replace("attn_max_logit", "attn")
+      out[f"attn_max_logit/{layer}"] = value
+    return out
+
+  return probe
+
+
+class Watcher:
+  """The loop's side: which steps are watched, the probe, and the records they make."""
+
+  def __init__(self, r, abstract_state):
+    self.mode, self.every = r.train.watch, r.train.watch_every
+    self.names: list[str] = []
+    self.health = None
+    self.probe = self.probe_fn = None
+    self.pending: dict[int, dict] = {}
+    if self.mode == "off":
+      return
+    self.names, self.health = make_health(abstract_state.params, r.model, self.every)
+    if self.mode == "detailed":
+      if r.task.kind in PROBED_TASKS:
+        self.probe = make_probe(r.model, r.task)
+      else:
+        log.info("train.watch='detailed': no logit probe for task kind %r; cheap signals only",
+                 r.task.kind)
+
+  def compile(self, strategy, state) -> None:
+    if self.probe is not None:
+      self.probe_fn = strategy.compile_eval(self.probe, state)
+
+  def watched(self, step: int) -> bool:
+    return self.health is not None and step % self.every == 0
+
+  def after_dispatch(self, step: int, state, batch) -> None:
+    """Dispatches the probe on a watched step's updated state (read back with its metrics)."""
+    if self.probe_fn is not None and self.watched(step):
+      self.pending[step] = self.probe_fn(state, batch)
+
+  def take(self, step: int, host_metrics: dict, first: Callable) -> dict | None:
+    """Pops the health vector from a step's host metrics; the watch record of a watched step."""
+    vector = host_metrics.pop("watch", None)
+    probed = self.pending.pop(step, None)
+    if vector is None or not self.watched(step):
+      return None
+    record = dict(zip(self.names, np.asarray(vector, np.float64).tolist()))
+    if probed is not None:
+      probed = jax.device_get(first(probed))
+      record.update({k: float(v) for k, v in probed.items()})
+    return record

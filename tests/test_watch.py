@@ -1,0 +1,80 @@
+"""Health signals (`jaxdl.train.watch`): their maths against numpy, the largest attention logit
+against an explicit loop, the doctor's rule on them, and the settings' errors. A watched run
+end to end is checked in test_throughput.py (it shares that file's GPT run)."""
+
+import math
+from types import SimpleNamespace
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxdl.config import ConfigError, load_config
+from jaxdl.doctor import diagnose_history
+from jaxdl.models.attention import max_attention_logit
+from jaxdl.train import watch
+
+
+def test_health_vector_is_per_group_and_per_layer_norms_on_watched_steps_only():
+  rng = np.random.default_rng(0)
+  tree = lambda: {"wte": {"embedding": rng.normal(size=(5, 3))},  # noqa: E731
+                  "h": {"k": rng.normal(size=(2, 3, 3)), "b": rng.normal(size=(2, 3))},
+                  "ln_f": {"scale": rng.normal(size=(3,))}}
+  params, grads, new = tree(), tree(), tree()
+  model = SimpleNamespace(n_layer=2, scan_layers=True)
+  names, health = watch.make_health(params, model, every=4)
+  fn = jax.jit(health)
+  vec = dict(zip(names, np.asarray(fn(jnp.int32(3), params, grads, new))))   # update 4
+  norm = lambda *xs: math.sqrt(sum(float(np.sum(np.square(x))) for x in xs))  # noqa: E731
+  for i in range(2):
+    layer = lambda t: (t["h"]["k"][i], t["h"]["b"][i])  # noqa: E731
+    np.testing.assert_allclose(vec[f"param_norm/h/{i}"], norm(*layer(new)), rtol=1e-6)
+    np.testing.assert_allclose(vec[f"grad_norm/h/{i}"], norm(*layer(grads)), rtol=1e-6)
+    delta = [a - b for a, b in zip(layer(new), layer(params))]
+    np.testing.assert_allclose(vec[f"update_ratio/h/{i}"], norm(*delta) / norm(*layer(params)),
+                               rtol=1e-5)
+  np.testing.assert_allclose(vec["grad_norm/wte"], norm(grads["wte"]["embedding"]), rtol=1e-6)
+  assert len(names) == 3 * 4   # wte, h/0, h/1, ln_f
+  assert not np.any(np.asarray(fn(jnp.int32(4), params, grads, new)))     # update 5: skipped
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_max_attention_logit_matches_an_explicit_loop(causal):
+  rng = np.random.default_rng(1)
+  q, k = rng.normal(size=(2, 5, 3, 4)), rng.normal(size=(2, 5, 3, 4))
+  mask = rng.random((2, 1, 5, 5)) > 0.3
+  mask[..., 0] = True   # every query sees something
+  best = -np.inf
+  for b, t, s, h in np.ndindex(2, 5, 5, 3):
+    if mask[b, 0, t, s] and (s <= t or not causal):
+      best = max(best, float(q[b, t, h] @ k[b, s, h]) / 2.0)  # sqrt(d_head = 4)
+  got = max_attention_logit(jnp.asarray(q), jnp.asarray(k), jnp.asarray(mask), causal=causal)
+  np.testing.assert_allclose(float(got), best, rtol=1e-5)
+
+
+def _history(logits, spike_at):
+  """Watch records every 5 steps with the given largest logits; the loss spikes at spike_at."""
+  train = [{"step": s, "loss": 20.0 if s == spike_at else 3.0 - 0.001 * s}
+           for s in range(1, 5 * len(logits) + 1)]
+  watched = [{"step": 5 * (i + 1), "split": "watch", "attn_max_logit/h/0": a,
+              "attn_max_logit/h/1": a / 2} for i, a in enumerate(logits)]
+  return train, watched
+
+
+def test_doctor_names_growing_attention_logits_before_the_loss_spike():
+  # The numbers of a planted run: char_gpt shrunk, lr 0.03 constant, no qk-norm (layer 0's
+  # largest logit 2.3 at step 5 -> 77.6 at step 20 -> 1226 at 150; with qk-norm <= 10.4).
+  train, watched = _history([2.3, 12.7, 45.8, 77.6, 68.8, 98.4, 210.2, 252.6], spike_at=38)
+  found = {d.symptom: d for d in diagnose_history(train, watch=watched)}
+  assert found["attn_logits"].step == 20 < found["spike"].step == 38
+  assert "77.6" in found["attn_logits"].evidence
+  train, watched = _history([4.2, 4.6, 4.7, 5.0, 5.9, 6.5, 6.4, 6.9], spike_at=38)
+  assert "attn_logits" not in {d.symptom for d in diagnose_history(train, watch=watched)}
+
+
+def test_watch_settings_are_checked():
+  for override, expected in (("train.watch_every=0", r"^train.watch_every: must be > 0"),
+                             ("train.watch='loud'", r"^train.watch: expected one of 'off'")):
+    with pytest.raises(ConfigError, match=expected):
+      load_config("moons_mlp", [override])
