@@ -248,3 +248,35 @@ def test_closed_event_loop_noise_from_failed_saves_is_dropped_and_nothing_else()
   hook(noise)
   hook(other)
   assert seen == [other]
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+  """A 300 KiB tmpfs (needs root and mount rights; skipped elsewhere, where the patched-write
+  test in test_durability.py stands in)."""
+  mnt = tmp_path / "disk"
+  mnt.mkdir()
+  r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", str(mnt)],
+                     capture_output=True)
+  if r.returncode != 0:
+    pytest.skip("cannot mount a tmpfs here")
+  yield mnt
+  subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_a_real_full_disk_is_one_line_and_the_run_resumes_once_space_is_freed(small_tmpfs):
+  workdir = small_tmpfs / "w"
+  cmd = [sys.executable, "-m", "jaxdl", "train", "moons_mlp", "--workdir", str(workdir),
+         "--no-progress", "--set", "train.steps=20", "--set", "train.ckpt_every=1",
+         "--set", "train.keep_ckpts=20", "--set", "train.plot=False"]
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+  full = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+  err = [line for line in full.stderr.splitlines() if line.strip()]
+  assert full.returncode == 1 and len(err) == 1, full.stderr[-3000:]
+  assert "no space left on device" in err[0] and str(workdir) in err[0]
+  kept, _ = load_state(workdir)
+  assert kept >= 1  # the last good checkpoint survived the failed save
+  subprocess.run(["mount", "-o", "remount,size=64m", str(small_tmpfs)], check=True)
+  done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert json.loads(done.stdout)["step"] == 20 and load_state(workdir)[0] == 20
