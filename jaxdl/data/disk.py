@@ -71,6 +71,9 @@ class ArrayRecord(TextWindows):
   """A prepared directory of ArrayRecord shards (module docstring)."""
   path: str = ""
 
+  def directory(self) -> str:
+    return os.path.expanduser(self.path)
+
   def build(self) -> Source:
     return self.build_from(self.path)
 
