@@ -112,3 +112,25 @@ def test_bad_vae_settings_are_one_line_errors_naming_the_key(linear_vae):
     assert "\n" not in str(e.value)
   with pytest.raises(ValueError, match="model.decoder: expected one of"):
     jmodels.build_model(ml_collections.ConfigDict(dict(name="vae", decoder="laplace")))
+
+
+@pytest.mark.slow
+def test_vae_digits_smoke_trains_on_the_engine_and_samples_in_one_call(tmp_path, capsys):
+  from jaxdl import cli
+  from jaxdl.config import load_config
+  from jaxdl.train import run
+  config, _ = load_config("vae_digits:smoke", ["train.plot=False", "train.steps=4",
+                                               "train.eval_every=4", "train.ckpt_every=4"])
+  summary = run(config, tmp_path, progress=False)
+  ev = summary["eval"]
+  assert summary["step"] == 4 and ev["elbo"] < 0 and ev["kl"] > 0
+  np.testing.assert_allclose(ev["elbo"], -(ev["rec"] + ev["kl"]), rtol=1e-5)
+  np.testing.assert_allclose(ev["bpd"], -ev["elbo"] / (64 * np.log(2)), rtol=1e-5)
+  assert 0 <= ev["active_units"] <= config.model.latent
+  out = tmp_path / "x.npy"
+  assert cli.main(["sample", str(tmp_path), "--num", "8", "--out", str(out)]) == 0
+  assert np.load(out).shape == (8, 8, 8, 1)
+  capsys.readouterr()
+  assert cli.main(["sample", str(tmp_path), "--guidance", "2", "--out", str(out)]) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.startswith("jaxdl: error: --guidance") and "\n" not in err

@@ -50,11 +50,14 @@ class VAE(nn.Module):
     latent: Z, the latent dims.
     hidden: encoder widths (the decoder mirrors them); () makes both maps affine.
     decoder: 'gaussian' or 'bernoulli' (module docstring).
+    sigma_min: the gaussian sigma is max(exp(log_sigma), sigma_min): a pixel that is constant in
+      the data (a digit's corners) would otherwise drive its sigma, and log p(x|z), to infinity.
   """
   data_shape: Sequence[int] = (8, 8, 1)
   latent: int = 8
   hidden: Sequence[int] = (256, 256)
   decoder: str = "gaussian"
+  sigma_min: float = 1e-2  # floor of the gaussian decoder's sigma (pixels that never vary)
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
 
@@ -62,6 +65,8 @@ class VAE(nn.Module):
     layers.check_fields(self, sizes=("data_shape", "latent", "hidden"))
     if self.decoder not in DECODERS:
       raise ValueError(f"model.decoder: expected one of {DECODERS}, got {self.decoder!r}")
+    if not self.sigma_min > 0:
+      raise ValueError(f"model.sigma_min: must be > 0, got {self.sigma_min!r}")
     super().__post_init__()
 
   def setup(self):
@@ -94,7 +99,7 @@ class VAE(nn.Module):
     if self.decoder == "bernoulli":
       return jnp.sum(x_BxD * jax.nn.log_sigmoid(out_BxD)
                      + (1 - x_BxD) * jax.nn.log_sigmoid(-out_BxD), axis=1)
-    log_sigma_D = self.log_sigma.astype(jnp.float32)
+    log_sigma_D = jnp.maximum(self.log_sigma.astype(jnp.float32), math.log(self.sigma_min))
     z2_BxD = ((x_BxD - out_BxD) * jnp.exp(-log_sigma_D)) ** 2
     return -jnp.sum(0.5 * z2_BxD + log_sigma_D + 0.5 * math.log(2 * math.pi), axis=1)
 

@@ -1,0 +1,96 @@
+"""VAE on 8x8 digits: ELBO in bits per dimension, active latent units, one-call samples judged.
+
+Run:
+  jaxdl train experiments/vae_digits.py               # workdir runs/vae_digits
+  jaxdl train vae_digits:smoke                        # a few steps, for tests
+  jaxdl sample runs/vae_digits --num 64 --out vae.png # one decoder call per sample
+
+Setup: sklearn digits scaled to [-1, 1] (the training split); an MLP encoder (256, 256) to a
+16-dim Gaussian q(z|x) and a mirrored decoder to a Gaussian p(x|z) with a learned sigma per
+pixel (floored at 0.01); loss (rec + KL) / 64 with one reparameterized z per example; AdamW 1e-3
+warmup-cosine, batch 128, 4,000 steps. After training, `after_training` trains the judge (the
+digits_cnn experiment into <workdir>/classifier, reused when present; the smoke config skips it),
+draws `gen.eval_num` samples (z ~ N(0, I), the decoder's mean) and reports the fraction the judge
+labels with confidence >= 0.9, the class histogram, and the test split's ELBO.
+
+Expected: all 16 latent units active (no posterior collapse at beta = 1); the test ELBO is a
+bound on a density over the continuous pixel space [-1, 1]^64, so it can be positive (in nats):
+the never-varying corner pixels each add up to -log(0.01 sqrt(2 pi)) = 3.7 nats at the sigma
+floor. Issue 17's target, >= 80% of samples labelled with confidence >= 0.9, is NOT met.
+Measured at the default config (one run, seed 0, 500 samples): test ELBO +4.85 nats per image
+(-0.109 bits per dimension), KL 18.6 nats, 16 of 16 units active; 70.6% of the samples labelled
+with confidence >= 0.9, classes 0-9 drawn 32/61/36/45/56/39/41/41/83/66 times (blurry decoder
+means drift towards 8 and 9).
+"""
+
+import json
+import pathlib
+
+from _digits import train_classifier
+from jaxdl.config import base_config, parse_arg
+from jaxdl.data import default_data_config
+from jaxdl.generative.vae import default_vae_config
+from jaxdl.optim import default_optim_config
+
+CONFIDENCE = 0.9
+
+
+def get_config(arg=None):
+  smoke = parse_arg(arg, smoke=False).smoke
+  c = base_config()
+  c.name = "vae_digits"
+  c.description = "VAE on digits: ELBO bits/dim, active units, one-call samples judged by a CNN"
+  c.task = "vae"
+  c.data = default_data_config("digits")
+  c.data.scale = "symmetric"
+  c.data.batch_size = 128
+  c.model = dict(name="vae", data_shape=(8, 8, 1), latent=16, hidden=(256, 256),
+                 decoder="gaussian", sigma_min=0.01)
+  c.gen = default_vae_config()
+  c.gen.sample_shape = (8, 8, 1)
+  c.gen.eval_num = 500
+  c.optim = default_optim_config()
+  c.optim.name = "adamw"
+  c.optim.lr = 1e-3
+  c.optim.weight_decay = 0.0
+  c.optim.schedule.name = "warmup_cosine"
+  c.train.steps = 4000
+  c.train.eval_every = 1000
+  c.train.log_every = 100
+  c.train.ckpt_every = 1000
+  if smoke:
+    c.model.hidden = (32,)
+    c.model.latent = 4
+    c.gen.eval_num = 20
+    c.train.steps = 20
+    c.train.eval_every = 10
+    c.train.ckpt_every = 10
+  return c
+
+
+def judge_samples(x_Nx8x8x1, classifier_dir) -> dict:
+  """The digits_cnn run in `classifier_dir` on samples in [-1, 1]: the fraction whose top class
+  has probability >= CONFIDENCE, and how many samples each class gets."""
+  import jax
+  import numpy as np
+  from jaxdl.generative import evaluation
+  config, model, variables, _ = evaluation.load_run(classifier_dir)
+  x = (np.clip(np.asarray(x_Nx8x8x1), -1, 1) + 1) / 2  # the classifier's 'unit' scale
+  shape = tuple(config.model.get("image_shape", (8, 8, 1)))
+  probs_NxK = np.asarray(jax.nn.softmax(model.apply(variables, x.reshape((-1,) + shape),
+                                                    train=False)))
+  return {"confident_fraction": float(np.mean(probs_NxK.max(1) >= CONFIDENCE)),
+          "class_counts": np.bincount(probs_NxK.argmax(1), minlength=10).tolist()}
+
+
+def after_training(config, workdir, summary):
+  """Samples the final checkpoint (one decoder call) and judges it; writes generative_eval.json."""
+  import jax
+  from jaxdl.generative import evaluation, vae
+  _, model, variables, step = evaluation.load_run(workdir)
+  x = vae.make_run_sampler(config, model)(variables, jax.random.PRNGKey(0), config.gen.eval_num)
+  out = {"step": int(step), "eval": {k: v for k, v in (summary or {}).get("eval", {}).items()}}
+  if config.train.steps >= 1000:  # the smoke run skips training the judge
+    out.update(judge_samples(x, train_classifier(workdir)))
+  pathlib.Path(workdir, "generative_eval.json").write_text(json.dumps(out, indent=2))
+  return {"generative": out}
