@@ -39,7 +39,7 @@ import ml_collections
 from jaxdl.data.pipeline import Dataset, EvalBatches, TrainIterator
 from jaxdl.data.schema import (NONNEG, OPEN_UNIT, POSITIVE, SOURCES, DataSource, Source, Split,
                                default_data_config, one_of, parse_data, register_source, setting)
-from jaxdl.data import graphs  # noqa: F401  (registers the graph datasets)
+from jaxdl.data import digit_strings, graphs  # noqa: F401  (register generated datasets)
 from jaxdl.data.sources import KINDS, TOY2D, arrays_source, decode, digits_split, sample_toy2d
 
 __all__ = ["make_dataset", "default_data_config", "parse_data", "register_source", "SOURCES",
