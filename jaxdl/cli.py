@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
 # Commands provided by other packages: each module defines HELP, add_arguments(parser), main(args).
 _EXTENSIONS = {"sample": "jaxdl.generative.cli", "doctor": "jaxdl.doctor",
                "reproduce": "jaxdl.course.reproduce", "bench": "jaxdl.bench",
-               "data": "jaxdl.data.cli"}
+               "data": "jaxdl.data.cli", "plot": "jaxdl.train.plots"}
 
 
 # Packages whose tasks and models register on import; an experiment file may name them without

@@ -10,6 +10,7 @@ import pytest
 
 from jaxdl import cli
 from jaxdl.config import ConfigError, load_config
+from jaxdl.optim import find_ema
 from jaxdl.train import build, run
 from jaxdl.train.checkpoint import load_state
 from jaxdl.train.writers import read_metrics
@@ -87,6 +88,7 @@ EXPERIMENT_WITH_HOOKS = """
 import json
 from moons_mlp import get_config
 from jaxdl.train import Hook
+from jaxdl.train.trackers import Tracker, register_tracker
 
 class Seen(Hook):
   def on_step_end(self, step, metrics):
@@ -95,13 +97,24 @@ class Seen(Hook):
 
 def hooks(config):
   return [Seen()]
+
+@register_tracker("seen")
+class SeenTracker(Tracker):
+  def log(self, step, split, metrics):
+    with open("tracked.jsonl", "a") as f:
+      f.write(json.dumps({"step": step, "split": split}) + "\\n")
+
+  def finish(self, summary):
+    with open("tracked.jsonl", "a") as f:
+      f.write(json.dumps({"summary_step": summary["step"]}) + "\\n")
 """
 
 
-def test_cli_profile_flag_experiment_hooks_and_xla_flop_count(tmp_path, capsys, monkeypatch):
+def test_cli_profile_hooks_xla_flops_and_ema_eval(tmp_path, capsys, monkeypatch):
   """moons_mlp has no FLOP formula and no loop in its step: XLA's count covers its matmuls,
   6 B sum(d_in d_out) for forward and backward, plus elementwise work. The experiment file's
-  `hooks(config)` sees each logged step's metrics with the throughput."""
+  `hooks(config)` sees each logged step's metrics with the throughput. With train.eval_ema the
+  average is evaluated too, and is what the summary reports."""
   monkeypatch.syspath_prepend(str(pathlib.Path(__file__).parent.parent / "experiments"))
   monkeypatch.chdir(tmp_path)
   (tmp_path / "moons_hooked.py").write_text(EXPERIMENT_WITH_HOOKS)
@@ -109,7 +122,12 @@ def test_cli_profile_flag_experiment_hooks_and_xla_flop_count(tmp_path, capsys, 
   assert cli.main(["train", str(tmp_path / "moons_hooked.py"), "--workdir", str(workdir),
                    "--profile", "--no-progress", "--set", "train.steps=5",
                    "--set", "train.log_every=2", "--set", "train.plot=False",
-                   "--set", "train.peak_flops=1e12", "--set", "data.batch_size=64"]) == 0
+                   "--set", "train.peak_flops=1e12", "--set", "data.batch_size=64",
+                   "--set", "optim.ema_decay=0.5", "--set", "train.eval_ema=True",
+                   "--set", "train.loggers=('tensorboard', 'seen')"]) == 0
+  tracked = [json.loads(line) for line in (tmp_path / "tracked.jsonl").read_text().splitlines()]
+  assert {r.get("split") for r in tracked[:-1]} == {"train", "throughput", "eval", "eval_ema"}
+  assert tracked[-1] == {"summary_step": 5}
   seen = [json.loads(line) for line in (tmp_path / "seen.jsonl").read_text().splitlines()]
   rates = read_metrics(workdir, "throughput")
   assert [r["step"] for r in seen] == [1, 2, 4, 5] and [r["step"] for r in rates] == [2, 4, 5]
@@ -123,7 +141,26 @@ def test_cli_profile_flag_experiment_hooks_and_xla_flop_count(tmp_path, capsys, 
   for rec in rates:
     flops_step = rec["flops_per_s"] / rec["steps_per_s"]
     assert matmul <= flops_step <= 4 * matmul, (flops_step, matmul)
+  # eval_ema/ is the loss of the saved average, computed here from the checkpoint.
+  _, saved = load_state(workdir)
+  r = build(load_config("moons_mlp", ["data.batch_size=64"])[0])
+  losses = [(float(r.task.loss_fn(r.model.apply, find_ema(saved["opt_state"]),
+                                  saved["model_state"], batch, {}, False)[0]), len(batch["y"]))
+            for batch in r.ds.eval_batches()]
+  ema_loss = sum(loss * n for loss, n in losses) / sum(n for _, n in losses)
+  (averaged,), (plain,) = read_metrics(workdir, "eval_ema"), read_metrics(workdir, "eval")
+  np.testing.assert_allclose(averaged["loss"], ema_loss, rtol=1e-5)
+  assert abs(plain["loss"] - averaged["loss"]) > 1e-4
+  assert json.loads((workdir / "summary.json").read_text())["eval"]["loss"] == averaged["loss"]
   capsys.readouterr()
+  for override, error in (("train.eval_ema=True", "train.eval_ema: the run keeps no parameter "
+                           "average"),
+                          ("train.loggers=('tensorboard', 'nope')",
+                           "train.loggers: unknown logger 'nope'")):
+    assert cli.main(["train", "moons_mlp", "--workdir", str(tmp_path / "x"), "--set",
+                     override]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and error in err[0]
   assert cli.main(["train", "moons_mlp", "--workdir", str(tmp_path / "x"),
                    "--set", "train.profile_steps=(3, 9)", "--set", "train.steps=5"]) == 2
   err = capsys.readouterr().err.strip().splitlines()

@@ -27,7 +27,8 @@ log = logging.getLogger("jaxdl")
 RESUMABLE_KEYS = ("train.steps", "train.eval_every", "train.log_every", "train.ckpt_every",
                   "train.keep_ckpts", "train.patience", "train.plot", "train.async_checkpoint",
                   "train.count_flops", "train.peak_flops", "train.profile_steps",
-                  "train.watch", "train.watch_every",
+                  "train.watch", "train.watch_every", "train.eval_ema",
+                  "train.loggers",
                   "optim.schedule.warmup_steps",  # checked by value: see check_run_length
                   "parallel.strategy", "parallel.devices", "parallel.fsdp", "parallel.expert",
                   "description")
