@@ -1,0 +1,51 @@
+"""The packed BPE text pipeline against the train step it feeds (`jaxdl bench --only data_bpe`).
+
+bpe_gpt's data, as `experiments/bpe_gpt.py` trains on it: the standard library prepared to
+ArrayRecord with a 4096-token BPE (`stdlib_bpe`, prepared once under the cache directory),
+64-token windows of packed documents with segment ids, batch 32, read through the grain pipeline
+(records fetched per window, segment and position ids computed per batch). The train step is
+bpe_gpt's model (d 128, 4 layers, 4 heads, vocab 4096) on one of those batches, segment mask
+included. Ratio = pipeline batches/s over train steps/s: >= 1 means the step never waits.
+
+A PyTorch DataLoader doing the same work is compared only where torch is importable; it is not
+a jaxdl dependency, and without it the comparison is reported as skipped.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+
+import jax.numpy as jnp
+
+from jaxdl import data as jdata
+from jaxdl.bench import gpt
+from jaxdl.config import base_config
+
+SETUP = gpt.GPTSetup("bpe_gpt", batch=32, context=64, vocab=4096, d_model=128, n_layer=4,
+                     n_head=4, dtype="float32", peak_n=1024, scan_unroll=4)
+
+
+def bpe_dataset(setup: gpt.GPTSetup = SETUP):
+  config = base_config()
+  config.data = jdata.default_data_config("stdlib_bpe")
+  config.data.update(vocab=setup.vocab, context_length=setup.context, batch_size=setup.batch,
+                     segment_ids=True)
+  return jdata.make_dataset(config)
+
+
+def bench_packed_bpe(n: int = 40, setup: gpt.GPTSetup = SETUP) -> dict:
+  """{'batches_per_s', 'steps_per_s', 'ratio', 'torch'} for bpe_gpt's pipeline and step."""
+  it = bpe_dataset(setup).train_iter()
+  batch = next(it)
+  start = time.perf_counter()
+  for _ in range(n):
+    next(it)
+  batches_per_s = n / (time.perf_counter() - start)
+  state, step = gpt.jaxdl_step(setup)
+  run = gpt.runner(state, step, {k: jnp.asarray(v) for k, v in batch.items()})
+  run(1)  # compiles
+  step_s = gpt.interleaved({"step": run}, steps=5, rounds=2)["step"]["wall"]
+  torch = "available" if importlib.util.find_spec("torch") else "not installed: skipped"
+  return {"batches_per_s": batches_per_s, "steps_per_s": 1.0 / step_s,
+          "ratio": batches_per_s * step_s, "batches": n, "torch": torch}
