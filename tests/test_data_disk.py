@@ -192,7 +192,16 @@ def _bad_cases(files, tmp):
   manifest = json.loads((unchecked / "manifest.json").read_text())
   del manifest["checksum"][shard.name]
   (unchecked / "manifest.json").write_text(json.dumps(manifest))
+  empty = tmp / "empty"
+  empty.mkdir()
+  for f in os.listdir(prep):
+    (empty / f).write_bytes((prep / f).read_bytes())
+  manifest = json.loads((empty / "manifest.json").read_text())
+  manifest["splits"]["val"]["count"] = 0
+  (empty / "manifest.json").write_text(json.dumps(manifest))
   return [
+      ("empty", lambda: make("arrayrecord", path=str(empty)),
+       r"^data.path: '.*empty': the manifest's val split is empty$"),
       ("missing", lambda: make("arrayrecord", path=str(tmp / "nope")),
        r"^data.path: directory not found: '.*nope'$"),
       ("not prepared", lambda: make("arrayrecord", path=str(tmp)),
