@@ -243,6 +243,16 @@ def test_bad_inputs_are_one_line_errors(files, tmp_path):
   with pytest.raises(ValueError, match=r"^data iterator state: saved data_checksum=\w+ but this "
                                        r"pipeline has data_checksum=\w+; the saved step"):
     it.set_state(state)
+  # pyarrow is the optional extra 'data': without it, one line naming how to install it.
+  import sys
+  saved = {k: sys.modules.pop(k) for k in list(sys.modules) if k.split(".")[0] == "pyarrow"}
+  sys.modules["pyarrow"] = None  # makes `import pyarrow` raise ImportError
+  try:
+    with pytest.raises(ValueError, match=r"needs pyarrow: pip install jaxdl\[data\]$"):
+      make("parquet", path=str(tmp_path / "latin1" / "a.txt"))
+  finally:
+    del sys.modules["pyarrow"]
+    sys.modules.update(saved)
   # Through the CLI: exit 2, one line, and no output directory is left behind.
   assert cli.main(["data", "prepare", str(tmp_path / "latin1"), "--out",
                    str(tmp_path / "out")]) == 2
