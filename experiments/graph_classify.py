@@ -9,8 +9,10 @@ Setup: `cycles_trees` data, 1,000 train / 400 eval graphs of 6..12 nodes with co
 features: a uniform random tree (class 0) or that tree plus one edge (class 1: exactly one
 cycle). GNN 3 layers of width 32, Adam lr 3e-3, batch 64, 600 steps.
 
-Expected (measured, seed 0): eval/accuracy {gin} for GIN + sum readout and {gcn} for GCN + mean
-readout (chance 0.5).
+Expected (measured, seed 0): eval/accuracy 0.925 (eval loss 0.245) for GIN + sum readout; GCN
++ mean readout stays at chance, 0.500 (loss 0.694), at steps 200, 400 and 600. A cycle adds one
+edge, which sum aggregation and a sum readout can count (the point of GIN, Xu et al., 2019); why
+the degree-normalized mean learns nothing here in 600 steps was not investigated further.
 """
 
 from jaxdl.config import base_config, parse_arg

@@ -10,8 +10,9 @@ train loss sees only the labels of member 0 (Mr. Hi) and member 33 (the officer)
 scores the other 32 members. GNN 34 -> 16 -> 16 (ReLU) -> 2 logits per node, Adam lr 0.01,
 weight decay 5e-4 on kernels, 200 full-graph steps.
 
-Expected (measured, seed 0): eval/accuracy {gcn} with the GCN and {gin} with the GIN on the 32
-unlabelled members (chance 0.5); the train loss on the two leaders goes to ~0.
+Expected (measured, seed 0): eval/accuracy 0.969 (31 of the 32 unlabelled members) with the
+GCN and 0.969 with the GIN (chance 0.5); the train loss on the two leaders ends below 1e-4.
+Deeper stacks over-smooth: see gnn_depth.
 """
 
 from jaxdl.config import base_config, parse_arg

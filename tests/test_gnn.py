@@ -10,7 +10,7 @@ import ml_collections
 from jaxdl import cli
 from jaxdl.data import graphs, parse_data
 from jaxdl.models import build_model
-from jaxdl.models.gnn import Graph
+from jaxdl.models.gnn import Graph, mean_average_distance
 from jaxdl.train import graph_tasks  # noqa: F401  (the tasks under test)
 from jaxdl.train.tasks import TASKS
 
@@ -192,3 +192,13 @@ def test_bad_model_keys_name_the_key():
     _gnn(conv="gat")
   with pytest.raises(ValueError, match="model.readout"):
     _gnn(readout="max")
+
+
+def test_mean_average_distance():
+  """MAD: 1 for orthogonal rows, 0 for rows along one direction; zero and masked rows skipped."""
+  assert float(mean_average_distance(np.eye(3))) == 1.0
+  np.testing.assert_allclose(mean_average_distance([[1.0, 2.0], [3.0, 6.0], [0.0, 0.0]]), 0.0,
+                             atol=1e-6)
+  # Pairs (0, 1): 1 - cos 45 deg; (0, 2), (1, 2) are excluded by the mask.
+  np.testing.assert_allclose(mean_average_distance([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]],
+                                                   [1.0, 1.0, 0.0]), 1 - np.sqrt(0.5), rtol=1e-6)

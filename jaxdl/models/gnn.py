@@ -163,3 +163,19 @@ class GNN(nn.Module):
     if self.readout == "mean":
       pooled_BxD = pooled_BxD / jnp.maximum(graph.node_mask.sum(1, keepdims=True), 1)
     return head(pooled_BxD).astype(jnp.float32)
+
+
+
+def mean_average_distance(h_NxD, mask_N=None) -> jax.Array:
+  """MAD (Chen et al., 2020): the mean cosine distance 1 - cos(h_i, h_j) over pairs i != j of
+  real nodes whose embeddings are both nonzero; 0 when no such pair. It falls to 0 as the
+  embeddings collapse onto one direction (over-smoothing)."""
+  h_NxD = jnp.asarray(h_NxD, jnp.float32)
+  norm_N = jnp.linalg.norm(h_NxD, axis=-1)
+  live_N = (norm_N > 0).astype(jnp.float32)
+  if mask_N is not None:
+    live_N = live_N * jnp.asarray(mask_N, jnp.float32)
+  unit_NxD = h_NxD / jnp.maximum(norm_N, 1e-30)[:, None]
+  pair_NxN = live_N[:, None] * live_N[None, :] * (1.0 - jnp.eye(h_NxD.shape[0]))
+  dist_NxN = 1.0 - unit_NxD @ unit_NxD.T
+  return (dist_NxN * pair_NxN).sum() / jnp.maximum(pair_NxN.sum(), 1.0)
