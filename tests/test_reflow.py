@@ -1,0 +1,71 @@
+"""Tests for jaxdl.generative.reflow on Gaussian data, where the teacher's field is exact.
+
+Data N(mu, s^2), eps ~ N(0, 1): the exact flow's ODE maps eps to x1 = mu + s eps along the curve
+y(t) = t mu + sqrt(t^2 s^2 + (1 - t)^2) eps. The coupled pairs' straight lines
+y = t x1 + (1 - t) eps = t mu + (t s + 1 - t) eps do not cross (t s + 1 - t > 0), so the reflowed
+field is v_1(y, t) = x1 - eps = mu + (s - 1) eps(y, t) with eps(y, t) = (y - t mu) / (t s + 1 - t),
+and one Euler step from eps lands exactly on x1.
+"""
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import pytest
+
+from jaxdl import models as jmodels
+from jaxdl.generative import paths, reflow
+
+MU, S = 1.5, 0.5
+
+
+def teacher(variables, x_t, t_B, y=None, train=False):
+  del variables, y, train
+  return paths.gaussian_flow_velocity(x_t, jnp.reshape(t_B, (-1, 1)), MU, S)
+
+
+def reflowed(variables, x_t, t_B, train=False):
+  del variables, train
+  t = jnp.reshape(t_B, (-1, 1))
+  return MU + (S - 1) * (x_t - t * MU) / (t * S + 1 - t)
+
+
+@pytest.fixture(scope="module")
+def pairs():
+  return reflow.make_pairs(teacher, None, jax.random.PRNGKey(0), 512, sample_shape=(1,),
+                           steps=50)
+
+
+def test_pairs_follow_the_teacher_ode_and_only_the_reflowed_field_fits_them(pairs):
+  eps_N, x1_N = pairs
+  np.testing.assert_allclose(x1_N, MU + S * eps_N, atol=1e-3)  # Heun, 50 steps: O(h^2)
+  key = jax.random.PRNGKey(1)
+  # The straight field fits the coupled pairs exactly; the teacher's curved field does not.
+  assert float(reflow.reflow_loss(reflowed, None, eps_N, x1_N, key)) < 1e-6  # Heun error^2
+  assert float(reflow.reflow_loss(teacher, None, eps_N, x1_N, key)) > 0.01
+
+
+def test_a_student_trained_on_the_pairs_gets_closer_in_one_euler_step(pairs):
+  eps_N, x1_N = pairs
+  model = jmodels.build_model(ml_collections.ConfigDict(
+      dict(name="denoiser_mlp", hidden=32, depth=1, emb_dim=16)))
+  params = jax.jit(model.init, static_argnames="train")(
+      jax.random.PRNGKey(2), eps_N[:1], jnp.zeros((1,)), train=False)["params"]
+  params, losses = reflow.train_reflow(model.apply, params, optax.adam(3e-3), eps_N, x1_N,
+                                       steps=300, batch=64, rng=jax.random.PRNGKey(3))
+  assert float(losses[-20:].mean()) < 0.2 * float(losses[:20].mean())
+  # One Euler step x1 ~ eps + v(eps, 0). The teacher's lands on E[x] = mu for every eps (its error
+  # is s |eps|, ~0.4 on average); the student's must be far closer to each pair's x1.
+  one_step = eps_N + model.apply({"params": params}, eps_N, jnp.zeros((1,)), train=False)
+  teacher_err = float(jnp.mean(jnp.abs(eps_N + teacher(None, eps_N, jnp.zeros((1,))) - x1_N)))
+  np.testing.assert_allclose(teacher_err, S * np.mean(np.abs(eps_N)), rtol=1e-3)
+  assert float(jnp.mean(jnp.abs(one_step - x1_N))) < 0.25 * teacher_err
+
+
+def test_bad_reflow_settings_are_one_line_errors_naming_the_key():
+  for key, value in (("pairs", 0), ("lr", -1.0), ("teacher_sampler", "rk9"), ("eval_steps", ())):
+    config = ml_collections.ConfigDict({"reflow": reflow.default_reflow_config().to_dict()})
+    config.reflow[key] = value
+    with pytest.raises(ValueError, match=f"reflow.{key}: "):
+      reflow.parse_reflow(config)
