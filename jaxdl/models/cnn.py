@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from jaxdl.models import layers, register_model
 
 Dtype = Any
+POOLS = {"max": nn.max_pool, "avg": nn.avg_pool}
 
 
 def conv_output_size(n: int, k: int, s: int = 1, p: int = 0) -> int:
@@ -44,11 +45,18 @@ def as_image(x, image_shape: Sequence[int] | None, who: str):
 
 @register_model("cnn")
 class CNN(nn.Module):
-  """[conv_i -> norm_i -> ReLU -> max-pool] per entry of `features`, flatten, dense, head."""
+  """[conv_i -> norm_i -> ReLU -> pool] per entry of `features`, flatten, dense, head.
+
+  `pool_type` 'max' keeps the largest of each pool x pool window, 'avg' its mean; with
+  `global_pool` the last feature map (B, H, W, C) is averaged over H and W to (B, C) instead of
+  flattened to (B, H W C), so the head's size no longer depends on the image size.
+  """
 
   features: Sequence[int] = (32, 64)
   kernel: int = 3
   pool: int = 2
+  pool_type: str = "max"
+  global_pool: bool = False
   hidden: int = 128
   out: int = 10
   norm: str = "none"
@@ -62,11 +70,14 @@ class CNN(nn.Module):
   def __post_init__(self):
     layers.check_fields(self, sizes=("features", "kernel", "pool", "out"),
                         dropouts=("dropout",))
+    if self.pool_type not in POOLS:
+      raise ValueError(f"model.pool_type: {self.pool_type!r} is not one of {', '.join(POOLS)}")
     super().__post_init__()
 
   @nn.compact
   def __call__(self, x, *, train: bool):
     x_BxHxWxC = as_image(x, self.image_shape, "CNN").astype(self.dtype)
+    pool = POOLS[self.pool_type]
     kinit = layers.get_initializer(self.init_name)
     for i, f in enumerate(self.features):
       x_BxHxWxC = nn.Conv(f, (self.kernel, self.kernel), padding="SAME", kernel_init=kinit,
@@ -77,8 +88,11 @@ class CNN(nn.Module):
                                        x_BxHxWxC)
       x_BxHxWxC = nn.relu(x_BxHxWxC)
       if self.pool > 1:
-        x_BxHxWxC = nn.max_pool(x_BxHxWxC, (self.pool, self.pool), strides=(self.pool, self.pool))
-    h = x_BxHxWxC.reshape(x_BxHxWxC.shape[0], -1)
+        x_BxHxWxC = pool(x_BxHxWxC, (self.pool, self.pool), strides=(self.pool, self.pool))
+    if self.global_pool:
+      h = jnp.mean(x_BxHxWxC, axis=(1, 2))
+    else:
+      h = x_BxHxWxC.reshape(x_BxHxWxC.shape[0], -1)
     if self.hidden:
       h = nn.relu(nn.Dense(self.hidden, kernel_init=kinit, dtype=self.dtype,
                            param_dtype=self.param_dtype, name="dense")(h))

@@ -131,6 +131,22 @@ class RMSNorm(nn.Module):
     return (y * scale.astype(jnp.float32)).astype(self.dtype)
 
 
+def batch_stats_guard(bn: Callable) -> Callable:
+  """`bn` in training mode, refusing an input with one value per feature (a batch of 1 without
+  spatial axes): there mean = x and var = 0, so (x - mean) / sqrt(var + eps) = 0 and the layer
+  outputs its bias beta whatever the input. (Under pmap, `axis_name` pools the statistics over
+  devices, so a per-device batch of 1 is fine there and the guard is not applied.)"""
+
+  def guarded(x):
+    if x.size == x.shape[-1]:
+      raise ValueError(f"model.norm: BatchNorm in training mode over a batch of {x.shape[0]} "
+                       f"(input {x.shape}: one value per feature) normalizes every input to 0; "
+                       "use data.batch_size >= 2 per device, or norm 'layer' / 'group'")
+    return bn(x)
+
+  return guarded
+
+
 def make_norm(kind: str, *, train: bool, name: str | None = None, dtype: Dtype = jnp.float32,
               param_dtype: Dtype = jnp.float32, momentum: float = 0.9, epsilon: float = 1e-5,
               num_groups: int = 8, axis_name: str | None = None) -> Callable:
@@ -139,13 +155,14 @@ def make_norm(kind: str, *, train: bool, name: str | None = None, dtype: Dtype =
   'batch': batch statistics when `train`, running averages otherwise; running average
   r <- momentum r + (1 - momentum) batch (0.9 here is PyTorch's momentum 0.1). With `axis_name`
   (the model's `bn_axis_name`, set to 'batch' by the pmap strategy) the statistics are averaged
-  across devices.
+  across devices. Training statistics over one value per feature are refused (`batch_stats_guard`).
   """
   if kind == "none":
     return lambda x: x
   if kind == "batch":
-    return nn.BatchNorm(use_running_average=not train, momentum=momentum, epsilon=epsilon,
-                        axis_name=axis_name, dtype=dtype, param_dtype=param_dtype, name=name)
+    bn = nn.BatchNorm(use_running_average=not train, momentum=momentum, epsilon=epsilon,
+                      axis_name=axis_name, dtype=dtype, param_dtype=param_dtype, name=name)
+    return bn if not train or axis_name is not None else batch_stats_guard(bn)
   if kind == "layer":
     return nn.LayerNorm(epsilon=epsilon, dtype=dtype, param_dtype=param_dtype, name=name)
   if kind == "rms":

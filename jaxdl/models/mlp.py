@@ -5,6 +5,7 @@ Shapes: B batch, D input features (flattened), H hidden width, K outputs.
 Block i: h = act(norm_i(dense_i(x))); inverted dropout keeps a unit with probability 1 - p and
 scales it by 1 / (1 - p) in training (so E[h] is unchanged) and is the identity in eval; with
 `residual`, x <- x + h whenever the widths match. Then `head` gives K logits (fp32).
+`input_dropout` applies the same inverted dropout to the input features before block 0.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ class MLP(nn.Module):
     out: number of outputs K (1 for a binary logit).
     activation: a name of `layers.ACTIVATIONS`.
     norm: 'none' | 'batch' | 'layer' | 'rms' | 'group' (BatchNorm momentum 0.9 = PyTorch 0.1).
-    dropout: drop probability p (inverted dropout).
+    dropout: drop probability p (inverted dropout) after each hidden layer.
+    input_dropout: drop probability of the input features (inverted dropout on x itself).
     residual: add each block's input to its output when the widths match.
     init_name: kernel initializer name (`layers.get_initializer`); biases start at 0.
     bn_axis_name: the pmap axis over which BatchNorm averages its statistics.
@@ -37,6 +39,7 @@ class MLP(nn.Module):
   activation: str = "relu"
   norm: str = "none"
   dropout: float = 0.0
+  input_dropout: float = 0.0
   residual: bool = False
   init_name: str = "lecun"
   dtype: jnp.dtype = jnp.float32
@@ -44,12 +47,14 @@ class MLP(nn.Module):
   bn_axis_name: str | None = None
 
   def __post_init__(self):
-    layers.check_fields(self, sizes=("hidden", "out"), dropouts=("dropout",))
+    layers.check_fields(self, sizes=("hidden", "out"), dropouts=("dropout", "input_dropout"))
     super().__post_init__()
 
   @nn.compact
   def __call__(self, x, *, train: bool):
     x_BxD = x.reshape(x.shape[0], -1).astype(self.dtype)
+    if self.input_dropout > 0:
+      x_BxD = nn.Dropout(self.input_dropout, deterministic=not train, name="input_dropout")(x_BxD)
     act = layers.get_activation(self.activation)
     kinit = layers.get_initializer(self.init_name)
     for i, width in enumerate(self.hidden):
