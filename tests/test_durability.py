@@ -132,7 +132,8 @@ def _full_disk_after(n_writes: int):
 
 def test_full_disk_during_training_is_one_line_exit_1_and_keeps_the_checkpoint(
     tmp_path, monkeypatch, capsys):
-  monkeypatch.setattr(writers, "os", _full_disk_after(13))  # records 1..12 fit: past step 10
+  # Steps 1..12 fit (a train record each, and a throughput record from step 2 on): past step 10.
+  monkeypatch.setattr(writers, "os", _full_disk_after(24))
   workdir = tmp_path / "w"
   rc = cli.main(["train", "moons_mlp", "--workdir", str(workdir), "--no-progress",
                  *[f"--set={kv}" for kv in (*TINY, "train.ckpt_every=5", "train.log_every=1")]])
