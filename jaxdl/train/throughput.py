@@ -20,8 +20,8 @@ from XLA's cost analysis of the compiled step:
 
 The peak is per device and per compute dtype: a known table of dense bf16 matmul peaks for
 accelerators (datasheet numbers, used for bf16/fp16 runs on those), else a large matmul timed
-once per device kind and dtype and cached in `$JAXDL_CACHE_DIR/peak_flops.json` (default
-`~/.cache/jaxdl`), or `train.peak_flops` when given. The log names the source.
+once per device kind, dtype and XLA_FLAGS and cached in `$JAXDL_CACHE_DIR/peak_flops.json`
+(default `~/.cache/jaxdl`), or `train.peak_flops` when given. The log names the source.
 """
 
 from __future__ import annotations
@@ -84,7 +84,9 @@ def device_peak(dtype, device=None) -> tuple[float, str]:
   if name in ("bfloat16", "float16") and kind in PEAK_BF16:
     return PEAK_BF16[kind], f"datasheet bf16 peak of {kind}"
   n = PEAK_MATMUL_N.get(device.platform, 4096)
-  key = f"{device.platform}|{kind}|{name}|{n}"
+  # XLA_FLAGS are part of the key: a matmul timed under other backend options (the test suite
+  # lowers the optimization level) is not this process's peak.
+  key = f"{device.platform}|{kind}|{name}|{n}|{os.environ.get('XLA_FLAGS', '').strip()}"
   path = _cache_path()
   if key not in _PEAKS:
     try:
