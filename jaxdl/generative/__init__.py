@@ -4,14 +4,14 @@
 `samplers` (`make_sampler`: DDPM / DDIM / Euler / Heun as one `lax.scan`, classifier-free guidance),
 `metrics` (energy distance, exact W2), `tasks` (the 'flow_matching' and 'ddpm' training tasks),
 `evaluation` (post-training distances / classifier check), `cli` (`jaxdl sample`),
-`likelihood` (exact log p(x) through the probability-flow ODE), `vae` (the 'vae' model and
-task). The course's worked examples and the generative experiments' shared configs live in
-`jaxdl.course`.
+`likelihood` (exact log p(x) through the probability-flow ODE), `vae` and `gan` (the 'vae' and
+'gan' models and tasks). The course's worked examples and the generative experiments' shared
+configs live in `jaxdl.course`.
 """
 
 from jaxdl.generative import losses, metrics, paths, samplers  # noqa: F401
 from jaxdl.generative.samplers import make_sampler  # noqa: F401
 # Registers the 'flow_matching' and 'ddpm' tasks in jaxdl.train.tasks.TASKS.
 from jaxdl.generative import tasks as _tasks  # noqa: F401,E402
-# Registers the 'vae' model and task.
-from jaxdl.generative import likelihood, vae  # noqa: F401,E402
+# Registers the 'vae' and 'gan' models and tasks.
+from jaxdl.generative import gan, likelihood, vae  # noqa: F401,E402

@@ -1,0 +1,194 @@
+"""GAN (Goodfellow et al., 2014): the 'gan' model and task, and a mode-coverage measure.
+
+Generator G(z), z ~ N(0, I); discriminator logit D(x). With softplus(u) = log(1 + e^u),
+
+  L_D = E_x softplus(-D(x)) + E_z softplus(D(G(z))) + (gamma / 2) E_x ||grad_x D(x)||^2,
+  L_G = E_z softplus(-D(G(z)))       (the non-saturating generator loss),
+
+the last term of L_D the R1 penalty on real data (Mescheder et al., 2018; gamma = `gen.r1`,
+0 disables it). Both parameter sets live in one `params` tree {'generator', 'discriminator'} and
+one train step updates both at once (simultaneous gradient descent) through the engine's single
+objective
+
+  L = L_D(theta_D, sg(theta_G)) + L_G(sg(theta_D), theta_G),      sg = stop_gradient,
+
+whose gradient is (dL_G/dtheta_G, dL_D/dtheta_D): each player descends its own loss. One
+optimizer chain (the run's `optim`) updates both trees; gradient clipping acts on their joint
+norm. What this does not give (it needs a seam in the engine, see the module's report):
+alternating updates and a separate optax chain (learning rate) per player.
+
+Sampling is one generator call. A GAN defines no density, so it has no likelihood.
+`modes_covered` counts the modes of a mixture that hold at least a given share of the samples.
+
+Shapes: B batch, D data dims, Z latent dims, M modes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from jaxdl.models import layers, register_model
+from jaxdl.train.tasks import Task, masked_mean, register_task
+
+_EVAL_KEY = 20260103
+
+
+class _MLP(nn.Module):
+  widths: Sequence[int]
+  out: int
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, h):
+    dense = functools.partial(nn.Dense, dtype=self.dtype, param_dtype=self.param_dtype)
+    for w in self.widths:
+      h = nn.leaky_relu(dense(w)(h), 0.2)
+    return dense(self.out)(h).astype(jnp.float32)
+
+
+@register_model("gan")
+class GAN(nn.Module):
+  """MLP generator and discriminator; `__call__(x) -> D(x)` logits (B,), and `generate(z)`.
+
+  Attributes:
+    data_shape: shape of one example; D = its product.
+    latent: Z, the generator's input dims.
+    hidden: the widths of both MLPs.
+  """
+  data_shape: Sequence[int] = (2,)
+  latent: int = 16
+  hidden: Sequence[int] = (128, 128)
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+
+  def __post_init__(self):
+    layers.check_fields(self, sizes=("data_shape", "latent", "hidden"))
+    super().__post_init__()
+
+  def setup(self):
+    kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+    self.generator = _MLP(tuple(self.hidden), math.prod(self.data_shape), **kw)
+    self.discriminator = _MLP(tuple(self.hidden), 1, **kw)
+
+  def generate(self, z_BxZ):
+    """G(z) in data_shape."""
+    return self.generator(z_BxZ).reshape((z_BxZ.shape[0],) + tuple(self.data_shape))
+
+  def discriminate(self, x):
+    """D(x): one logit per example, (B,)."""
+    return self.discriminator(x.reshape(x.shape[0], -1).astype(self.dtype))[:, 0]
+
+  def __call__(self, x, *, train: bool):
+    del train  # no dropout or batch statistics
+    # Both players run here, so `init` creates both parameter trees.
+    self.generate(jnp.zeros((x.shape[0], self.latent), jnp.float32))
+    return self.discriminate(x)
+
+
+@dataclasses.dataclass(frozen=True)
+class GANSettings:
+  """`config.gen` of a 'gan' run."""
+  r1: float = 0.0                # gamma of the R1 penalty (0: none)
+  sample_shape: tuple = (2,)     # what `jaxdl sample` draws: model.data_shape
+  eval_num: int = 2000
+
+  def __post_init__(self):
+    if not (math.isfinite(self.r1) and self.r1 >= 0):
+      raise ValueError(f"gen.r1: must be a finite number >= 0, got {self.r1!r}")
+    if self.eval_num < 1:
+      raise ValueError(f"gen.eval_num: must be >= 1, got {self.eval_num}")
+
+
+def default_gan_config() -> ml_collections.ConfigDict:
+  return ml_collections.ConfigDict(dataclasses.asdict(GANSettings()))
+
+
+def parse_gan(config) -> GANSettings:
+  """`config.gen` as checked `GANSettings` (one-line errors naming the key)."""
+  given = dict(config.get("gen") or {})
+  known = [f.name for f in dataclasses.fields(GANSettings)]
+  for key in given:
+    if key not in known:
+      raise ValueError(f"gen.{key}: unknown key for task 'gan'; expected one of {known}")
+  given["sample_shape"] = tuple(given.get("sample_shape", GANSettings.sample_shape))
+  return GANSettings(**given)
+
+
+def gan_losses(apply_fn, params, x, z_BxZ, r1: float, batch):
+  """(L_D, L_G, metrics) at live params; `gan_objective` adds the stop-gradients."""
+  variables = {"params": params}
+  fake = apply_fn(variables, z_BxZ, method=GAN.generate)
+  d_real_B = apply_fn(variables, x, method=GAN.discriminate)
+  d_fake_B = apply_fn(variables, fake, method=GAN.discriminate)
+  loss_d = masked_mean(jax.nn.softplus(-d_real_B) + jax.nn.softplus(d_fake_B), batch)
+  loss_g = masked_mean(jax.nn.softplus(-d_fake_B), batch)
+  metrics = {"loss_d": loss_d, "loss_g": loss_g, "d_real": masked_mean(d_real_B, batch),
+             "d_fake": masked_mean(d_fake_B, batch)}
+  if r1:
+    grad_x = jax.grad(lambda xx: jnp.sum(apply_fn(variables, xx, method=GAN.discriminate)))(x)
+    penalty = masked_mean(jnp.sum(grad_x.reshape(x.shape[0], -1) ** 2, axis=1), batch)
+    loss_d = loss_d + 0.5 * r1 * penalty
+    metrics["r1_penalty"] = penalty
+  return loss_d, loss_g, metrics
+
+
+def gan_objective(apply_fn, params, x, z_BxZ, r1: float, batch):
+  """L = L_D(theta_D, sg(theta_G)) + L_G(sg(theta_D), theta_G) (module docstring)."""
+  sg = jax.lax.stop_gradient
+  frozen_g = {**params, "generator": sg(params["generator"])}
+  frozen_d = {**params, "discriminator": sg(params["discriminator"])}
+  loss_d, _, metrics = gan_losses(apply_fn, frozen_g, x, z_BxZ, r1, batch)
+  _, loss_g, _ = gan_losses(apply_fn, frozen_d, x, z_BxZ, 0.0, batch)
+  return loss_d + loss_g, metrics
+
+
+@register_task("gan")
+def gan(config) -> Task:
+  """Simultaneous non-saturating GAN updates through one objective (module docstring)."""
+  settings = parse_gan(config)
+  latent = int(config.model.get("latent", GAN.latent))
+
+  def loss_fn(apply_fn, params, model_state, batch, rngs, train):
+    del train
+    x = batch["x"].astype(jnp.float32)
+    key = rngs["noise"] if rngs else jax.random.PRNGKey(_EVAL_KEY)
+    z_BxZ = jax.random.normal(key, (x.shape[0], latent), jnp.float32)
+    loss, metrics = gan_objective(apply_fn, params, x, z_BxZ, settings.r1, batch)
+    return loss, (metrics, model_state)
+
+  return Task(loss_fn, kind="generative")
+
+
+def make_run_sampler(config, model):
+  """`sample(variables, rng, num) -> x_num...`: z ~ N(0, I), one generator call."""
+
+  @functools.partial(jax.jit, static_argnums=2)
+  def sample(variables, rng, num: int):
+    z_BxZ = jax.random.normal(rng, (num, model.latent), jnp.float32)
+    return model.apply(variables, z_BxZ, method=GAN.generate)
+
+  return sample
+
+
+def modes_covered(x_Nx2, centres_Mx2, radius: float, min_share: float = 0.25) -> dict:
+  """Modes hit: a sample within `radius` of its nearest centre counts for that mode; a mode is
+  covered when it holds >= min_share of its fair share N / M. Returns the number covered, the
+  per-mode counts and the fraction of samples within `radius` of any centre."""
+  x = np.asarray(x_Nx2, np.float64).reshape(len(x_Nx2), -1)
+  c = np.asarray(centres_Mx2, np.float64)
+  d_NxM = np.linalg.norm(x[:, None, :] - c[None], axis=-1)
+  near_N = d_NxM.min(1) <= radius
+  counts_M = np.bincount(d_NxM.argmin(1)[near_N], minlength=len(c))
+  fair = len(x) / len(c)
+  return {"covered": int(np.sum(counts_M >= min_share * fair)), "counts": counts_M.tolist(),
+          "near_fraction": float(near_N.mean())}
