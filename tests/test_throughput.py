@@ -3,6 +3,7 @@
 
 import json
 import pathlib
+from types import SimpleNamespace
 
 import jax
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 from jaxdl import cli
 from jaxdl.config import ConfigError, load_config
 from jaxdl.optim import find_ema
-from jaxdl.train import build, run
+from jaxdl.train import build, run, throughput
 from jaxdl.train.checkpoint import load_state
 from jaxdl.train.writers import read_metrics
 
@@ -166,3 +167,17 @@ def test_cli_profile_hooks_xla_flops_and_ema_eval(tmp_path, capsys, monkeypatch)
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and "train.profile_steps" in err[0]
   assert not (tmp_path / "x").exists()
+
+
+def test_peak_is_measured_once_per_device_kind_and_cached(tmp_path, monkeypatch):
+  timed = []
+  monkeypatch.setenv("JAXDL_CACHE_DIR", str(tmp_path))
+  monkeypatch.setattr(throughput, "_PEAKS", {})
+  monkeypatch.setattr(throughput, "measure_peak", lambda n, dtype: timed.append(n) or 5e9)
+  cpu = SimpleNamespace(platform="cpu", device_kind="cpu")
+  assert throughput.device_peak("float32", cpu)[0] == 5e9
+  monkeypatch.setattr(throughput, "_PEAKS", {})   # a new process: read from the file
+  peak, source = throughput.device_peak("float32", cpu)
+  assert peak == 5e9 and "measured earlier" in source and timed == [1024]
+  tpu = SimpleNamespace(platform="tpu", device_kind="TPU v4")
+  assert throughput.device_peak("bfloat16", tpu) == (275e12, "datasheet bf16 peak of TPU v4")
