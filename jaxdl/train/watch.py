@@ -22,7 +22,7 @@ Measured (char_gpt shrunk to 2 layers x 64, batch 16 x 32, constant lr, detailed
 150 steps): at lr 0.03 without qk-norm layer 0's largest attention logit went 2.3 (step 5) ->
 77.6 (step 20) -> 1226 (step 150) and `jaxdl doctor --history` named 'attention logits growing'
 at step 20; with model.qk_norm=True at the same lr it stayed <= 10.4, and at lr 0.003 without
-qk-norm <= 12.3 (loss 2.52 at step 130 vs about 2.8-3.2 at lr 0.03); neither was named.
+qk-norm <= 12.3 (loss 2.52 at step 130; 2.6-3.3 over steps 100-150 at lr 0.03); neither was named.
 """
 
 from __future__ import annotations
