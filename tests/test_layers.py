@@ -171,9 +171,10 @@ def test_batchnorm_train_vs_eval_and_batch_of_one():
   np.testing.assert_allclose(st["batch_stats"]["norm"]["mean"], 0.1 * x.mean(0), rtol=1e-5)
   # Eval uses the initial running stats (mean 0, var 1): y = x / sqrt(1 + eps).
   np.testing.assert_allclose(m.apply(v, x, train=False), x / np.sqrt(1 + 1e-5), rtol=1e-5)
-  # A batch of one in training has zero deviation from its own mean; eval is per-sample.
-  y1, _ = m.apply(v, x[:1], train=True, mutable=["batch_stats"])
-  np.testing.assert_allclose(y1, 0.0, atol=1e-6)
+  # A batch of one in training has zero deviation from its own mean (every output would be
+  # beta), so it is refused; eval is per-sample.
+  with pytest.raises(ValueError, match="^model.norm: BatchNorm in training mode"):
+    m.apply(v, x[:1], train=True, mutable=["batch_stats"])
   np.testing.assert_allclose(m.apply(v, x[:1], train=False), x[:1] / np.sqrt(1 + 1e-5),
                              rtol=1e-5)
 
