@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import sys
 
-HELP = "sample from a trained flow_matching / ddpm / vae run"
+HELP = "sample from a trained flow_matching / ddpm / vae / gan run"
 
 
 def add_arguments(parser) -> None:
@@ -42,9 +42,9 @@ def sample_run(workdir, *, sampler=None, steps=None, guidance=None, eta=None, cl
   import numpy as np  # pylint: disable=g-import-not-at-top
   from jaxdl.generative import evaluation, tasks  # pylint: disable=g-import-not-at-top
   config, model, variables, _ = evaluation.load_run(workdir, ema=ema)
-  if config.task == "vae":
-    return config, _sample_vae(config, model, variables, num, seed, sampler=sampler, steps=steps,
-                               guidance=guidance, eta=eta, cls=cls)
+  if config.task in ONE_CALL_TASKS:
+    return config, _sample_one_call(config, model, variables, num, seed, sampler=sampler,
+                                    steps=steps, guidance=guidance, eta=eta, cls=cls)
   if cls is not None and not config.gen.num_classes:
     raise ValueError(f"--class {cls}: the run in {workdir} is unconditional (gen.num_classes = 0)")
   if guidance is not None and cls is None:
@@ -55,18 +55,21 @@ def sample_run(workdir, *, sampler=None, steps=None, guidance=None, eta=None, cl
   return config, np.asarray(sample(variables, jax.random.PRNGKey(seed), num, y=cls))
 
 
-def _sample_vae(config, model, variables, num, seed, **options):
-  """A VAE sample is one decoder call, x = E[x | z], z ~ N(0, I): the options of a sampler loop
-  (and a class, for this unconditional model) are refused, naming the first one given."""
+def _sample_one_call(config, model, variables, num, seed, **options):
+  """A VAE or GAN sample is one network call from z ~ N(0, I) (the decoder's mean, the
+  generator's output): the options of a sampler loop (and a class, for these unconditional
+  models) are refused, naming the first one given."""
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from jaxdl.generative import vae  # pylint: disable=g-import-not-at-top
+  from jaxdl.generative import gan, vae  # pylint: disable=g-import-not-at-top
   given = [name for name, value in options.items() if value is not None]
   if given:
     flag = {"cls": "class"}.get(given[0], given[0])
-    raise ValueError(f"--{flag}: a 'vae' run samples with one decoder call and takes no "
-                     f"--{flag} (options of flow_matching / ddpm runs)")
-  return np.asarray(vae.make_run_sampler(config, model)(variables, jax.random.PRNGKey(seed), num))
+    raise ValueError(f"--{flag}: a {config.task!r} run samples with one network call and takes "
+                     f"no --{flag} (options of flow_matching / ddpm runs)")
+  family = {"vae": vae, "gan": gan}[config.task]
+  sample = family.make_run_sampler(config, model)
+  return np.asarray(sample(variables, jax.random.PRNGKey(seed), num))
 
 
 def save_samples(config, x, out: str) -> None:
@@ -97,13 +100,14 @@ def save_samples(config, x, out: str) -> None:
   plt.imsave(out, np.clip(canvas, 0, 1), cmap="gray_r", vmin=0, vmax=1)
 
 
-GENERATIVE_TASKS = ("flow_matching", "ddpm", "vae")
+ONE_CALL_TASKS = ("vae", "gan")
+GENERATIVE_TASKS = ("flow_matching", "ddpm", *ONE_CALL_TASKS)
 
 
 def check_request(workdir: str, num: int, out: str) -> None:
   """Refuses, with one line naming the option or path, what would fail only after loading the
   checkpoint and sampling: `--num` < 1, an `--out` folder that is missing or read-only, and a
-  workdir that holds no run or a run that is not a flow_matching / ddpm / vae one."""
+  workdir that holds no run or a run that is not a flow_matching / ddpm / vae / gan one."""
   import json  # pylint: disable=g-import-not-at-top
   import os  # pylint: disable=g-import-not-at-top
   if num < 1:

@@ -14,8 +14,8 @@ objective
 
 whose gradient is (dL_G/dtheta_G, dL_D/dtheta_D): each player descends its own loss. One
 optimizer chain (the run's `optim`) updates both trees; gradient clipping acts on their joint
-norm. What this does not give (it needs a seam in the engine, see the module's report):
-alternating updates and a separate optax chain (learning rate) per player.
+norm. What this does not give, since the engine's step knows one loss and one chain: alternating
+updates and a separate optax chain (learning rate) per player.
 
 Sampling is one generator call. A GAN defines no density, so it has no likelihood.
 `modes_covered` counts the modes of a mixture that hold at least a given share of the samples.
