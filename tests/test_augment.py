@@ -2,7 +2,10 @@
 through the classification loss, eval never augmented, and a resumed or re-sharded stream that
 draws exactly the same augmentations."""
 
+import jax
 import jax.numpy as jnp
+import functools
+
 import ml_collections
 import numpy as np
 import optax
@@ -158,3 +161,27 @@ def test_bad_augment_is_one_line_exit_2(setting, expected, tmp_path, capsys):
   lines = capsys.readouterr().err.strip().splitlines()
   assert len(lines) == 1 and expected in lines[0], lines
   assert not workdir.exists()
+
+
+@pytest.mark.slow
+def test_digits_subset_run_reports_its_train_test_gap(tmp_path):
+  """digits_cnn:subset,aug trains on augmented digits and evaluates its own training digits
+  un-augmented: the train loss it reports is the NLL of the saved model on those 160 digits."""
+  from jaxdl.config import load_config
+  from jaxdl.train import build, run
+  from jaxdl.train.checkpoint import load_state
+  config, module = load_config("digits_cnn:subset,aug,smoke", [
+      "train.plot=False", "train.steps=5", "train.eval_every=0", "train.ckpt_every=0"])
+  assert config.data.augment == ("crop=1",) and config.data.n_train == 160
+  summary = run(config, tmp_path, progress=False)
+  out = module.after_training(config, tmp_path, summary)
+  _, saved = load_state(tmp_path)
+  x_tr, y_tr = digits_split()[0][:160], digits_split()[1][:160]
+  apply = jax.jit(functools.partial(build(config).model.apply, train=False))
+  logits = apply({"params": saved["params"]}, (x_tr / 16.0).astype(np.float32)[..., None])
+  nll = optax.softmax_cross_entropy_with_integer_labels(logits, y_tr).mean()
+  np.testing.assert_allclose(out["train_split"]["loss"], nll, rtol=1e-5)
+  np.testing.assert_allclose(out["train_split"]["accuracy"],
+                             np.mean(np.argmax(logits, -1) == y_tr), rtol=1e-6)
+  np.testing.assert_allclose(out["gap"]["loss"],
+                             summary["eval"]["loss"] - out["train_split"]["loss"], rtol=1e-6)
