@@ -163,9 +163,10 @@ def parse_vae(config) -> VAESettings:
     if key not in known:
       raise ValueError(f"gen.{key}: unknown key for task 'vae'; expected one of {known}")
   given["sample_shape"] = tuple(given.get("sample_shape", VAESettings.sample_shape))
-  if tuple(config.model.get("data_shape", ())) != given["sample_shape"]:
+  data_shape = tuple(config.model.get("data_shape", VAE.data_shape))
+  if data_shape != given["sample_shape"]:
     raise ValueError(f"gen.sample_shape={given['sample_shape']} but model.data_shape="
-                     f"{tuple(config.model.get('data_shape', ()))}; they must agree")
+                     f"{data_shape}; they must agree")
   return VAESettings(**given)
 
 
