@@ -171,7 +171,8 @@ def test_digits_subset_run_reports_its_train_test_gap(tmp_path):
   from jaxdl.train import build, run
   from jaxdl.train.checkpoint import load_state
   config, module = load_config("digits_cnn:subset,aug,smoke", [
-      "train.plot=False", "train.steps=5", "train.eval_every=0", "train.ckpt_every=0"])
+      "train.plot=False", "train.steps=5", "train.eval_every=0", "train.ckpt_every=0",
+      "parallel.devices=1"])
   assert config.data.augment == ("crop=1",) and config.data.n_train == 160
   summary = run(config, tmp_path, progress=False)
   out = module.after_training(config, tmp_path, summary)
