@@ -15,9 +15,14 @@ distance, 8 rounds of fresh draws, beside the two-draw floor; `evaluation.evalua
 Writes reflow.json and samples.png (the student's samples).
 
 Expected (issue 17's target): the reflowed model at 2 Euler steps within 2x the floor; the
-teacher at 2 steps is far above it (its straight-line average curves). Measured: see below.
-
-Measured: not yet (see the report of the session that added this file).
+teacher at 2 steps is far above it (its straight-line average curves).
+Measured at the default config on moons (one run, seed 0; energy distance to 2,000 fresh points,
+mean of 8 rounds, over the two-draw floor 2.0e-3), Euler at 1 / 2 / 4 steps:
+- teacher (fm_toy2d, 8,000 steps):  418x / 87x / 19x the floor;
+- reflowed (20,000 Heun@100 pairs, 2,000 steps from the teacher): 0.92x / 0.92x / 0.92x.
+The student's regression loss falls from 0.48 to 1.0e-4: on 2-D data the teacher's noise-to-sample
+map is smooth enough for one Euler step of the straightened field to reproduce it, so the
+reflowed model matches the teacher's own many-step quality (Heun@50 of fm_toy2d: 0.92x) at 1 step.
 """
 
 import json
