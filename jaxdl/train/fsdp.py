@@ -12,6 +12,13 @@ along its largest dimension n_i with n_i % F == 0 (the first such one on ties). 
 such dimension (scalars, a bias of odd width) is replicated; replicated parameters are listed in
 a log table the first time the shardings are computed, so a model that shards badly is visible.
 
+Expert parallelism (`parallel.expert` = X > 1): a third mesh axis 'expert', grid
+(N / (F X), F, X); the batch is split over all three axes, and a mixture of experts' weights
+(`jaxdl.models.moe`: leaves named 'expert_*', their expert axis third from last) are split over
+'expert' along that axis, each device holding E / X experts; their other dimensions follow the
+fsdp rule. XLA moves the routed tokens to the devices of their experts. The `jit` strategy with
+X > 1 is this strategy with F = 1 (everything else replicated).
+
 Checkpoints hold the logical (global) arrays, so a run restores onto another mesh or strategy:
 the loop passes `state_shardings(abstract_state)` as orbax's restore target.
 """
@@ -31,6 +38,7 @@ log = logging.getLogger("jaxdl")
 
 FSDP_AXIS = "fsdp"
 DATA_AXIS = "data"
+EXPERT_AXIS = "expert"
 
 
 def fsdp_spec(shape: tuple[int, ...], fsdp_size: int) -> P:
@@ -42,6 +50,18 @@ def fsdp_spec(shape: tuple[int, ...], fsdp_size: int) -> P:
   if best is None or fsdp_size == 1:
     return P()
   return P(*[FSDP_AXIS if i == best else None for i in range(len(shape))])
+
+
+def expert_spec(path: str, shape: tuple[int, ...], fsdp_size: int, expert_size: int) -> P:
+  """`fsdp_spec`, except that an expert weight ('expert_' in its path) is split over 'expert'
+  along its expert axis (third from last) and by the fsdp rule along the others."""
+  if expert_size == 1 or "expert_" not in path or len(shape) < 3:
+    return fsdp_spec(shape, fsdp_size)
+  ax = len(shape) - 3
+  rest = fsdp_spec(tuple(1 if i == ax else n for i, n in enumerate(shape)), fsdp_size)
+  spec = list(rest) + [None] * (len(shape) - len(rest))
+  spec[ax] = EXPERT_AXIS
+  return P(*spec)
 
 
 def sharding_table(state, fsdp_size: int) -> list[tuple[str, tuple, str]]:
@@ -61,17 +81,26 @@ class FsdpStrategy(JitStrategy):
   """
   name = "fsdp"
 
-  def __init__(self, devices=None, fsdp: int = 0):  # pylint: disable=super-init-not-called
+  def __init__(self, devices=None, fsdp: int = 0,  # pylint: disable=super-init-not-called
+               expert: int = 1):
     self.devices = list(devices if devices is not None else jax.devices())
     n = len(self.devices)
-    self.fsdp_size = fsdp or n
-    if self.fsdp_size < 1 or n % self.fsdp_size:
-      raise ValueError(f"parallel.fsdp: {fsdp} does not divide the {n} devices; use a divisor "
-                       f"of {n} (0 = all devices)")
-    grid = np.array(self.devices).reshape(n // self.fsdp_size, self.fsdp_size)
-    self.mesh = Mesh(grid, (DATA_AXIS, FSDP_AXIS))
+    if expert < 1 or n % expert:
+      raise ValueError(f"parallel.expert: {expert} does not divide the {n} devices; use a "
+                       f"divisor of {n} (1 = no expert parallelism)")
+    self.expert_size = expert
+    m = n // expert  # the devices of one expert group
+    self.fsdp_size = fsdp or m
+    if self.fsdp_size < 1 or m % self.fsdp_size:
+      group = " of an expert group" if expert > 1 else ""
+      raise ValueError(f"parallel.fsdp: {fsdp} does not divide the {m} devices{group}; use a "
+                       f"divisor of {m} (0 = all devices)")
+    axes, sizes = (DATA_AXIS, FSDP_AXIS), (n // (self.fsdp_size * expert), self.fsdp_size)
+    if expert > 1:
+      axes, sizes = axes + (EXPERT_AXIS,), sizes + (expert,)
+    self.mesh = Mesh(np.array(self.devices).reshape(sizes), axes)
     self.replicated = NamedSharding(self.mesh, P())
-    self.batch_sharding = NamedSharding(self.mesh, P((DATA_AXIS, FSDP_AXIS)))
+    self.batch_sharding = NamedSharding(self.mesh, P(axes))
     self._reported = False
 
   def state_shardings(self, state) -> Any:
@@ -79,8 +108,9 @@ class FsdpStrategy(JitStrategy):
     if not self._reported:
       self._reported = True
       self.report(state)
-    return jax.tree.map(lambda x: NamedSharding(self.mesh, fsdp_spec(np.shape(x),
-                                                                      self.fsdp_size)), state)
+    return jax.tree_util.tree_map_with_path(
+        lambda path, x: NamedSharding(self.mesh, expert_spec(
+            jax.tree_util.keystr(path), np.shape(x), self.fsdp_size, self.expert_size)), state)
 
   def replicated_params(self, state) -> list[tuple[str, tuple]]:
     """Parameters that the shape rule leaves whole on every device."""
@@ -98,3 +128,12 @@ class FsdpStrategy(JitStrategy):
              f"are replicated:", f"  {'parameter':<{width}}  shape"]
     lines += [f"  {p:<{width}}  {s}" for p, s in rows]
     log.info("\n".join(lines))
+
+
+class ExpertJitStrategy(FsdpStrategy):
+  """The `jit` strategy with an expert axis of X > 1: ('data', 'fsdp', 'expert') with F = 1, so
+  only the expert weights are split (over 'expert') and everything else is replicated."""
+  name = "jit"
+
+  def __init__(self, devices=None, expert: int = 2):
+    super().__init__(devices, 1, expert)
