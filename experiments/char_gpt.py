@@ -4,6 +4,8 @@ Run:
   jaxdl train                          # char_gpt is the default experiment
   jaxdl train char_gpt --set train.steps=3000   # longer, better samples
   jaxdl train char_gpt:smoke           # a few steps, for tests
+  jaxdl train char_gpt:ssm             # every block's attention replaced by a selective SSM
+  jaxdl train char_gpt:moe             # every block's MLP an 8-expert top-2 mixture of experts
 
 Setup: bytes of the stdlib's .py files (2 MB cap, split by file), context 64, batch 32; a pre-LN
 GPT with d 128, 4 layers, 4 heads, learned positions, tied embeddings, GELU MLP; AdamW 3e-3
@@ -53,7 +55,12 @@ def get_config(arg=None):
   c.train.best_metric = "eval/loss"
   c.train.best_mode = "min"
   c.sample = dict(prompt="def ", max_new_tokens=60, temperature=0.8, top_k=40, seed=0)
-  if parse_arg(arg, smoke=False).smoke:
+  args = parse_arg(arg, smoke=False, ssm=False, moe=False)
+  if args.ssm:
+    c.model.mixer = "ssm"
+  if args.moe:
+    c.model.update(moe_experts=8, moe_top_k=2)
+  if args.smoke:
     c.train.steps = 10
     c.train.eval_every = 5
     c.train.ckpt_every = 5

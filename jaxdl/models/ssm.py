@@ -1,0 +1,109 @@
+"""A selective state-space mixer (Mamba-style): an input-dependent diagonal linear recurrence.
+
+Shapes: B batch, T time, D model width, E inner width (expand D), N state size per channel.
+
+  u = x W_u,  z = x W_z                           (E each; z gates the output)
+  delta_t = softplus(u_t W_delta + b_delta)      (E: a per-channel, input-dependent step)
+  B_t = u_t W_B,  C_t = u_t W_C                  (N: input-dependent input and output maps)
+  A = -exp(A_log)                                (E x N, diagonal and negative: a stable decay)
+  h_t = exp(delta_t A) * h_{t-1} + delta_t B_t u_t    (E x N state, h_0 = 0)
+  y_t = C_t . h_t + D_skip * u_t,   out_t = (y_t * silu(z_t)) W_out
+
+Training evaluates the recurrence for all t at once with `jax.lax.associative_scan` on pairs
+(a, b) meaning h -> a h + b, composed as (a1, b1) then (a2, b2) = (a2 a1, a2 b1 + b2): O(T)
+work, O(log T) depth. Decoding carries h (B, E, N), whose size does not grow with T (`step`).
+Mamba's short causal convolution before the recurrence is left out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from jaxdl.models import layers
+
+Dtype = Any
+
+
+def check_state(state: int, key: str = "model.ssm_state") -> None:
+  if not isinstance(state, int) or state < 1:
+    raise ValueError(f"{key}: the state size N per channel must be an integer >= 1, got {state!r}")
+
+
+def _combine(left, right):
+  """(a1, b1) then (a2, b2): h -> a2 (a1 h + b1) + b2."""
+  a1, b1 = left
+  a2, b2 = right
+  return a2 * a1, a2 * b1 + b2
+
+
+class SelectiveSSM(nn.Module):
+  """x (B, T, D) -> (B, T, D) by the recurrence of the module docstring.
+
+  `__call__(x)` scans all T in parallel; `step(x_BxD, h_BxExN) -> (out_BxD, h)` advances one
+  token; `init_state(batch)` is h_0 = 0.
+  """
+
+  features: int  # D, the width of x
+  state: int = 16
+  expand: int = 2
+  init_name: str = "gpt2"
+  out_init: Any = None
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+
+  def setup(self):
+    check_state(self.state)
+    kinit = layers.get_initializer(self.init_name)
+    dense = lambda n, name, **kw: nn.Dense(n, dtype=self.dtype, param_dtype=self.param_dtype,  # noqa: E731
+                                           name=name, **kw)
+    self.in_proj = nn.DenseGeneral((2, self.inner), use_bias=False, kernel_init=kinit,
+                                   dtype=self.dtype, param_dtype=self.param_dtype, name="in_proj")
+    self.delta_proj = dense(self.inner, "delta_proj", kernel_init=kinit,
+                            bias_init=nn.initializers.constant(-2.0))  # softplus(-2) = 0.13
+    self.bc_proj = dense(2 * self.state, "bc_proj", use_bias=False, kernel_init=kinit)
+    self.out_proj = dense(self.features, "out_proj", use_bias=False,
+                          kernel_init=self.out_init or kinit)
+    # A_log = log(1..N) per channel (S4D-real), so the decays cover several time scales.
+    self.a_log = self.param("a_log", lambda k, s: jnp.log(jnp.broadcast_to(
+        jnp.arange(1, s[1] + 1, dtype=jnp.float32), s)), (self.inner, self.state))
+    self.d_skip = self.param("d_skip", nn.initializers.ones, (self.inner,))
+
+  @property
+  def inner(self) -> int:
+    return self.expand * self.features
+
+  def _inputs(self, x):
+    """(decay a, input b, C, u, z) of the recurrence for x (..., D); fp32 for the state."""
+    u, z = jnp.moveaxis(self.in_proj(x), -2, 0)
+    delta = jax.nn.softplus(self.delta_proj(u).astype(jnp.float32))
+    b_in, c_out = jnp.split(self.bc_proj(u).astype(jnp.float32), 2, axis=-1)
+    a = jnp.exp(delta[..., None] * -jnp.exp(self.a_log))
+    b = (delta * u.astype(jnp.float32))[..., None] * b_in[..., None, :]
+    return a, b, c_out, u, z
+
+  def _output(self, h, c_out, u, z):
+    y = jnp.einsum("...en,...n->...e", h, c_out) + self.d_skip * u.astype(jnp.float32)
+    return self.out_proj((y * jax.nn.silu(z.astype(jnp.float32))).astype(self.dtype))
+
+  def __call__(self, x_BxTxD, h0_BxExN=None):
+    """All T at once from h_0 = 0; with a state h0, continues from it and also returns h_T
+    (cached decoding: h_t = (a_t ... a_1) h0 + the scan's h_t from 0)."""
+    a_BxTxExN, b_BxTxExN, c_BxTxN, u, z = self._inputs(x_BxTxD)
+    a_BxTxExN, h_BxTxExN = jax.lax.associative_scan(_combine, (a_BxTxExN, b_BxTxExN), axis=1)
+    if h0_BxExN is None:
+      return self._output(h_BxTxExN, c_BxTxN, u, z)
+    h_BxTxExN = a_BxTxExN * h0_BxExN[:, None] + h_BxTxExN
+    return self._output(h_BxTxExN, c_BxTxN, u, z), h_BxTxExN[:, -1]
+
+  def step(self, x_BxD, h_BxExN):
+    """One token: h <- a h + b, out from h; the state keeps its size (B, E, N)."""
+    a, b, c, u, z = self._inputs(x_BxD)
+    h_BxExN = a * h_BxExN + b
+    return self._output(h_BxExN, c, u, z), h_BxExN
+
+  def init_state(self, batch: int):
+    return jnp.zeros((batch, self.inner, self.state), jnp.float32)
