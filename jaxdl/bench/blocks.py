@@ -1,0 +1,85 @@
+"""Benches of the newer GPT blocks: a mixture of experts against the dense MLP of the same active
+compute, and the state-space mixer against attention as T grows.
+
+  moe  train-step seconds of a GPT whose MLPs are E = 8 experts of width F = 4D with top-2
+       routing (capacity 1.25) vs the same GPT with one dense MLP of width 2F = 8D (the FLOPs of
+       two experts per token, `jaxdl.models.gpt.gpt_costs`); target <= 1.5x.
+  ssm  train-step seconds at T = 128, 256, 512, 1024 (B T = 4096 tokens per step) of mixer='ssm'
+       and of attention; the SSM's step time per token stays flat in T while attention's grows
+       (its scores are T x T).
+
+Both time the real `jaxdl.train.step.make_train_step` of the lm task (AdamW) with
+`jaxdl.bench.timing.interleaved`, so the two contenders share the machine's load.
+"""
+
+from __future__ import annotations
+
+import jax
+import ml_collections
+import optax
+
+from jaxdl.bench.timing import Clock, interleaved
+from jaxdl.models import build_model, gpt_config
+from jaxdl.models.gpt import gpt_costs
+from jaxdl.train import step as jstep
+from jaxdl.train import tasks
+from jaxdl.train.state import create_train_state
+
+
+def _step_runner(model_cfg, batch: int, seq: int):
+  """`run(n) -> Clock`: n jitted train steps of the GPT `model_cfg` on random tokens."""
+  model = build_model(model_cfg)
+  tx = optax.adamw(1e-3)
+  task = tasks.make_task(ml_collections.ConfigDict({"task": "lm", "train": {}}))
+  train_step = jstep.make_train_step(model.apply, task.loss_fn, tx, lambda s: 1e-3,
+                                     jax.random.PRNGKey(0), jit=True)
+  tokens = jax.random.randint(jax.random.PRNGKey(1), (batch, seq + 1), 0, model.vocab_size)
+  data = {"x": tokens[:, :-1], "y": tokens[:, 1:]}
+  holder = [create_train_state(model, tx, jax.random.PRNGKey(2), data["x"][:1])]
+  holder[0], m = train_step(holder[0], data)  # compile
+  jax.block_until_ready(m)
+
+  def run(n: int) -> Clock:
+    with Clock() as c:
+      for _ in range(n):
+        holder[0], m = train_step(holder[0], data)
+      jax.block_until_ready(m)
+    return c
+
+  return run, model
+
+
+def bench_moe(d: int = 128, layers: int = 4, seq: int = 64, batch: int = 32, steps: int = 5,
+              rounds: int = 3) -> dict:
+  """MoE E=8, k=2 vs the dense GPT of the same active compute (module docstring)."""
+  sizes = dict(vocab_size=256, block_size=seq, n_layer=layers, n_head=4, d_model=d)
+  moe_cfg = gpt_config("", moe_experts=8, moe_top_k=2, **sizes)
+  dense_cfg = gpt_config("", mlp_hidden=8 * d, use_bias=False, **sizes)
+  runs, costs = {}, {}
+  for name, cfg in (("moe", moe_cfg), ("dense", dense_cfg)):
+    runs[name], model = _step_runner(cfg, batch, seq)
+    costs[name] = gpt_costs(model, seq)
+  best = interleaved(runs, steps=steps, rounds=rounds)
+  return {"step_s": {k: v["wall"] for k, v in best.items()},
+          "cpu_step_s": {k: v["cpu"] for k, v in best.items()}, "costs": costs}
+
+
+def bench_ssm(d: int = 64, layers: int = 2, tokens: int = 4096,
+              lengths: tuple[int, ...] = (128, 256, 512, 1024), steps: int = 3,
+              rounds: int = 2) -> dict:
+  """Seconds per train step of mixer='ssm' and attention at each T, B T = `tokens`."""
+  out = {"ssm": {}, "attention": {}}
+  for t in lengths:
+    runs = {}
+    for mixer in out:
+      cfg = gpt_config("", vocab_size=256, block_size=t, n_layer=layers, n_head=4, d_model=d,
+                       mixer=mixer, pos="rope")
+      runs[mixer], _ = _step_runner(cfg, tokens // t, t)
+    best = interleaved(runs, steps=steps, rounds=rounds)
+    for mixer in out:
+      out[mixer][t] = best[mixer]["cpu"]
+  # Growth of each contender's step time from the shortest to the longest T (same tokens/step).
+  out["growth"] = {m: out[m][lengths[-1]] / out[m][lengths[0]] for m in ("ssm", "attention")}
+  out["lengths"] = list(lengths)
+  return out
+
