@@ -205,8 +205,8 @@ def run_log_likelihood(config, model, variables, x, *, steps: int = 100, diverge
   """`log_likelihood` of data x_B... under a trained 'flow_matching' or 'ddpm' run.
 
   Flow: from t = 1 (data; t = 1 - 1e-3 for an 'x0' network, whose velocity divides by 1 - t) to
-  t = 0. DDPM: from tau = 1 / T to tau = 1 (module docstring). Any other task is refused with
-  what it has instead.
+  t = 0. DDPM: from tau = 1 / T to tau = 1 on the quadratic grid (module docstring). Any other
+  task is refused with what it has instead.
   """
   task = config.task
   if task not in LIKELIHOOD_TASKS:
@@ -217,8 +217,11 @@ def run_log_likelihood(config, model, variables, x, *, steps: int = 100, diverge
   path = path_from_config(config)
   if path.continuous:
     t_data, t_noise = (1.0 if config.gen.prediction == "velocity" else 1.0 - 1e-3), 0.0
+    spacing = "uniform"
   else:
-    t_data, t_noise = 1.0 / path.T, 1.0
+    # sigma' ~ 1 / sigma grows near the data end: a uniform grid of 100 steps is off by ~0.016
+    # nats on the Gaussian test case, the quadratic one by < 1e-3.
+    t_data, t_noise, spacing = 1.0 / path.T, 1.0, "quadratic"
   velocity_fn = network_velocity(model.apply, variables, path, config.gen.prediction, y=y)
   return log_likelihood(velocity_fn, x, t_data=t_data, t_noise=t_noise, steps=steps,
-                        divergence=divergence, probes=probes, rng=rng)
+                        spacing=spacing, divergence=divergence, probes=probes, rng=rng)
