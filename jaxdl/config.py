@@ -228,6 +228,7 @@ class TrainSettings:
   patience: int = 0              # early stopping after this many evals without improvement
   precision: str = "fp32"        # fp32 | bf16 | fp16 (jaxdl.optim.precision)
   label_smoothing: float = 0.0   # s in [0, 1): targets (1 - s) onehot(y) + s / K
+  grad_accum: int = 1            # N microbatches per update (jaxdl.train.accumulate)
   async_checkpoint: bool = True
   plot: bool = True
   doctor: bool = False           # the doctor's preflight before training (jaxdl.doctor hooks)
@@ -238,6 +239,15 @@ class TrainSettings:
   spike_window: int = 20
   spike_watch: str = "loss"      # loss | grad_norm | either
   max_rewinds: int = 3
+  # Seeing inside a run (jaxdl.train.throughput, jaxdl.train.profiling).
+  count_flops: bool = True       # FLOPs per step and the device peak, for FLOP/s and MFU
+  peak_flops: float = 0.0        # per-device peak FLOP/s; 0: datasheet table or measured once
+  profile_steps: tuple = (0, 0)  # (start, stop): jax.profiler trace of these steps; (0, 0) off
+  watch: str = "cheap"           # off | cheap | detailed: health signals (jaxdl.train.watch)
+  watch_every: int = 100         # K: the health signals of every K-th step
+  loggers: tuple = ("tensorboard",)  # + 'wandb', 'mlflow' (extras); metrics.jsonl always
+  eval_ema: bool = False         # also evaluate optim.ema_decay's average (eval_ema/...); the
+                                 # best checkpoint and early stopping then judge the average
 
   def __post_init__(self):
     require_finite(self, "train.")
@@ -245,6 +255,7 @@ class TrainSettings:
     for key in ("eval_every", "log_every", "ckpt_every", "patience", "max_rewinds"):
       _require(getattr(self, key) >= 0, f"train.{key}", f"must be >= 0, got {getattr(self, key)}")
     _require(self.keep_ckpts >= 1, "train.keep_ckpts", f"must be >= 1, got {self.keep_ckpts}")
+    _require(self.grad_accum >= 1, "train.grad_accum", f"must be >= 1, got {self.grad_accum}")
     _one_of(self.precision, ("fp32", "bf16", "fp16"), "train.precision")
     _one_of(self.best_mode, ("min", "max"), "train.best_mode")
     _one_of(self.spike_watch, ("loss", "grad_norm", "either"), "train.spike_watch")
@@ -254,6 +265,16 @@ class TrainSettings:
              f"must be > 1 (a multiple of the rolling median), got {self.spike_factor}")
     _require(self.spike_window >= 1, "train.spike_window",
              f"must be >= 1, got {self.spike_window}")
+    _one_of(self.watch, ("off", "cheap", "detailed"), "train.watch")
+    _require(self.watch_every > 0, "train.watch_every",
+             f"must be > 0 (watch every K steps; train.watch='off' for none), "
+             f"got {self.watch_every}")
+    _require(self.peak_flops >= 0, "train.peak_flops", f"must be >= 0, got {self.peak_flops}")
+    window = tuple(self.profile_steps)
+    _require(window == (0, 0) or len(window) == 2 and all(isinstance(s, int) for s in window)
+             and 1 <= window[0] <= window[1] <= self.steps, "train.profile_steps",
+             f"expected (start, stop) with 1 <= start <= stop <= train.steps ({self.steps}), "
+             f"or (0, 0) for none; got {tuple(self.profile_steps)}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -262,12 +283,14 @@ class ParallelSettings:
   strategy: str = "jit"   # jit | pmap | fsdp
   devices: int = 0        # how many devices to use (0 = all); the global batch is split over them
   fsdp: int = 0           # size of the fsdp mesh axis under strategy 'fsdp' (0 = all devices)
+  expert: int = 1         # size of the expert mesh axis (MoE experts split over it; 1 = none)
 
   def __post_init__(self):
     _one_of(self.strategy, ("jit", "pmap", "fsdp"), "parallel.strategy")
     _require(self.devices >= 0, "parallel.devices",
              f"must be >= 0 (0 = all devices), got {self.devices}")
     _require(self.fsdp >= 0, "parallel.fsdp", f"must be >= 0 (0 = all devices), got {self.fsdp}")
+    _require(self.expert >= 1, "parallel.expert", f"must be >= 1 (1 = none), got {self.expert}")
 
 
 def require_finite(obj, prefix: str) -> None:
@@ -296,7 +319,9 @@ def _one_of(value, choices, key: str) -> None:
            f"expected one of {', '.join(map(repr, choices))}, got {value!r}")
 
 
-def _parse_section(cls, section, prefix: str):
+def parse_section(cls, section, prefix: str):
+  """`section` (a ConfigDict or dict) as the dataclass `cls`; a key `cls` lacks is one line
+  naming `prefix.key` and the known keys."""
   given = section.to_dict() if hasattr(section, "to_dict") else dict(section)
   known = {f.name for f in dataclasses.fields(cls)}
   for key in given:
@@ -306,12 +331,12 @@ def _parse_section(cls, section, prefix: str):
 
 def parse_train(config) -> TrainSettings:
   """`config.train` as a checked `TrainSettings`."""
-  return _parse_section(TrainSettings, config.train, "train")
+  return parse_section(TrainSettings, config.train, "train")
 
 
 def parse_parallel(config) -> ParallelSettings:
   """`config.parallel` as a checked `ParallelSettings` (defaults when the section is absent)."""
-  return _parse_section(ParallelSettings, config.get("parallel") or {}, "parallel")
+  return parse_section(ParallelSettings, config.get("parallel") or {}, "parallel")
 
 
 def validate(config: ml_collections.ConfigDict) -> None:

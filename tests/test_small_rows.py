@@ -1,5 +1,6 @@
 """The course's small architecture rows: average and global average pooling in the CNN, input
-dropout in the MLP, and the BatchNorm guard for training statistics over one value per feature."""
+dropout in the MLP, DropPath in the transformer block, MAE and Huber regression losses, and the
+BatchNorm guard for training statistics over one value per feature."""
 
 import jax
 import jax.numpy as jnp
@@ -7,7 +8,10 @@ import ml_collections
 import numpy as np
 import pytest
 
+from jaxdl import cli
 from jaxdl.models import build_model
+from jaxdl.models.transformer import Block
+from jaxdl.train.tasks import TASKS
 
 
 def _model(**fields):
@@ -46,6 +50,28 @@ def test_mlp_input_dropout_is_inverted_dropout_on_x():
   assert abs(kept.mean() - 0.5) < 0.05                             # 4.5 sigma at n = 2000
 
 
+def test_drop_path_drops_whole_residual_branches_per_example():
+  x = jax.random.normal(jax.random.PRNGKey(0), (256, 2, 8))
+  block = Block(n_head=2, drop_path=0.5)
+  v = block.init(jax.random.PRNGKey(1), x)
+  plain = Block(n_head=2).apply(v, x)[0]
+  np.testing.assert_array_equal(block.apply(v, x)[0], plain)      # eval: the identity
+  y = np.asarray(block.clone(train=True).apply(v, x, rngs={"dropout": jax.random.PRNGKey(2)})[0])
+  # Both branches dropped (probability p^2 = 1/4): the example passes through unchanged.
+  identity = (y == np.asarray(x)).all(axis=(1, 2))
+  assert 40 <= identity.sum() <= 88                                # mean 64, sd 6.9
+  assert np.isfinite(y).all() and not (y == np.asarray(plain)).all(axis=(1, 2)).all()
+
+
+def test_mae_and_huber_losses():
+  batch = {"x": np.array([[-3.0], [-0.5], [0.0], [2.0]], np.float32), "y": np.zeros(4)}
+  identity = lambda variables, x, train: x  # noqa: E731  the prediction is x itself
+  for task, want in (("regression", (9 + 0.25 + 0 + 4) / 4), ("regression_mae", 5.5 / 4),
+                     ("regression_huber", (2.5 + 0.125 + 0 + 1.5) / 4)):
+    loss, _ = TASKS[task](None).loss_fn(identity, {}, {}, batch, {}, False)
+    np.testing.assert_allclose(loss, want, rtol=1e-6)
+
+
 def test_batchnorm_refuses_training_statistics_of_one_value():
   mlp = _model(name="mlp", hidden=(4,), norm="batch")
   v = mlp.init(jax.random.PRNGKey(0), np.ones((2, 3)), train=False)
@@ -60,3 +86,13 @@ def test_batchnorm_refuses_training_statistics_of_one_value():
   y, _ = cnn.apply(v, np.random.default_rng(0).normal(size=(1, 4, 4, 1)), train=True,
                    mutable=["batch_stats"])
   assert np.abs(y).max() > 0
+
+
+def test_batchnorm_batch_of_one_is_refused_before_the_workdir(tmp_path, capsys):
+  workdir = tmp_path / "run"
+  capsys.readouterr()
+  code = cli.main(["train", "moons_mlp:bn,smoke", "--set", "data.batch_size=1", "--set",
+                   "parallel.devices=1", "--workdir", str(workdir), "--no-progress"])
+  lines = capsys.readouterr().err.strip().splitlines()
+  assert code == 2 and len(lines) == 1 and "model.norm: BatchNorm" in lines[0], lines
+  assert not workdir.exists()

@@ -36,16 +36,18 @@ from __future__ import annotations
 
 import ml_collections
 
+from jaxdl.data.augment import augment_setting, augmentation
 from jaxdl.data.pipeline import Dataset, EvalBatches, TrainIterator
 from jaxdl.data.schema import (NONNEG, OPEN_UNIT, POSITIVE, SOURCES, DataSource, Source, Split,
                                default_data_config, one_of, parse_data, register_source, setting)
 from jaxdl.data import digit_strings, graphs  # noqa: F401  (register generated datasets)
+from jaxdl.data import disk, images  # noqa: F401  (register the on-disk datasets)
 from jaxdl.data.sources import KINDS, TOY2D, arrays_source, decode, digits_split, sample_toy2d
 
 __all__ = ["make_dataset", "default_data_config", "parse_data", "register_source", "SOURCES",
            "DataSource", "Source", "Split", "setting", "POSITIVE", "NONNEG", "OPEN_UNIT",
            "one_of", "arrays_source", "sample_toy2d", "decode", "digits_split", "Dataset",
-           "TrainIterator", "EvalBatches", "DATASETS", "KINDS", "TOY2D"]
+           "TrainIterator", "EvalBatches", "DATASETS", "KINDS", "TOY2D", "augment_setting"]
 
 # The built-in datasets (SOURCES also holds any registered since import).
 DATASETS = tuple(SOURCES)
@@ -61,5 +63,6 @@ def make_dataset(config: ml_collections.ConfigDict) -> Dataset:
   if source.batch_size > built.train.num:
     raise ValueError(f"data.batch_size: {source.batch_size} is larger than the training set "
                      f"({built.train.num} examples of dataset {source.name!r})")
+  augment = augmentation(getattr(source, "augment", ()), built.info, seed)
   return Dataset(built, batch_size=source.batch_size, eval_batch_size=source.eval_batch_size,
-                 seed=seed, shuffle=source.shuffle, name=source.name)
+                 seed=seed, shuffle=source.shuffle, name=source.name, augment=augment)

@@ -14,7 +14,8 @@ permutation that depends only on (seed, e). As a grain pipeline this is
 
     MapDataset.range(S).repeat()            # index = s, infinite
       .map_with_index(global_rows)          # s -> the G example indices of step s
-      .map(this process's slice, gather)    # -> dict of (B, ...) arrays
+      .map(this process's slice, gather)    # -> dict of (B, ...) arrays (and `data.augment`'s
+                                            #    ops, `jaxdl.data.augment`)
       .to_iter_dataset()                    # in-process, no threads: a checkpointable iterator
 
 and the iterator's whole state is grain's `next_index` (= s), an int: resuming needs no arrays.
@@ -28,6 +29,7 @@ from typing import Any, Iterator
 import grain
 import numpy as np
 
+from jaxdl.data.augment import Augmentation
 from jaxdl.data.schema import Source, Split
 
 # Everything is in memory and small: read in the calling thread so the order and the state are
@@ -72,21 +74,28 @@ class TrainIterator(Iterator[dict[str, np.ndarray]]):
   """Infinite iterator of this process's training batches with a small JSON state.
 
   `get_state()` -> {'step': s, 'epoch': e, 'global_batch_size': G, 'seed': seed,
-  'num_train': N, 'shuffle': 0|1}; `set_state` accepts it from any process_count (the stream is
-  defined globally) but refuses one made for a different G, seed, N or shuffle, since step s
-  would then mean different data.
+  'num_train': N, 'shuffle': 0|1} (+ 'data_checksum' of prepared data); `set_state` accepts it
+  from any process_count (the stream is defined globally) but refuses one made for a different
+  G, seed, N, shuffle or data checksum, since step s would then mean different data.
   """
 
   def __init__(self, split: Split, *, batch_size: int, seed: int, shuffle: bool,
-               process_index: int, process_count: int):
+               process_index: int, process_count: int, augment: Augmentation | None = None,
+               data_checksum: str = ""):
     self._perms = _EpochPermutations(split.num, batch_size, seed, shuffle)
     b = batch_size // process_count
     lo, hi = process_index * b, (process_index + 1) * b
-    ds = (grain.MapDataset.range(self._perms.steps_per_epoch).repeat(None)
-          .map_with_index(lambda step, _: self._perms.rows(step))
-          .map(lambda rows_G: split.gather(rows_G[lo:hi])))
+    spe = self._perms.steps_per_epoch
+    # augment: a grain Map of (epoch, rows_G), randomness from the records (jaxdl.data.augment).
+    load = (augment.transform(split.gather, lo, hi) if augment is not None
+            else lambda e_rows: split.gather(e_rows[1][lo:hi]))
+    ds = (grain.MapDataset.range(spe).repeat(None)
+          .map_with_index(lambda step, _: (step // spe, self._perms.rows(step)))
+          .map(load))
     self._it = ds.to_iter_dataset(_READ_OPTIONS).__iter__()
-    self._fingerprint = {"global_batch_size": int(batch_size), "seed": int(seed),
+    # data_checksum (prepared data on disk): a resumed run refuses data changed since the save.
+    self._fingerprint = {**({"data_checksum": data_checksum} if data_checksum else {}),
+                         "global_batch_size": int(batch_size), "seed": int(seed),
                          "num_train": int(split.num), "shuffle": int(bool(shuffle))}
 
   @property
@@ -114,7 +123,7 @@ class TrainIterator(Iterator[dict[str, np.ndarray]]):
 
   def set_state(self, state: dict[str, Any]) -> None:
     for k, v in self._fingerprint.items():
-      if k in state and int(state[k]) != v:
+      if k in state and (str(state[k]) if isinstance(v, str) else int(state[k])) != v:
         raise ValueError(f"data iterator state: saved {k}={state[k]} but this pipeline has "
                          f"{k}={v}; the saved step would select different data")
     step = int(state["step"])
@@ -158,8 +167,9 @@ class Dataset:
   """A built dataset: `info`, `train_iter(...)`, `eval_batches(...)` (see jaxdl.data)."""
 
   def __init__(self, source: Source, *, batch_size: int, eval_batch_size: int | None,
-               seed: int, shuffle: bool, name: str):
+               seed: int, shuffle: bool, name: str, augment: Augmentation | None = None):
     self.source, self.batch_size, self.seed, self.shuffle = source, batch_size, seed, shuffle
+    self.augment = augment  # the training stream's only; evaluation is never augmented
     self.eval_batch_size = eval_batch_size
     self.info = dict(source.info, name=name,
                      steps_per_epoch=source.train.num // batch_size)
@@ -168,7 +178,8 @@ class Dataset:
     _check_sharding("data.batch_size", self.batch_size, process_index, process_count)
     return TrainIterator(self.source.train, batch_size=self.batch_size, seed=self.seed,
                          shuffle=self.shuffle, process_index=process_index,
-                         process_count=process_count)
+                         process_count=process_count, augment=self.augment,
+                         data_checksum=self.info.get("data_checksum", ""))
 
   def eval_batches(self, batch_size: int | None = None, process_index: int = 0,
                    process_count: int = 1) -> EvalBatches:

@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from jaxdl.config import parse_section
 from jaxdl.models import layers, register_model
 from jaxdl.train.tasks import Task, masked_mean, register_task
 
@@ -115,13 +116,8 @@ def default_gan_config() -> ml_collections.ConfigDict:
 
 def parse_gan(config) -> GANSettings:
   """`config.gen` as checked `GANSettings` (one-line errors naming the key)."""
-  given = dict(config.get("gen") or {})
-  known = [f.name for f in dataclasses.fields(GANSettings)]
-  for key in given:
-    if key not in known:
-      raise ValueError(f"gen.{key}: unknown key for task 'gan'; expected one of {known}")
-  given["sample_shape"] = tuple(given.get("sample_shape", GANSettings.sample_shape))
-  return GANSettings(**given)
+  settings = parse_section(GANSettings, config.get("gen") or {}, "gen")
+  return dataclasses.replace(settings, sample_shape=tuple(settings.sample_shape))
 
 
 def gan_losses(apply_fn, params, x, z_BxZ, r1: float, batch):

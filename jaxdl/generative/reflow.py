@@ -33,6 +33,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from jaxdl.config import parse_section
 from jaxdl.generative import paths as paths_lib
 from jaxdl.generative import samplers
 
@@ -118,10 +119,5 @@ def default_reflow_config() -> ml_collections.ConfigDict:
 
 def parse_reflow(config) -> ReflowSettings:
   """`config.reflow` as checked `ReflowSettings` (one-line errors naming the key)."""
-  given = dict(config.reflow)
-  known = [f.name for f in dataclasses.fields(ReflowSettings)]
-  for key in given:
-    if key not in known:
-      raise ValueError(f"reflow.{key}: unknown key; expected one of {known}")
-  given["eval_steps"] = tuple(given.get("eval_steps", ReflowSettings.eval_steps))
-  return ReflowSettings(**given)
+  settings = parse_section(ReflowSettings, config.reflow, "reflow")
+  return dataclasses.replace(settings, eval_steps=tuple(settings.eval_steps))

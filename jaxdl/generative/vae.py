@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
+from jaxdl.config import parse_section
 from jaxdl.models import layers, register_model
 from jaxdl.train.tasks import Task, masked_mean, register_task
 
@@ -157,17 +158,13 @@ def default_vae_config() -> ml_collections.ConfigDict:
 
 def parse_vae(config) -> VAESettings:
   """`config.gen` as checked `VAESettings`: an unknown key is one line naming it."""
-  given = dict(config.get("gen") or {})
-  known = [f.name for f in dataclasses.fields(VAESettings)]
-  for key in given:
-    if key not in known:
-      raise ValueError(f"gen.{key}: unknown key for task 'vae'; expected one of {known}")
-  given["sample_shape"] = tuple(given.get("sample_shape", VAESettings.sample_shape))
+  settings = parse_section(VAESettings, config.get("gen") or {}, "gen")
+  settings = dataclasses.replace(settings, sample_shape=tuple(settings.sample_shape))
   data_shape = tuple(config.model.get("data_shape", VAE.data_shape))
-  if data_shape != given["sample_shape"]:
-    raise ValueError(f"gen.sample_shape={given['sample_shape']} but model.data_shape="
+  if data_shape != settings.sample_shape:
+    raise ValueError(f"gen.sample_shape={settings.sample_shape} but model.data_shape="
                      f"{data_shape}; they must agree")
-  return VAESettings(**given)
+  return settings
 
 
 @register_task("vae")

@@ -35,6 +35,20 @@ def causal_mask(t: int, s: int | None = None, offset=0) -> jax.Array:
   return jnp.arange(s)[None, :] <= (offset + jnp.arange(t))[:, None]
 
 
+def max_attention_logit(q_BxTxHxK, k_BxSxHxK, mask=None, *, causal=False) -> jax.Array:
+  """max over b, h and the allowed (t, s) of q_t . k_s / sqrt(K), in float32: the largest
+  attention logit, a training-health signal (`jaxdl.train.watch`)."""
+  t, s, k = q_BxTxHxK.shape[1], k_BxSxHxK.shape[1], q_BxTxHxK.shape[-1]
+  logits_BxHxTxS = jnp.einsum("bthk,bshk->bhts", q_BxTxHxK.astype(jnp.float32),
+                              k_BxSxHxK.astype(jnp.float32)) / jnp.sqrt(jnp.float32(k))
+  allowed = jnp.ones((1, 1, t, s), bool)
+  if causal:
+    allowed = causal_mask(t, s)[None, None]
+  if mask is not None:
+    allowed = jnp.logical_and(allowed, mask)
+  return jnp.max(jnp.where(allowed, logits_BxHxTxS, -jnp.inf))
+
+
 def attention_reference(q_BxTxHxK, k_BxSxHxK, v_BxSxHxK, mask=None, *, causal=False,
                         dropout_rate=0.0, dropout_rng=None):
   """Readable path: returns (out BxTxHxK, weights BxHxTxS); softmax in fp32."""
@@ -127,13 +141,16 @@ def dot_product_attention(q_BxTxHxK, k_BxSxHxK, v_BxSxHxK, mask=None, *, causal=
 
 
 def apply_rope(x_BxTxHxK, positions_T, base: float = 10000.0):
-  """Rotary position embedding: rotates feature pairs (i, i + K/2) by angle pos * base^(-2i/K)."""
+  """Rotary position embedding: rotates feature pairs (i, i + K/2) by angle pos * base^(-2i/K).
+
+  `positions_T` is (T,) shared by the batch, or (B, T) per row (packed documents)."""
   k = x_BxTxHxK.shape[-1]
   if k % 2:
     raise ValueError(f"rope needs an even head width, got {k}")
   inv_freq = base ** (-jnp.arange(0, k // 2, dtype=jnp.float32) * 2.0 / k)
-  ang_TxK2 = positions_T.astype(jnp.float32)[:, None] * inv_freq[None, :]
-  cos, sin = jnp.cos(ang_TxK2)[None, :, None, :], jnp.sin(ang_TxK2)[None, :, None, :]
+  ang_TxK2 = positions_T.astype(jnp.float32)[..., None] * inv_freq
+  # (..., T, 1, K/2): broadcasts over the heads, and over the batch when positions are (T,).
+  cos, sin = jnp.cos(ang_TxK2)[..., None, :], jnp.sin(ang_TxK2)[..., None, :]
   x1, x2 = jnp.split(x_BxTxHxK.astype(jnp.float32), 2, axis=-1)
   out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
   return out.astype(x_BxTxHxK.dtype)
@@ -145,8 +162,10 @@ class MultiHeadAttention(nn.Module):
   Self-attention uses one fused projection `c_attn` (D -> 3D, the GPT-2 layout); cross-attention
   projects queries with `q_proj` and keys/values from `context` with `kv_proj`. `c_proj` is W_O.
 
-  Call: `y = mha(x, context=None, *, train, mask=None)`. With `return_weights=True` or a `cache`
-  it returns `(y, aux)` with aux = {'weights': BxHxTxS | None, 'cache': {'k','v'} | None}.
+  Call: `y = mha(x, context=None, *, train, mask=None)`; `positions` (B, T) replaces
+  pos .. pos + T - 1 as the RoPE positions (packed documents restart theirs). With
+  `return_weights=True` or a `cache` it returns `(y, aux)` with
+  aux = {'weights': BxHxTxS | None, 'cache': {'k','v'} | None}.
   A cache holds keys/values BxSmaxxHxK; the T new tokens sit at positions pos .. pos + T - 1.
   """
 
@@ -164,7 +183,7 @@ class MultiHeadAttention(nn.Module):
 
   @nn.compact
   def __call__(self, x_BxTxD, context=None, *, train: bool, mask=None, cache=None, pos=0,
-               return_weights=False):
+               positions=None, return_weights=False):
     b, t, d = x_BxTxD.shape
     if d % self.num_heads:
       raise ValueError(f"{self.name}: width {d} is not divisible by num_heads {self.num_heads}")
@@ -185,9 +204,13 @@ class MultiHeadAttention(nn.Module):
       q = RMSNorm(dtype=self.dtype, param_dtype=self.param_dtype, name="q_norm")(q)
       k_ = RMSNorm(dtype=self.dtype, param_dtype=self.param_dtype, name="k_norm")(k_)
     if self.rope:
-      positions = pos + jnp.arange(t)
+      positions = pos + jnp.arange(t) if positions is None else positions
       q, k_ = apply_rope(q, positions), apply_rope(k_, positions)
 
+    if cache is None and self.is_mutable_collection("watch") and not self.is_initializing():
+      # Only the watch probe makes 'watch' mutable, so training never computes the T x S logits
+      # (and init, where every collection is mutable, must not make it part of the state).
+      self.sow("watch", "attn_max_logit", max_attention_logit(q, k_, mask, causal=self.causal))
     causal = self.causal
     new_cache = None
     if cache is not None:

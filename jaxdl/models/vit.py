@@ -34,6 +34,7 @@ class ViT(nn.Module):
   ln: str = "pre"
   dropout: float = 0.0
   attn_dropout: float = 0.0
+  drop_path: float = 0.0   # stochastic depth: each block's residual branch dropped per example
   qk_norm: bool = False
   use_bias: bool = True
   scan_layers: bool = True
@@ -47,7 +48,7 @@ class ViT(nn.Module):
 
   def __post_init__(self):
     layers.check_fields(self, sizes=("patch_size", "d_model", "n_layer", "n_head", "out"),
-                        dropouts=("dropout", "attn_dropout"))
+                        dropouts=("dropout", "attn_dropout", "drop_path"))
     super().__post_init__()
 
   @nn.compact
@@ -74,6 +75,7 @@ class ViT(nn.Module):
         x_BxTxD, n_layer=self.n_layer, scan_layers=self.scan_layers, remat=self.remat,
         n_head=self.n_head, causal=False, train=train, norm=self.norm, ln=self.ln, mlp=self.mlp,
         mlp_hidden=self.mlp_hidden, dropout=self.dropout, attn_dropout=self.attn_dropout,
+        drop_path=self.drop_path,
         qk_norm=self.qk_norm, use_bias=self.use_bias, attn_impl=self.attn_impl,
         init_name=self.init_name, n_residual=2 * self.n_layer, epsilon=self.epsilon,
         dtype=self.dtype, param_dtype=self.param_dtype)

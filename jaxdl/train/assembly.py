@@ -24,7 +24,7 @@ from jaxdl import models as jmodels
 from jaxdl import optim as joptim
 from jaxdl.config import TrainSettings, parse_parallel, parse_train
 from jaxdl.optim import precision
-from jaxdl.train import step, strategies, tasks
+from jaxdl.train import accumulate, step, strategies, tasks, trackers
 from jaxdl.train.state import TrainState, create_train_state
 
 
@@ -75,15 +75,41 @@ def build(config) -> Run:
   train, parallel = parse_train(config), parse_parallel(config)
   ds = jdata.make_dataset(config)
   task = tasks.make_task(config)
-  strategy = strategies.make_strategy(parallel.strategy, parallel.devices, fsdp=parallel.fsdp)
+  strategies.check_experts(config.model, parallel.expert)
+  strategy = strategies.make_strategy(parallel.strategy, parallel.devices, fsdp=parallel.fsdp,
+                                      expert=parallel.expert)
   strategies.check_batch(config.data.batch_size, strategy.num_global_devices)
-  tx, schedule = joptim.parse_optim(config.optim).build(train.steps)
+  accumulate.check_grad_accum(train.grad_accum, config.data.batch_size,
+                              strategy.num_global_devices)
+  optim = joptim.parse_optim(config.optim)
+  if train.eval_ema and optim.ema_decay is None:
+    raise ValueError("train.eval_ema: the run keeps no parameter average; set optim.ema_decay "
+                     "(e.g. 0.999) or train.eval_ema=False")
+  trackers.check(train.loggers)
+  tx, schedule = optim.build(train.steps)
   policy = precision.get_policy(train.precision)
   model = apply_precision(jmodels.build_model(config.model), policy, strategy.model_overrides)
   init_key, base_key = jax.random.split(jax.random.PRNGKey(config.seed))
   run = Run(config, ds, task, strategy, tx, schedule, policy, model, init_key, base_key, train)
   check_best_metric(run)
+  check_batch_statistics(run)
   return run
+
+
+def check_batch_statistics(run: Run) -> None:
+  """Traces one training loss (`jax.eval_shape`: nothing computed or compiled) when the model
+  normalizes with batch statistics, so a batch that BatchNorm cannot normalize (one value per
+  feature: `jaxdl.models.layers.batch_stats_guard`) is refused here, before the workdir is
+  written, rather than when the train step compiles."""
+  if getattr(run.model, "norm", None) != "batch" or getattr(run.model, "bn_axis_name", None):
+    return  # under pmap the statistics pool over devices (and the axis exists only there)
+  batch = next(run.ds.train_iter(process_index=0, process_count=1))
+  # What BatchNorm normalizes in one call: one microbatch (jit and fsdp reduce over the global
+  # batch, so the devices' shares do not matter).
+  batch = jax.tree.map(lambda x: x[:x.shape[0] // run.train.grad_accum], batch)
+  rngs = step.step_rngs(run.base_key, 0)
+  jax.eval_shape(lambda s, b: run.task.loss_fn(run.model.apply, s.params, s.model_state, b, rngs,
+                                               True), run.abstract_state(), batch)
 
 
 def eval_metric_names(run: Run) -> list[str]:

@@ -28,7 +28,8 @@ import numpy as np
 
 from jaxdl import optim as joptim
 from jaxdl.train import checkpoint as jckpt
-from jaxdl.train import guards, resume, step as jstep, writers
+from jaxdl.train import guards, plots, profiling, resume, step as jstep, throughput, trackers
+from jaxdl.train import watch, writers
 from jaxdl.train import workdir as jworkdir
 from jaxdl.train.assembly import Run, build
 from jaxdl.train.hooks import Hook, Hooks
@@ -162,12 +163,16 @@ def _train(r: Run, workdir: pathlib.Path, config_json: dict, abstract, hooks: Ho
                joptim.decay_table(loop.state.params, config.optim))
 
   train_step = jstep.make_train_step(r.model.apply, r.task.loss_fn, r.tx, r.schedule,
-                                     r.base_key, axis_name=r.strategy.axis_name)
+                                     r.base_key, axis_name=r.strategy.axis_name,
+                                     grad_accum=r.train.grad_accum,
+                                     watch=loop.watcher.health)
   eval_step = jstep.make_eval_step(r.model.apply, r.task.loss_fn, axis_name=r.strategy.axis_name)
   loop.state = r.strategy.place_state(loop.state)
   train_fn = r.strategy.compile_train(train_step, loop.state)
   eval_fn = r.strategy.compile_eval(eval_step, loop.state)
+  loop.watcher.compile(r.strategy, loop.state)
   summary = loop.train(train_fn, eval_fn, progress)
+  loop.writer.finish(summary)
   if loop.is_main and summary["step"] >= r.train.steps:
     jworkdir.write_summary(workdir, summary)
   hooks.on_train_end(summary)
@@ -216,11 +221,17 @@ class _Loop:
     self.ckpt = jckpt.Checkpointer(workdir / "checkpoints", keep=train.keep_ckpts,
                                    best_metric=train.best_metric, best_mode=train.best_mode,
                                    async_save=train.async_checkpoint)
-    self.writer = writers.MetricsWriter(workdir, enabled=self.is_main)
     self.meta = jckpt.manifest(r.strategy, config)
+    self.writer = writers.MetricsWriter(
+        workdir, enabled=self.is_main, tensorboard="tensorboard" in train.loggers,
+        trackers=trackers.start(train.loggers, workdir, config.name, config_json, self.meta)
+        if self.is_main else ())
     self.guard = (guards.SpikeDetector(train.spike_factor, train.spike_window, train.spike_watch)
                   if train.spike_guard else None)
     self.early = _EarlyStopping(train.best_metric, train.best_mode, train.patience)
+    self.meter = throughput.Meter(r, log_info=self.is_main)
+    self.profiler = profiling.Profiler(workdir, train.profile_steps)
+    self.watcher = watch.Watcher(r, abstract)
     self.state, self.start = None, 0
     self.pending: _Dispatched | None = None
     self.last_eval: dict = {}
@@ -243,12 +254,13 @@ class _Loop:
     return self.start
 
   def save(self, step: int) -> None:
-    self.ckpt.save(step, self.strategy.single_copy(self.state),
-                   data_state={**self.train_it.get_state(),
-                               "skip_batches": sorted(self.skip_batches)},
-                   config=self.config_json,
-                   manifest=self.meta,
-                   metrics={f"eval/{k}": v for k, v in self.last_eval.items()} or None)
+    with self.meter.paused():
+      self.ckpt.save(step, self.strategy.single_copy(self.state),
+                     data_state={**self.train_it.get_state(),
+                                 "skip_batches": sorted(self.skip_batches)},
+                     config=self.config_json,
+                     manifest=self.meta,
+                     metrics={f"eval/{k}": v for k, v in self.last_eval.items()} or None)
     self.hooks.on_checkpoint(step)
 
   def next_batch(self):
@@ -258,7 +270,9 @@ class _Loop:
 
   def check(self, d: _Dispatched, guard) -> dict:
     """Host-side metrics of a step: stop on non-finite, rewind on a spike, log on cadence."""
-    metrics = {k: float(v) for k, v in jax.device_get(self.strategy.first(d.metrics)).items()}
+    host = jax.device_get(self.strategy.first(d.metrics))
+    watched = self.watcher.take(d.step, host, self.strategy.first)  # pops the health vector
+    metrics = {k: float(v) for k, v in host.items()}
     what = NonFiniteLossError.find(metrics)
     metrics.pop("state_finite", None)  # always 1 past this point: not worth a column in the logs
     if what is not None:
@@ -266,12 +280,18 @@ class _Loop:
     spike = guard.check(metrics) if guard is not None else None
     if spike is not None:
       raise SpikeRewind(d.step, spike, d.position)
+    if watched:
+      self.writer.write(d.step, "watch", watched)
     # Step 1 is always logged: the first loss is the doctor's first check (ln K).
     if (every(d.step, self.settings.log_every) or d.step == 1 or
         d.step == self.settings.steps):
       self.writer.write(d.step, "train", metrics)
+      # Timings differ run to run: their own split keeps the train records reproducible.
+      rates = self.meter.tick(d.step)
+      if rates:
+        self.writer.write(d.step, "throughput", rates)
       self.bar.update(d.step, metrics)
-      self.hooks.on_step_end(d.step, metrics)
+      self.hooks.on_step_end(d.step, {**metrics, **rates})
     return metrics
 
   def read_back(self, dispatched: _Dispatched, boundary: bool) -> None:
@@ -287,6 +307,7 @@ class _Loop:
   def train(self, train_fn, eval_fn, progress: bool) -> dict:
     self.bar = writers.Progress(self.settings.steps, self.start,
                                 enabled=progress and self.is_main)
+    self.meter.log_info = progress and self.is_main
     summary = {"start_step": self.start, "preempted": False, "early_stopped": False,
                "rewinds": 0}
     s = self.start
@@ -299,11 +320,12 @@ class _Loop:
         if self.pending is not None:
           self.last_train = self.check(self.pending, None)
       finally:
+        self.profiler.close()
         self.ckpt.close()
         self.bar.close()
         self.writer.close()
     if self.is_main and self.settings.plot:
-      writers.plot_losses(self.workdir, title=self.config.name)
+      plots.plot_run(self.workdir, title=self.config.name)
     step = self.strategy.first(self.state.step)
     summary.update(step=int(jax.device_get(step)), train=self.last_train, eval=self.last_eval,
                    rewinds=self.rewinds)
@@ -314,8 +336,14 @@ class _Loop:
     train = self.settings
     batch = self.next_batch()
     position = self.train_it.step - 1
+    if not self.meter.ready:  # once: FLOPs of the compiled step, the device peak
+      self.meter.prepare(train_fn, self.state, batch)
+    self.profiler.before(s + 1)
     self.state, metrics = train_fn(self.state, batch)
     done = s + 1
+    self.profiler.after(done, metrics)
+    with self.meter.paused():  # the probe's first call compiles it
+      self.watcher.after_dispatch(done, self.state, batch)
     evaluates = every(done, train.eval_every) or done == train.steps
     saves = every(done, train.ckpt_every) or done == train.steps
     try:
@@ -325,8 +353,8 @@ class _Loop:
       self.pending = None
       return self._rewind_to(*e.args), False
     if evaluates:
-      self.last_eval = evaluate(eval_fn, self.state, self.ds, self.strategy)
-      self.writer.write(done, "eval", self.last_eval)
+      with self.meter.paused():
+        self.last_eval = self.evaluate(done, eval_fn)
       self.bar.message(f"eval step {done}: " + " ".join(
           f"{k}={v:.4g}" for k, v in self.last_eval.items()))
       self.hooks.on_eval(done, self.last_eval)
@@ -341,6 +369,18 @@ class _Loop:
     if summary["early_stopped"]:
       self.writer.write_event(done, "early_stop", patience=train.patience)
     return done, summary["early_stopped"]
+
+  def evaluate(self, step: int, eval_fn) -> dict:
+    """Logs eval/ metrics, and eval_ema/ of the parameter average under `train.eval_ema`;
+    returns the ones the best checkpoint and early stopping judge (the average's, then)."""
+    metrics = evaluate(eval_fn, self.state, self.ds, self.strategy)
+    self.writer.write(step, "eval", metrics)
+    if not self.settings.eval_ema:
+      return metrics
+    averaged = self.state.replace(params=joptim.find_ema(self.state.opt_state))
+    ema_metrics = evaluate(eval_fn, averaged, self.ds, self.strategy)
+    self.writer.write(step, "eval_ema", ema_metrics)
+    return ema_metrics
 
   def _rewind_to(self, step: int, spike: dict, bad_position: int) -> int:
     """Restores the last checkpoint and marks the spiking step's batch to be skipped."""

@@ -3,7 +3,8 @@
 `train_step(state, batch) -> (state, metrics)`:
   key_s   = fold_in(base_key, s) (and fold_in(., device index) under pmap), split into the named
             streams dropout / noise / time / label_drop
-  g       = grad of the task loss at params (averaged over devices under pmap)
+  g       = grad of the task loss at params (averaged over devices under pmap); with
+            grad_accum = N the mean of N microbatch gradients (`jaxdl.train.accumulate`)
   metrics = loss, grad_norm = ||g||_2 (before any clipping inside the optax chain), lr = eta(s),
             state_finite = 1.0 if every leaf of the updated params, optimizer and model state is
             finite else 0.0, and the task's metrics
@@ -28,6 +29,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxdl.optim import precision
+from jaxdl.train import accumulate
 from jaxdl.train.state import TrainState
 
 RNG_STREAMS = ("dropout", "noise", "time", "label_drop")
@@ -43,7 +45,8 @@ def step_rngs(base_key: jax.Array, step: jax.Array, axis_name: str | None = None
 
 def make_train_step(apply_fn: Callable, loss_fn: Callable, tx: optax.GradientTransformation,
                     schedule: Callable, base_key: jax.Array, *, axis_name: str | None = None,
-                    jit: bool = False) -> Callable:
+                    jit: bool = False, grad_accum: int = 1,
+                    watch: Callable | None = None) -> Callable:
   """Builds `train_step(state, batch) -> (state, metrics)`.
 
   Args:
@@ -56,6 +59,10 @@ def make_train_step(apply_fn: Callable, loss_fn: Callable, tx: optax.GradientTra
       (the mesh makes every reduction global).
     jit: return the step jitted with the state donated (for single-device use); the parallel
       strategies wrap the un-jitted step themselves.
+    grad_accum: N, the number of microbatches the batch is split into for one update (a
+      `lax.scan`, gradients summed in float32; `jaxdl.train.accumulate`). 1: no accumulation.
+    watch: `health(step, params, grads, new_params) -> vector`, the health signals of
+      `jaxdl.train.watch.make_health`, returned as the metric 'watch'; None: not computed.
 
   Returns:
     The pure step function.
@@ -65,13 +72,14 @@ def make_train_step(apply_fn: Callable, loss_fn: Callable, tx: optax.GradientTra
     rngs = step_rngs(base_key, state.step, axis_name)
     scale = state.loss_scale
 
-    def objective(params):
-      loss, (metrics, new_model_state) = loss_fn(apply_fn, params, state.model_state, batch,
-                                                 rngs, True)
+    def objective(params, model_state, batch, rngs):
+      loss, (metrics, new_model_state) = loss_fn(apply_fn, params, model_state, batch, rngs, True)
       scaled = scale.scale_loss(loss) if scale is not None else loss
       return scaled, (loss, metrics, new_model_state)
 
-    grads, (loss, metrics, new_model_state) = jax.grad(objective, has_aux=True)(state.params)
+    grads, (loss, metrics, new_model_state) = accumulate.accumulate_gradients(
+        jax.grad(objective, has_aux=True), state.params, state.model_state, batch, rngs,
+        grad_accum)
     if scale is not None:
       grads = scale.unscale(grads)
     if axis_name is not None:
@@ -93,6 +101,8 @@ def make_train_step(apply_fn: Callable, loss_fn: Callable, tx: optax.GradientTra
                                          new_state.model_state))
     metrics = {"loss": loss, "grad_norm": grad_norm, "lr": jnp.asarray(schedule(state.step)),
                "state_finite": state_finite, **metrics}
+    if watch is not None:
+      metrics["watch"] = watch(state.step, state.params, grads, new_state.params)
     return new_state, jax.tree.map(lambda m: jnp.asarray(m, jnp.float32), metrics)
 
   return jax.jit(train_step, donate_argnums=0) if jit else train_step

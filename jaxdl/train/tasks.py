@@ -10,10 +10,15 @@ so padded eval batches give exact averages.
 
 Losses (B batch, K classes, T time, V vocabulary):
   classification: CE(z, q) = -sum_k q_k log softmax(z)_k with q = (1 - s) onehot(y) + s / K in
-                  training; evaluation reports the NLL -log softmax(z)_y (and the smoothed loss)
+                  training; evaluation reports the NLL -log softmax(z)_y (and the smoothed loss).
+                  Soft targets y (B, K) (mixup, cutmix) take the place of onehot(y): CE(z, y),
+                  accuracy against argmax y
   binary:         BCE(z, y) = -y log sigmoid(z) - (1 - y) log(1 - sigmoid(z))
-  lm:             next-token CE averaged over B and T; also bits per byte = CE / ln 2
-  regression:     mean squared error over output dimensions
+  lm:             next-token CE averaged over B and T; also bits per byte = CE / ln 2; in
+                  training plus the model's aux loss (MoE router losses), when it has one
+  regression:     mean over output dimensions of e^2, e = prediction - target (MSE); the tasks
+                  regression_mae |e| and regression_huber (delta 1: e^2 / 2 for |e| <= 1, else
+                  |e| - 1/2, quadratic near 0 and linear for outliers)
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import optax
+
+from jaxdl.models import moe
 
 TASKS: dict[str, Callable[[Any], "Task"]] = {}
 
@@ -56,15 +63,30 @@ def make_task(config) -> Task:
   return TASKS[config.task](config)
 
 
-def apply_model(apply_fn, params, model_state, x, rngs, train: bool):
-  """Runs the model; in training, returns the updated mutable collections too."""
+def apply_model(apply_fn, params, model_state, x, rngs, train: bool, **inputs):
+  """Runs the model (`inputs`: further keyword inputs, e.g. segment ids); in training, returns
+  the updated mutable collections too."""
   variables = {"params": params, **model_state}
   if train:
     rngs = {"dropout": rngs["dropout"]}
     if model_state:
-      return apply_fn(variables, x, train=True, rngs=rngs, mutable=list(model_state))
-    return apply_fn(variables, x, train=True, rngs=rngs), model_state
-  return apply_fn(variables, x, train=False), model_state
+      return apply_fn(variables, x, train=True, rngs=rngs, mutable=list(model_state), **inputs)
+    return apply_fn(variables, x, train=True, rngs=rngs, **inputs), model_state
+  return apply_fn(variables, x, train=False, **inputs), model_state
+
+
+def apply_model_aux(apply_fn, params, model_state, x, rngs, train: bool, **inputs):
+  """`apply_model` plus the model's auxiliary training loss and metrics: (out, new_state,
+  aux_loss, aux_metrics) from the 'aux' collection a model sows in training (the MoE router
+  losses, `jaxdl.models.moe.aux_summary`); a zero loss and no metrics otherwise and in eval."""
+  if not train:
+    out, new_state = apply_model(apply_fn, params, model_state, x, rngs, train, **inputs)
+    return out, new_state, jnp.zeros((), jnp.float32), {}
+  out, updates = apply_fn({"params": params, **model_state}, x, train=True,
+                          rngs={"dropout": rngs["dropout"]}, mutable=[*model_state, moe.AUX],
+                          **inputs)
+  updates = dict(updates)
+  return (out, updates, *moe.aux_summary(updates.pop(moe.AUX, {})))
 
 
 def masked_mean(values_B: jax.Array, batch: dict) -> jax.Array:
@@ -90,11 +112,16 @@ def classification(config) -> Task:
   def loss_fn(apply_fn, params, model_state, batch, rngs, train):
     logits_BxK, new_state = apply_model(apply_fn, params, model_state, batch["x"], rngs, train)
     logits_BxK = logits_BxK.astype(jnp.float32)
-    nll_B = optax.softmax_cross_entropy_with_integer_labels(logits_BxK, batch["y"])
-    accuracy = masked_mean(jnp.argmax(logits_BxK, -1) == batch["y"], batch)
+    y, num_classes = batch["y"], logits_BxK.shape[-1]
+    soft = y.ndim == 2  # mixup / cutmix targets q (B, K) (jaxdl.data.augment)
+    nll_B = (optax.softmax_cross_entropy(logits_BxK, y) if soft
+             else optax.softmax_cross_entropy_with_integer_labels(logits_BxK, y))
+    labels_B = jnp.argmax(y, -1) if soft else y
+    accuracy = masked_mean(jnp.argmax(logits_BxK, -1) == labels_B, batch)
     if not smoothing:
       return masked_mean(nll_B, batch), ({"accuracy": accuracy}, new_state)
-    targets_BxK = smoothed_targets(batch["y"], logits_BxK.shape[-1], smoothing)
+    targets_BxK = ((1.0 - smoothing) * y + smoothing / num_classes if soft
+                   else smoothed_targets(y, num_classes, smoothing))
     smoothed = masked_mean(optax.softmax_cross_entropy(logits_BxK, targets_BxK), batch)
     nll = masked_mean(nll_B, batch)
     # Training minimizes the smoothed loss; evaluation reports the plain NLL -log p(y|x) (what
@@ -125,24 +152,47 @@ def language_model(config) -> Task:
   del config
 
   def loss_fn(apply_fn, params, model_state, batch, rngs, train):
-    logits_BxTxV, new_state = apply_model(apply_fn, params, model_state, batch["x"], rngs, train)
+    # Packed batches (`jaxdl.data.packing`) also carry segment and position ids.
+    packed = {k: batch[k] for k in ("segment_ids", "positions") if k in batch}
+    logits_BxTxV, new_state, aux_loss, aux_metrics = apply_model_aux(
+        apply_fn, params, model_state, batch["x"], rngs, train, **packed)
     logits_BxTxV = logits_BxTxV.astype(jnp.float32)
     ce_BxT = optax.softmax_cross_entropy_with_integer_labels(logits_BxTxV, batch["y"])
     loss = masked_mean(ce_BxT.mean(-1), batch)
     accuracy = masked_mean((jnp.argmax(logits_BxTxV, -1) == batch["y"]).mean(-1), batch)
-    return loss, ({"accuracy": accuracy, "bits_per_byte": loss / math.log(2.0)}, new_state)
+    metrics = {"accuracy": accuracy, "bits_per_byte": loss / math.log(2.0), **aux_metrics}
+    # An MoE's router losses join the training objective; bits per byte stay the plain CE's.
+    return loss + aux_loss, (metrics, new_state)
 
   return Task(loss_fn, kind="lm")
+
+
+def _regression_task(error_fn: Callable[[jax.Array], jax.Array]) -> Task:
+  """The per-example mean over output dimensions of error_fn(prediction - target)."""
+
+  def loss_fn(apply_fn, params, model_state, batch, rngs, train):
+    pred, new_state = apply_model(apply_fn, params, model_state, batch["x"], rngs, train)
+    err = error_fn(pred.astype(jnp.float32) -
+                   batch["y"].astype(jnp.float32).reshape(pred.shape))
+    loss = masked_mean(err.reshape(err.shape[0], -1).mean(-1), batch)
+    return loss, ({}, new_state)
+
+  return Task(loss_fn, kind="regression")
 
 
 @register_task("regression")
 def regression(config) -> Task:
   del config
+  return _regression_task(jnp.square)
 
-  def loss_fn(apply_fn, params, model_state, batch, rngs, train):
-    pred, new_state = apply_model(apply_fn, params, model_state, batch["x"], rngs, train)
-    err = (pred.astype(jnp.float32) - batch["y"].astype(jnp.float32).reshape(pred.shape)) ** 2
-    loss = masked_mean(err.reshape(err.shape[0], -1).mean(-1), batch)
-    return loss, ({}, new_state)
 
-  return Task(loss_fn, kind="regression")
+@register_task("regression_mae")
+def regression_mae(config) -> Task:
+  del config
+  return _regression_task(jnp.abs)
+
+
+@register_task("regression_huber")
+def regression_huber(config) -> Task:
+  del config
+  return _regression_task(lambda e: optax.huber_loss(e, delta=1.0))

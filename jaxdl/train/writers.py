@@ -1,4 +1,5 @@
-"""Run artifacts: metrics.jsonl, TensorBoard events, the progress display and the loss plot.
+"""Run artifacts: metrics.jsonl, TensorBoard events and the progress display (plots:
+`jaxdl.train.plots`).
 
 Named `writers` rather than `logging` so it never shadows the standard library module. Only
 process 0 writes; the other processes get a writer that does nothing.
@@ -21,7 +22,6 @@ import pathlib
 import sys
 import time
 
-import numpy as np
 
 log = logging.getLogger("jaxdl")
 
@@ -52,14 +52,16 @@ def _append(path: pathlib.Path, text: str) -> None:
 
 
 class MetricsWriter:
-  """Appends one JSON line per (step, split) to workdir/metrics.jsonl and mirrors to TensorBoard."""
+  """Appends one JSON line per (step, split) to workdir/metrics.jsonl and mirrors it to
+  TensorBoard and the started `jaxdl.train.trackers` (`train.loggers`)."""
 
-  def __init__(self, workdir, enabled: bool = True):
+  def __init__(self, workdir, enabled: bool = True, tensorboard: bool = True, trackers=()):
     self.enabled = enabled
     self.path = pathlib.Path(workdir) / "metrics.jsonl"
     self._tb = None
     self._tail_checked = False
-    if enabled:
+    self.trackers = list(trackers)
+    if enabled and tensorboard:
       from tensorboardX import SummaryWriter  # imported lazily: it is slow to import
       self._tb = SummaryWriter(str(pathlib.Path(workdir) / "tensorboard"))
 
@@ -81,8 +83,25 @@ class MetricsWriter:
     self._write_record({"step": int(step), "split": split,
                         **{k: float(v) for k, v in metrics.items()}})
     for k, v in metrics.items():
-      if math.isfinite(float(v)):  # a NaN would make tensorboardX warn once per scalar
+      if self._tb is not None and math.isfinite(float(v)):  # a NaN: tensorboardX warns
         self._tb.add_scalar(f"{split}/{k}", float(v), int(step))
+    for tracker in list(self.trackers):
+      try:
+        tracker.log(int(step), split, metrics)
+      except Exception as e:  # noqa: BLE001 -- a tracker failing mid-run must not stop it
+        log.warning("logger %s failed (%s: %s); dropped for the rest of the run",
+                    type(tracker).__name__, type(e).__name__, e)
+        self.trackers.remove(tracker)
+
+  def finish(self, summary: dict) -> None:
+    """Hands the run's summary to the trackers and ends their runs."""
+    for tracker in self.trackers:
+      try:
+        tracker.finish(summary)
+      except Exception as e:  # noqa: BLE001
+        log.warning("logger %s did not finish (%s: %s)", type(tracker).__name__,
+                    type(e).__name__, e)
+    self.trackers = []
 
   def write_event(self, step: int, event: str, **info) -> None:
     """A non-metric event (resume, preemption, rewind) in metrics.jsonl."""
@@ -174,35 +193,3 @@ class Progress:
   def close(self) -> None:
     if self.bar is not None:
       self.bar.close()
-
-
-def plot_losses(workdir, title: str = "") -> pathlib.Path | None:
-  """Writes workdir/loss.png: training loss per step and eval loss where measured."""
-  # A non-finite loss is stored as null; the plot shows the finite points.
-  train = [r for r in read_metrics(workdir, "train") if r.get("loss") is not None]
-  if not train:
-    return None
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-  fig, ax = plt.subplots(figsize=(7, 4))
-  ax.plot([r["step"] for r in train], [r["loss"] for r in train], label="train")
-  evals = [r for r in read_metrics(workdir, "eval") if r.get("loss") is not None]
-  if evals:
-    ax.plot([r["step"] for r in evals], [r["loss"] for r in evals], "o-", label="eval")
-  ax.set_xlabel("step")
-  ax.set_ylabel("loss")
-  losses = np.array([r["loss"] for r in train])
-  if np.all(losses > 0) and losses.max() / max(losses.min(), 1e-12) > 50:
-    ax.set_yscale("log")
-  ax.set_title(title)
-  ax.legend()
-  fig.tight_layout()
-  out = pathlib.Path(workdir) / "loss.png"
-  try:
-    fig.savefig(out, dpi=100)
-  except OSError as e:  # name the file, whichever layer of matplotlib raised
-    raise OSError(e.errno, e.strerror, str(out)) from e
-  finally:
-    plt.close(fig)
-  return out
