@@ -108,6 +108,12 @@ def test_params_grow_with_experts_compute_with_top_k():
   # D E, experts 2 E D F.
   per_layer = 4 * d + 4 * d * d + 4 * d + d * 4 + 2 * 4 * d * f
   assert c[4, 2]["params"] == 32 * d + 8 * d + 2 * d + layers * per_layer
+  # A run's throughput (MFU) counts the active weights, not every expert's.
+  from jaxdl.train import throughput
+  moe = build_model(gpt_config("", moe_experts=8, moe_top_k=2, **TINY))
+  n_active = c[8, 2]["active_params"] - 8 * d  # wpe is a lookup
+  assert throughput._gpt_flops(moe, (3, 8)) == 3 * 8 * (6 * n_active + 12 * layers * d * 8)
+  assert c[8, 2]["active_params"] < c[8, 2]["params"]
   # Dense: 2 x (12 D^2 per block + V D head) + 4 T D per layer (biases are not matmuls).
   assert c[0, 1]["flops_per_token"] == 2 * (layers * 12 * d * d + 32 * d) + 4 * 8 * d * layers
 

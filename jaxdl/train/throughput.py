@@ -36,6 +36,8 @@ import time
 import jax
 import jax.numpy as jnp
 
+from jaxdl.models.gpt import gpt_costs
+
 log = logging.getLogger("jaxdl")
 
 # Dense bf16 matmul peak per chip (FLOP/s), from the vendors' datasheets.
@@ -111,8 +113,10 @@ def transformer_flops_per_token(n_matmul_params: int, n_layer: int, d_model: int
   return 6.0 * n_matmul_params + 12.0 * n_layer * d_model * context
 
 
-def _gpt_flops(model, params, x_shape) -> float:
-  n = sum(int(p.size) for p in jax.tree.leaves(params))
+def _gpt_flops(model, x_shape) -> float:
+  # N counts the weights one token uses: an MoE expert's K / E of its size (all of a dense
+  # model's parameters).
+  n = gpt_costs(model)["active_params"]
   if getattr(model, "pos", "") == "learned":
     n -= model.block_size * model.d_model  # wpe is a lookup, not a matmul
   batch, context = x_shape[-2], x_shape[-1]
@@ -128,7 +132,7 @@ def count_step_flops(r, train_fn, state, batch) -> tuple[float | None, str]:
   """
   if r.config.model.get("name") == "gpt" and r.task.kind == "lm":
     global_x = (r.config.data.batch_size, batch["x"].shape[-1])
-    return _gpt_flops(r.model, state.params, global_x), "GPT formula 6N + 12LDT per token"
+    return _gpt_flops(r.model, global_x), "GPT formula 6N + 12LDT per token"
   if r.strategy.name == "pmap" or not hasattr(train_fn, "lower"):
     return None, "no FLOP formula for this model and no XLA count under this strategy"
   compiled = train_fn.lower(state, batch).compile()
