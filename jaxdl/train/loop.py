@@ -29,8 +29,7 @@ import numpy as np
 from jaxdl import optim as joptim
 from jaxdl.train import checkpoint as jckpt
 from jaxdl.train import guards, plots, profiling, resume, step as jstep, throughput, trackers
-from jaxdl.train import watch, writers
-from jaxdl.train import workdir as jworkdir
+from jaxdl.train import watch, workdir as jworkdir, writers
 from jaxdl.train.assembly import Run, build
 from jaxdl.train.hooks import Hook, Hooks
 
@@ -254,13 +253,11 @@ class _Loop:
     return self.start
 
   def save(self, step: int) -> None:
+    data_state = {**self.train_it.get_state(), "skip_batches": sorted(self.skip_batches)}
+    metrics = {f"eval/{k}": v for k, v in self.last_eval.items()} or None
     with self.meter.paused():
-      self.ckpt.save(step, self.strategy.single_copy(self.state),
-                     data_state={**self.train_it.get_state(),
-                                 "skip_batches": sorted(self.skip_batches)},
-                     config=self.config_json,
-                     manifest=self.meta,
-                     metrics={f"eval/{k}": v for k, v in self.last_eval.items()} or None)
+      self.ckpt.save(step, self.strategy.single_copy(self.state), data_state=data_state,
+                     config=self.config_json, manifest=self.meta, metrics=metrics)
     self.hooks.on_checkpoint(step)
 
   def next_batch(self):
@@ -287,8 +284,7 @@ class _Loop:
         d.step == self.settings.steps):
       self.writer.write(d.step, "train", metrics)
       # Timings differ run to run: their own split keeps the train records reproducible.
-      rates = self.meter.tick(d.step)
-      if rates:
+      if rates := self.meter.tick(d.step):
         self.writer.write(d.step, "throughput", rates)
       self.bar.update(d.step, metrics)
       self.hooks.on_step_end(d.step, {**metrics, **rates})
