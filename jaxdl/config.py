@@ -228,6 +228,7 @@ class TrainSettings:
   patience: int = 0              # early stopping after this many evals without improvement
   precision: str = "fp32"        # fp32 | bf16 | fp16 (jaxdl.optim.precision)
   label_smoothing: float = 0.0   # s in [0, 1): targets (1 - s) onehot(y) + s / K
+  z_loss: float = 0.0            # c >= 0: lm tasks add c * mean (log Z)^2 (PaLM); 0 off
   grad_accum: int = 1            # N microbatches per update (jaxdl.train.accumulate)
   async_checkpoint: bool = True
   plot: bool = True
@@ -261,6 +262,7 @@ class TrainSettings:
     _one_of(self.spike_watch, ("loss", "grad_norm", "either"), "train.spike_watch")
     _require(0.0 <= self.label_smoothing < 1.0, "train.label_smoothing",
              f"must be in [0, 1), got {self.label_smoothing}")
+    _require(self.z_loss >= 0.0, "train.z_loss", f"must be >= 0, got {self.z_loss}")
     _require(self.spike_factor > 1.0, "train.spike_factor",
              f"must be > 1 (a multiple of the rolling median), got {self.spike_factor}")
     _require(self.spike_window >= 1, "train.spike_window",

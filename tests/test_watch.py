@@ -7,13 +7,14 @@ from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 
 from jaxdl.config import ConfigError, load_config
 from jaxdl.doctor import diagnose_history
 from jaxdl.models.attention import max_attention_logit
-from jaxdl.train import watch
+from jaxdl.train import make_task, watch
 
 
 def test_health_vector_is_per_group_and_per_layer_norms_on_watched_steps_only():
@@ -78,3 +79,31 @@ def test_watch_settings_are_checked():
                              ("train.watch='loud'", r"^train.watch: expected one of 'off'")):
     with pytest.raises(ConfigError, match=expected):
       load_config("moons_mlp", [override])
+
+
+def test_z_loss_is_the_coefficient_times_the_mean_squared_log_normalizer():
+  rng = np.random.default_rng(2)
+  logits_BxTxV = rng.normal(size=(2, 3, 5)).astype(np.float32) * 3.0
+  batch = {"x": jnp.asarray(logits_BxTxV), "y": jnp.asarray(rng.integers(0, 5, (2, 3))),
+           "mask": jnp.asarray([1.0, 0.0])}   # the second sequence is padding
+
+  def loss(coef, train):
+    task = make_task(ml_collections.ConfigDict({"task": "lm", "train": {"z_loss": coef}}))
+    # The "model" returns its input (and no sown collections when they are asked for).
+    apply_fn = lambda variables, x, train, mutable=None, **kw: (x, {}) if mutable else x  # noqa
+    out, (metrics, _) = task.loss_fn(apply_fn, {}, {}, batch, {"dropout": jax.random.PRNGKey(0)},
+                                     train)
+    return float(out), metrics
+
+  log_z = np.log(np.exp(logits_BxTxV[0].astype(np.float64)).sum(-1))   # the real sequence
+  expected = 1e-2 * float(np.mean(log_z ** 2))
+  plain, metrics = loss(0.0, True)
+  with_z, metrics = loss(1e-2, True)
+  np.testing.assert_allclose(float(metrics["z_loss"]), expected, rtol=1e-5)
+  np.testing.assert_allclose(with_z - plain, expected, rtol=1e-4)
+  assert expected > 1e-3                        # large enough for the check above to mean it
+  assert loss(1e-2, False)[0] == plain          # evaluation reports the plain cross-entropy
+  with pytest.raises(ConfigError, match=r"^train.z_loss: must be >= 0"):
+    load_config("char_gpt", ["train.z_loss=-1.0"])
+  with pytest.raises(ValueError, match=r"^train.z_loss: only language-model tasks"):
+    make_task(ml_collections.ConfigDict({"task": "classification", "train": {"z_loss": 1e-4}}))

@@ -15,7 +15,9 @@ Losses (B batch, K classes, T time, V vocabulary):
                   accuracy against argmax y
   binary:         BCE(z, y) = -y log sigmoid(z) - (1 - y) log(1 - sigmoid(z))
   lm:             next-token CE averaged over B and T; also bits per byte = CE / ln 2; in
-                  training plus the model's aux loss (MoE router losses), when it has one
+                  training plus the model's aux loss (MoE router losses), when it has one, and
+                  with `train.z_loss` = c > 0 PaLM's z-loss c * mean_{B,T} (log Z)^2, log Z =
+                  logsumexp_v z_v (it keeps the softmax normalizer near 1; logged as z_loss)
   regression:     mean over output dimensions of e^2, e = prediction - target (MSE); the tasks
                   regression_mae |e| and regression_huber (delta 1: e^2 / 2 for |e| <= 1, else
                   |e| - 1/2, quadratic near 0 and linear for outliers)
@@ -60,7 +62,16 @@ def make_task(config) -> Task:
     raise ValueError(f"task: unknown task {config.task!r}; expected one of {sorted(TASKS)} "
                      f"(tasks of other packages register when that package is imported, e.g. "
                      f"`import jaxdl.generative`)")
-  return TASKS[config.task](config)
+  task = TASKS[config.task](config)
+  if z_loss_coef(config) and task.kind != "lm":
+    raise ValueError(f"train.z_loss: only language-model tasks (task 'lm') add the z-loss; "
+                     f"task {config.task!r} is {task.kind!r} (set train.z_loss=0)")
+  return task
+
+
+def z_loss_coef(config) -> float:
+  train = config.get("train")
+  return float(train.get("z_loss", 0.0)) if train is not None else 0.0
 
 
 def apply_model(apply_fn, params, model_state, x, rngs, train: bool, **inputs):
@@ -149,7 +160,7 @@ def binary(config) -> Task:
 
 @register_task("lm")
 def language_model(config) -> Task:
-  del config
+  z_coef = z_loss_coef(config)
 
   def loss_fn(apply_fn, params, model_state, batch, rngs, train):
     # Packed batches (`jaxdl.data.packing`) also carry segment and position ids.
@@ -161,7 +172,12 @@ def language_model(config) -> Task:
     loss = masked_mean(ce_BxT.mean(-1), batch)
     accuracy = masked_mean((jnp.argmax(logits_BxTxV, -1) == batch["y"]).mean(-1), batch)
     metrics = {"accuracy": accuracy, "bits_per_byte": loss / math.log(2.0), **aux_metrics}
-    # An MoE's router losses join the training objective; bits per byte stay the plain CE's.
+    if z_coef:
+      log_z_BxT = jax.nn.logsumexp(logits_BxTxV, axis=-1)
+      metrics["z_loss"] = z_coef * masked_mean(jnp.square(log_z_BxT).mean(-1), batch)
+      aux_loss = aux_loss + (metrics["z_loss"] if train else 0.0)
+    # An MoE's router losses and the z-loss join the training objective; evaluation and bits
+    # per byte report the plain CE.
     return loss + aux_loss, (metrics, new_state)
 
   return Task(loss_fn, kind="lm")
