@@ -190,6 +190,55 @@ def _run_classifier(workdir):
   return predict
 
 
+def classifier_outputs(workdir):
+  """f(pixels16_Nx64) -> (probs_NxK, features_NxH) of the trained classification run in `workdir`:
+  its softmax and its penultimate activation (the ReLU of its 'dense' layer, the feature space of
+  the digits Frechet distance; the CNN and MLP heads both name that layer 'dense')."""
+  config, model, variables, _ = load_run(workdir)
+  scale = config.data.get("scale", "unit")
+  shape = tuple(config.model.get("image_shape", (8, 8, 1)))
+
+  @jax.jit
+  def outputs(x):
+    logits, state = model.apply(variables, x, train=False, capture_intermediates=True,
+                                mutable=["intermediates"])
+    hidden = state["intermediates"]["dense"]["__call__"][0]
+    return jax.nn.softmax(logits, -1), jax.nn.relu(hidden)
+
+  def f(p16_Nx64):
+    x = (np.asarray(p16_Nx64) / 16.0).reshape((-1,) + shape).astype(np.float32)
+    probs, feats = outputs(2 * x - 1 if scale == "symmetric" else x)
+    return np.asarray(probs), np.asarray(feats)
+
+  return f
+
+
+def digits_quality(outputs, pix_Nx64, labels_N=None, *, threshold: float = 0.9, seed: int = 0):
+  """Sample quality of digits pixels (0..16) judged by `classifier_outputs`' f:
+
+  confident: the fraction whose top class probability is >= `threshold` (and, with `labels_N`,
+  equals the label); frechet: the Frechet distance between the penultimate features of the
+  samples and of m random real digits (of the 1,797, train + test; m = the sample count, at most
+  half of them); frechet_floor: the same between those m real digits and m others, what a perfect
+  model would still get.
+  """
+  from jaxdl.data.sources import digits_split  # pylint: disable=g-import-not-at-top
+  x_tr, _, x_te, _ = digits_split()
+  real_Rx64 = np.concatenate([x_tr, x_te]).reshape(-1, 64).astype(np.float32)
+  probs, feats = outputs(pix_Nx64)
+  ok = probs.max(-1) >= threshold
+  if labels_N is not None:
+    ok &= probs.argmax(-1) == np.asarray(labels_N)
+  _, real_feats = outputs(real_Rx64)
+  m = min(len(pix_Nx64), len(real_Rx64) // 2)
+  perm = np.random.default_rng(seed).permutation(len(real_Rx64))
+  return {"confident": float(np.mean(ok)), "threshold": threshold,
+          "frechet": metrics.frechet_distance(feats, real_feats[perm[:m]]),
+          "frechet_floor": metrics.frechet_distance(real_feats[perm[m:2 * m]],
+                                                    real_feats[perm[:m]]),
+          "num": int(len(pix_Nx64)), "num_real": m}
+
+
 def evaluate_digits(config, model, variables, per_class, classifier, seed, fig_dir):
   """Class accuracy of `per_class` guided samples per class, judged by `classifier` (see
   `digits_classifier`)."""
