@@ -1,5 +1,7 @@
 """Packing documents into windows: segment / position ids, streams, and the GPT's document mask."""
 
+import types
+
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -89,3 +91,40 @@ def test_packed_logits_equal_each_document_run_alone(pos):
   loss, _ = jax.jit(lambda b: task.loss_fn(model.apply, params["params"], {}, b, {}, False))(
       batch)
   np.testing.assert_allclose(float(loss), float(ce_BxT.mean()), rtol=1e-5)
+
+
+def test_bits_per_byte_is_total_nats_over_total_utf8_bytes():
+  """Raw-byte documents 'ab', 'é' (2 bytes), 'xyz€' (€: 3 bytes) packed in windows of T = 3:
+  the eval targets are (a b e) (C3 A9 e) (x y z) (E2 82 AC), 10 bytes in 12 tokens. A model
+  whose logits are constant has CE = ln V per token, so the eval split's bits per byte is
+  12 ln V / ln 2 / 10 = 1.2 log2 V, through the loop's eval over two batches (3 windows, then
+  1 padded to 3) whose own bytes per token differ (7/9 and 3/3): a mean of per-batch ratios
+  would give 1.1 log2 V. A train batch's is its own total nats over its total bytes."""
+  from jaxdl.data.pipeline import Dataset
+  from jaxdl.data.tokenize import bytes_tokenizer
+  from jaxdl.train import loop, step, strategies
+  tok = bytes_tokenizer()
+  stream = packing.ArrayStream(packing.join_documents(tok.encode_batch(["ab", "é", "xyz€"]),
+                                                      tok.eot_id))
+  src = packing.packed_source(stream, stream, t=3, max_eval_windows=0, eot_id=tok.eot_id,
+                              vocab_size=tok.vocab_size, segment_ids=False, key="data.path",
+                              bytes_V=tok.token_bytes())
+  ds = Dataset(src, batch_size=2, eval_batch_size=3, seed=0, shuffle=False, name="t")
+  assert src.eval.num == 4 and len(ds.eval_batches()) == 2
+  v = tok.vocab_size
+
+  def apply_fn(variables, x_BxT, train, **_):
+    del variables, train
+    return jnp.zeros((*x_BxT.shape, v))
+
+  task = make_task(ml_collections.ConfigDict({"task": "lm", "train": {}}))
+  eval_step = step.make_eval_step(apply_fn, task.loss_fn)
+  state = types.SimpleNamespace(params={}, model_state={})   # the model has no parameters
+  eval_fn = jax.jit(lambda batch: eval_step(state, batch))
+  metrics = loop.evaluate(lambda _, batch: eval_fn(batch), state, ds,
+                          strategies.make_strategy("jit", 1))
+  np.testing.assert_allclose(metrics["loss"], np.log(v), rtol=1e-6)
+  np.testing.assert_allclose(metrics["bits_per_byte"], 1.2 * np.log2(v), rtol=1e-6)
+  train_batch = src.train.gather(np.array([0, 1]))        # (a b e) (C3 A9 e): 4 bytes, 6 tokens
+  _, (m, _) = task.loss_fn(apply_fn, {}, {}, train_batch, {}, False)
+  np.testing.assert_allclose(float(m["bits_per_byte"]), 6 * np.log2(v) / 4, rtol=1e-6)

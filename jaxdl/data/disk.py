@@ -6,7 +6,8 @@ ones, so shuffling, per-process sharding and the checkpointed iterator position 
   arrayrecord  a prepared directory (`jaxdl data prepare`, format in `jaxdl.data.records`); every
                file's sha256 is checked against the manifest when the source is built. lm data is
                read document by document as windows need them (`packing.DocStream`); image
-               records are decoded to x = pixels / 255, float32 (H, W, C).
+               records are decoded to x = pixels / 255, float32 (H, W, C), and take `augment`
+               (`jaxdl.data.augment`) like the other image sources.
   parquet      a .parquet file, or a folder of them (the split's files: <split>*.parquet or
                <split>/*.parquet).
   stdlib_bpe   the `text` source's standard-library files prepared with a BPE trained by jaxdl
@@ -29,6 +30,7 @@ import sysconfig
 import numpy as np
 
 from jaxdl.data import packing, prepare, records
+from jaxdl.data.augment import augment_setting
 from jaxdl.data.prepare import import_pyarrow
 from jaxdl.data.schema import (NONNEG, OPEN_UNIT, POSITIVE, DataSource, Source, Split, one_of,
                                register_source, setting)
@@ -48,7 +50,8 @@ class TextWindows(DataSource):
   def windows(self, train, val, tok: Tokenizer, key: str) -> Source:
     src = packing.packed_source(train, val, t=self.context_length,
                                 max_eval_windows=self.max_eval_windows, eot_id=tok.eot_id,
-                                vocab_size=tok.vocab_size, segment_ids=self.segment_ids, key=key)
+                                vocab_size=tok.vocab_size, segment_ids=self.segment_ids, key=key,
+                                bytes_V=tok.token_bytes())
     src.info["tokenizer"] = {"name": tok.name, "sha256": tok.fingerprint}
     return src
 
@@ -70,6 +73,7 @@ def _tokens_of(reader: records.RecordReader):
 class ArrayRecord(TextWindows):
   """A prepared directory of ArrayRecord shards (module docstring)."""
   path: str = ""
+  augment: tuple = augment_setting()   # prepared images: training ops (jaxdl.data.augment)
 
   def directory(self) -> str:
     return os.path.expanduser(self.path)

@@ -16,6 +16,16 @@ segment ids the batch also carries
 
 so attention restricted to equal segment ids and positions restarting at 0 make each document
 see exactly what it would see alone (`jaxdl.models.gpt`).
+
+Bits per byte. Given the tokenizer's byte counts b(v) (`Tokenizer.token_bytes`, b(e) = 0), the
+batch also carries `bytes_per_token` (B,), which the lm task divides its loss by:
+
+    train windows   r_i = sum_t b(y_it) / T                  (window i's own)
+    eval windows    r   = sum_{i,t} b(y_it) / (N_eval T)      (the eval split's, on every row)
+
+so a batch's bits per byte, mean_i(CE_i) / mean_i(r_i) / ln 2, is its total nats over its total
+UTF-8 bytes, and the eval average over batches (weighted by rows) is exactly the eval split's
+total nats / ln 2 / total bytes the target tokens decode to.
 """
 
 from __future__ import annotations
@@ -82,25 +92,42 @@ def segment_positions(x_BxT: np.ndarray, eot_id: int) -> tuple[np.ndarray, np.nd
 
 
 def window_split(stream: TokenStream, starts_N: np.ndarray, t: int, eot_id: int,
-                 segment_ids: bool) -> Split:
-  """Windows of T + 1 tokens at `starts_N`: {'x', 'y'} (+ 'segment_ids', 'positions')."""
+                 segment_ids: bool, bytes_V: np.ndarray | None = None,
+                 split_rate: bool = False) -> Split:
+  """Windows of T + 1 tokens at `starts_N`: {'x', 'y'} (+ 'segment_ids', 'positions'; with
+  `bytes_V`, 'bytes_per_token': each window's, or with `split_rate` the split's, module
+  docstring)."""
+
+  def windows(idx_B):
+    win_BxT1 = np.stack([stream.read(int(s), int(s) + t + 1) for s in starts_N[idx_B]])
+    return win_BxT1.astype(np.int32)
+
+  rate = None
+  if bytes_V is not None and split_rate:
+    chunks = np.array_split(np.arange(len(starts_N)), max(1, len(starts_N) // 256))
+    total = sum(int(bytes_V[windows(c)[:, 1:]].sum()) for c in chunks)
+    rate = total / (len(starts_N) * t)
 
   def gather(idx_B):
-    win_BxT1 = np.stack([stream.read(int(s), int(s) + t + 1) for s in starts_N[idx_B]])
-    win_BxT1 = win_BxT1.astype(np.int32)
+    win_BxT1 = windows(idx_B)
     batch = {"x": win_BxT1[:, :-1], "y": win_BxT1[:, 1:]}
     if segment_ids:
       batch["segment_ids"], batch["positions"] = segment_positions(batch["x"], eot_id)
+    if bytes_V is not None:
+      batch["bytes_per_token"] = (np.full(len(idx_B), rate, np.float32) if split_rate else
+                                  bytes_V[batch["y"]].mean(-1, dtype=np.float32))
     return batch
 
   return Split(len(starts_N), gather)
 
 
 def packed_source(train: TokenStream, val: TokenStream, *, t: int, max_eval_windows: int,
-                  eot_id: int, vocab_size: int, segment_ids: bool, key: str) -> Source:
+                  eot_id: int, vocab_size: int, segment_ids: bool, key: str,
+                  bytes_V: np.ndarray | None = None) -> Source:
   """The lm `Source` of two streams: train windows every T tokens; eval windows every T tokens,
   or `max_eval_windows` starts spread evenly when that is fewer (0: all). `key` names the setting
-  to blame for a split shorter than one window."""
+  to blame for a split shorter than one window. `bytes_V`: the tokenizer's bytes per id, for
+  the batches' `bytes_per_token` (module docstring)."""
   for name, stream in (("train", train), ("val", val)):
     if stream.length < t + 1:
       raise ValueError(f"{key}: the {name} split has {stream.length} tokens, fewer than "
@@ -109,8 +136,8 @@ def packed_source(train: TokenStream, val: TokenStream, *, t: int, max_eval_wind
   val_starts = np.arange(0, val.length - t, t)
   if 0 < max_eval_windows < len(val_starts):
     val_starts = np.linspace(0, val.length - t - 1, max_eval_windows).astype(np.int64)
-  tr = window_split(train, train_starts, t, eot_id, segment_ids)
-  ev = window_split(val, val_starts, t, eot_id, segment_ids)
+  tr = window_split(train, train_starts, t, eot_id, segment_ids, bytes_V)
+  ev = window_split(val, val_starts, t, eot_id, segment_ids, bytes_V, split_rate=True)
   info = dict(kind="lm", num_classes=None, vocab_size=vocab_size, input_shape=(t,),
               num_train=tr.num, num_eval=ev.num)
   return Source(tr, ev, info)

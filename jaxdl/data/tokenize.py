@@ -9,6 +9,9 @@ documents (`jaxdl.data.packing`):
          ordinary text never produces. Trained by `train_bpe` (`jaxdl data tokenizer`) or loaded
          from any `tokenizer.json` that has '<|endoftext|>' (GPT-2's has it, id 50256).
 
+`tokenizer.token_bytes()` gives the UTF-8 bytes each id decodes to (0 for end-of-text), so a
+language model's loss can be stated per byte of text (`jaxdl.data.packing`).
+
 `tokenizer.fingerprint` is the sha256 of the tokenizer's JSON ('bytes' for bytes); prepared data
 records it, so data tokenized by one tokenizer is never read with another.
 """
@@ -48,6 +51,27 @@ class Tokenizer:
     if self.hf is None:
       return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
     return self.hf.decode(ids, skip_special_tokens=True)
+
+  def token_bytes(self) -> np.ndarray:
+    """int32 (V,): the UTF-8 bytes id v decodes to; 0 for special tokens (end-of-text).
+
+    bytes: 1 per byte id. Byte-level BPE: a token's string spells one alphabet character per
+    byte, so its length is its byte count. Any other tokenizer.json: the bytes of the id
+    decoded alone.
+    """
+    if self.hf is None:
+      return np.asarray([1] * 256 + [0], np.int32)
+    from tokenizers import pre_tokenizers  # pylint: disable=g-import-not-at-top
+    alphabet = set(pre_tokenizers.ByteLevel.alphabet())
+    special = {t.content for t in self.hf.get_added_tokens_decoder().values() if t.special}
+    out_V = np.zeros((self.vocab_size,), np.int32)
+    for v in range(self.vocab_size):
+      token = self.hf.id_to_token(v)
+      if token is None or token in special:
+        continue
+      out_V[v] = (len(token) if set(token) <= alphabet
+                  else len(self.hf.decode([v]).encode("utf-8")))
+    return out_V
 
   @property
   def fingerprint(self) -> str:

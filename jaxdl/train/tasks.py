@@ -14,7 +14,8 @@ Losses (B batch, K classes, T time, V vocabulary):
                   Soft targets y (B, K) (mixup, cutmix) take the place of onehot(y): CE(z, y),
                   accuracy against argmax y
   binary:         BCE(z, y) = -y log sigmoid(z) - (1 - y) log(1 - sigmoid(z))
-  lm:             next-token CE averaged over B and T; also bits per byte = CE / ln 2; in
+  lm:             next-token CE averaged over B and T; also bits per byte = CE / ln 2 / (UTF-8
+                  bytes per target token: 1 for raw bytes, `batch['bytes_per_token']`); in
                   training plus the model's aux loss (MoE router losses), when it has one, and
                   with `train.z_loss` = c > 0 PaLM's z-loss c * mean_{B,T} (log Z)^2, log Z =
                   logsumexp_v z_v (it keeps the softmax normalizer near 1; logged as z_loss)
@@ -171,7 +172,11 @@ def language_model(config) -> Task:
     ce_BxT = optax.softmax_cross_entropy_with_integer_labels(logits_BxTxV, batch["y"])
     loss = masked_mean(ce_BxT.mean(-1), batch)
     accuracy = masked_mean((jnp.argmax(logits_BxTxV, -1) == batch["y"]).mean(-1), batch)
-    metrics = {"accuracy": accuracy, "bits_per_byte": loss / math.log(2.0), **aux_metrics}
+    # Packed text carries its UTF-8 bytes per target token (`jaxdl.data.packing`: total nats
+    # over total bytes); raw-byte windows are one byte a token.
+    rate = masked_mean(batch["bytes_per_token"], batch) if "bytes_per_token" in batch else 1.0
+    metrics = {"accuracy": accuracy, "bits_per_byte": loss / math.log(2.0) / rate,
+               **aux_metrics}
     if z_coef:
       log_z_BxT = jax.nn.logsumexp(logits_BxTxV, axis=-1)
       metrics["z_loss"] = z_coef * masked_mean(jnp.square(log_z_BxT).mean(-1), batch)
