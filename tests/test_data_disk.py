@@ -1,6 +1,7 @@
 """Sources on disk: prepared ArrayRecord shards (text and images), Parquet, save_to_disk folders,
 image folders and npz images; `jaxdl data prepare | tokenizer`; and their bad inputs."""
 
+import itertools
 import json
 import os
 import sysconfig
@@ -122,6 +123,33 @@ def test_images_prepared_folder_and_npz_agree_with_the_pixels(files, tmp_path):
   ev = next(iter(ds.eval_batches()))
   _, ev_idx = images.holdout(18, 0.5, 0)
   np.testing.assert_allclose(ev["x"], pixels[ev_idx][..., :1], atol=1e-7)
+
+
+def test_image_folder_augments_like_the_npz_of_its_pixels(files, tmp_path):
+  """`augment` on an image folder draws per record exactly what it draws on an npz of the same
+  pixels (a different reader, the same records and seed), so resumed runs see the same images;
+  evaluation stays un-augmented."""
+  from PIL import Image
+  root = files / "imgs"
+  paths, labels, _ = images.list_folder(str(root))
+  np.savez(tmp_path / "im.npz", x=np.stack([np.asarray(Image.open(root / p)) for p in paths]),
+           y=labels)
+  ops = ("crop=1", "flip", "jitter")
+  common = dict(eval_frac=0.25, batch_size=4)
+  folder = make("image_folder", path=str(root), augment=ops, **common)
+  npz = make("npz_images", path=str(tmp_path / "im.npz"), augment=ops, **common)
+  plain = make("image_folder", path=str(root), **common)
+  for a, b, p in zip(*(itertools.islice(d.train_iter(), 4) for d in (folder, npz, plain))):
+    np.testing.assert_allclose(a["x"], b["x"], atol=1e-6)
+    np.testing.assert_array_equal(a["y"], p["y"])
+    assert not np.allclose(a["x"], p["x"])
+  for a, p in zip(folder.eval_batches(), plain.eval_batches()):
+    np.testing.assert_array_equal(a["x"], p["x"])
+  # Prepared images take the same field.
+  assert cli.main(["data", "prepare", str(root), "--out", str(tmp_path / "p"),
+                   "--val-frac", "0.3"]) == 0
+  prepared = make("arrayrecord", path=str(tmp_path / "p"), augment=ops, batch_size=2)
+  assert prepared.augment is not None and next(prepared.train_iter())["x"].shape == (2, 5, 4, 3)
 
 
 def _write_hf(root, splits):

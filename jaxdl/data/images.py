@@ -8,6 +8,8 @@ Shapes: N images, H height, W width, C channels (1 for mode 'L', 3 for 'RGB').
                 `mode` when set); the headers are checked when the source is built.
   npz_images    x uint8 (N, H, W) or (N, H, W, C) and y; x / 255 as above.
 Eval: `eval_path` (a second tree / npz) or a seeded `eval_frac` holdout of the training set.
+Both take `augment`: the training stream's ops of `jaxdl.data.augment`, drawn per record exactly
+as for the embedded images.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import os
 import numpy as np
 
 from jaxdl.data import records
+from jaxdl.data.augment import augment_setting
 from jaxdl.data.schema import (OPEN_UNIT, DataSource, Source, Split, one_of, register_source,
                                setting)
 
@@ -113,6 +116,7 @@ class ImageFolder(DataSource):
   eval_frac: float = setting(0.1, OPEN_UNIT)
   data_seed: int = 0
   mode: str = setting("", one_of("", "L", "RGB"))  # "": the images' own mode
+  augment: tuple = augment_setting()               # training ops (jaxdl.data.augment)
 
   def build(self) -> Source:
     root = os.path.expanduser(self.path)
@@ -148,6 +152,7 @@ class NpzImages(DataSource):
   path: str = ""
   eval_frac: float = setting(0.1, OPEN_UNIT)
   data_seed: int = 0
+  augment: tuple = augment_setting()               # training ops (jaxdl.data.augment)
 
   def build(self) -> Source:
     from jaxdl.data.sources import arrays_source  # pylint: disable=g-import-not-at-top
