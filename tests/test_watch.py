@@ -107,3 +107,34 @@ def test_z_loss_is_the_coefficient_times_the_mean_squared_log_normalizer():
     load_config("char_gpt", ["train.z_loss=-1.0"])
   with pytest.raises(ValueError, match=r"^train.z_loss: only language-model tasks"):
     make_task(ml_collections.ConfigDict({"task": "classification", "train": {"z_loss": 1e-4}}))
+
+
+def test_dead_relu_fraction_per_layer_on_a_planted_mlp():
+  from jaxdl.models.mlp import MLP
+  model = MLP(hidden=(6, 4), out=3)
+  x_BxD = np.random.default_rng(3).normal(size=(8, 5)).astype(np.float32)
+  params = jax.tree.map(np.array, model.init(jax.random.PRNGKey(0), x_BxD, train=False))
+  params = params["params"]
+  params["dense_0"]["bias"][:3] = -100.0   # units 0-2 of layer 0 never fire: 3 of 6 dead
+  params["dense_1"]["bias"][:] = -100.0    # every unit of layer 1 is dead
+  task = SimpleNamespace(init_input=lambda batch: batch["x"])
+  probe = watch.make_probe(model, task)
+  got = jax.jit(lambda p, b: probe(SimpleNamespace(params=p, model_state={}), b))(
+      params, {"x": x_BxD})
+  h0_BxH = x_BxD @ params["dense_0"]["kernel"] + params["dense_0"]["bias"]
+  expected0 = float(np.mean(np.all(h0_BxH <= 0, axis=0)))   # numpy, from the weights
+  assert expected0 >= 0.5
+  np.testing.assert_allclose(float(got["dead_relu/dense_0"]), expected0)
+  assert float(got["dead_relu/dense_1"]) == 1.0
+  # The probe's forward is the model's: the same logits.
+  logits = model.apply({"params": params}, x_BxD, train=False)
+  np.testing.assert_allclose(float(got["logit_max"]), float(np.max(logits)), rtol=1e-6)
+  # ... which the doctor names from the watch records.
+  watched = [{"step": 5, "split": "watch", "dead_relu/dense_0": 0.1, "dead_relu/dense_1": 0.2},
+             {"step": 10, "split": "watch", "dead_relu/dense_0": expected0,
+              "dead_relu/dense_1": float(got["dead_relu/dense_1"])}]
+  train = [{"step": s, "loss": 1.0 - 0.01 * s} for s in range(1, 11)]
+  found = {d.symptom: d for d in diagnose_history(train, watch=watched)}
+  assert found["dead_relus"].step == 10 and "dense_1 100%" in found["dead_relus"].evidence
+  watched[-1]["dead_relu/dense_1"] = watched[-1]["dead_relu/dense_0"] = 0.25
+  assert "dead_relus" not in {d.symptom for d in diagnose_history(train, watch=watched)}

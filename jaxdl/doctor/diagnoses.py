@@ -19,6 +19,9 @@ Rules (L_s train loss at step s, E_s eval loss; thresholds are stated where used
                   logit a_s (max over layers) exceeds 50 and 5 x its first watched value; named
                   at the first such step, so it can come before a spike it leads to (a gap of
                   50 between logits makes softmax one-hot to e^-50: its gradient vanishes)
+  dead_relus      from the 'watch' records: at the last watched step some layer's dead-ReLU
+                  fraction (units zero for the whole batch) is >= 0.5; such units get no
+                  gradient and do not come back
 """
 
 from __future__ import annotations
@@ -80,6 +83,11 @@ SYMPTOMS: dict[str, Symptom] = {
         "(no qk-norm), so softmax saturates and its gradient vanishes, then the loss spikes",
         "qk-norm (model.qk_norm=True); a lower peak learning rate or longer warmup; z-loss; "
         "softmax in fp32"),
+    "dead_relus": Symptom(
+        "dead ReLUs",
+        "learning rate too high (a large update pushes the pre-activations negative for every "
+        "input); a large negative bias; bad init; unnormalized inputs",
+        "a lower learning rate or warmup; He init; normalize inputs; leaky ReLU / GELU"),
     "eval_mode": Symptom(
         "good in training, bad in evaluation",
         "eval mode forgotten (BatchNorm on batch statistics or dropout still on); different "
@@ -180,7 +188,26 @@ def diagnose_history(train: list[dict], evals: list[dict] = (), *, ln_k: float |
 
 
 def _diagnose_watch(watch: list[dict]) -> list[Diagnosis]:
-  """The attn_logits rule over the watch records (the health signals of `jaxdl.train.watch`)."""
+  """The attn_logits and dead_relus rules over the watch records (`jaxdl.train.watch`)."""
+  return _diagnose_attention(watch) + _diagnose_dead_relus(watch)
+
+
+def _diagnose_dead_relus(watch: list[dict]) -> list[Diagnosis]:
+  probed = [r for r in sorted(watch, key=lambda r: r["step"])
+            if any(k.startswith("dead_relu/") for k in r)]
+  if not probed:
+    return []
+  last = probed[-1]
+  dead = {k.removeprefix("dead_relu/"): v for k, v in last.items()
+          if k.startswith("dead_relu/") and _finite(v) and v >= 0.5}
+  if not dead:
+    return []
+  shown = ", ".join(f"{k} {v:.0%}" for k, v in sorted(dead.items(), key=lambda kv: -kv[1]))
+  return [Diagnosis("dead_relus", f"dead ReLU units at step {last['step']}: {shown}",
+                    last["step"])]
+
+
+def _diagnose_attention(watch: list[dict]) -> list[Diagnosis]:
   series = []   # (step, the largest attention logit over the layers)
   for r in sorted(watch, key=lambda r: r["step"]):
     logits = [v for k, v in r.items() if k.startswith("attn_max_logit/") and _finite(v)]

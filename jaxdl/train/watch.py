@@ -12,7 +12,12 @@ output logits. For each parameter group g (a top-level module; each layer of a s
             'watch' collection mutable: attn_max_logit/<layer> = max over b, h, t, s of
             q_t . k_s / sqrt(d_head) where the mask allows (sown by the attention module only
             when 'watch' is mutable, so the train step never computes it), and the output
-            logits' logit_max = max z and logit_std = std z.
+            logits' logit_max = max z and logit_std = std z; for a model with ReLUs,
+            dead_relu/<layer> = the fraction of its units c (last axis: a feature or a conv
+            channel) with relu(h)_{b,...,c} = 0 for every example b (and position) of the batch.
+            The ReLUs are found in the probe's traced forward (`jax.nn.relu` calls, named by
+            the module that produced their input), so no model code changes and the train
+            step never computes them; ReLUs inside a scan or remat body are not seen.
 
 The cheap signals are computed inside the train step under `lax.cond(s % K == 0)` and returned
 as one vector (one array to read back, not one per group), so an unwatched step adds a branch
@@ -28,11 +33,12 @@ qk-norm <= 12.3 (loss 2.52 at step 130; 2.6-3.3 over steps 100-150 at lr 0.03); 
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.extend import core as jcore
 
 log = logging.getLogger("jaxdl")
 
@@ -113,15 +119,57 @@ def _sown(tree, prefix: str = "") -> list[tuple[str, jax.Array]]:
   return out
 
 
+def _is_relu(eqn) -> bool:
+  call = eqn.params.get("call_jaxpr") if eqn.primitive.name == "custom_jvp_call" else None
+  return call is not None and getattr(call.jaxpr.debug_info, "func_name", None) == "relu"
+
+
+def with_relu_inputs(fn: Callable, *args, top: str = "") -> tuple[Any, list[tuple[str, Any]]]:
+  """(fn(*args), [(layer, h)]) with h the input of each `jax.nn.relu` that fn calls at its top
+  level, in call order; layer is the module scope (less `top`) of the operation producing h.
+
+  The traced program is run once with those inputs as extra outputs: the same computation, no
+  second forward pass.
+  """
+  closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*args)
+  jaxpr = closed.jaxpr
+  scope, found = {}, []
+  for eqn in jaxpr.eqns:
+    if _is_relu(eqn) and not isinstance(eqn.invars[0], jcore.Literal):
+      found.append((scope.get(eqn.invars[0], ""), eqn.invars[0]))
+    scope.update({v: str(eqn.source_info.name_stack) for v in eqn.outvars})
+  extended = jaxpr.replace(outvars=[*jaxpr.outvars, *(v for _, v in found)],
+                           debug_info=jaxpr.debug_info.with_unknown_names())
+  flat = jcore.jaxpr_as_fun(jcore.ClosedJaxpr(extended, closed.consts))(*jax.tree.leaves(args))
+  n = len(jaxpr.outvars)
+  names, seen = [], {}
+  for layer, _ in found:
+    parts = layer.split("/")
+    layer = "/".join(parts[1:] if parts[0] == top else parts) or "relu"
+    seen[layer] = seen.get(layer, 0) + 1
+    names.append(layer if seen[layer] == 1 else f"{layer}_{seen[layer] - 1}")
+  return jax.tree.unflatten(jax.tree.structure(out_shape), flat[:n]), list(zip(names, flat[n:]))
+
+
+def dead_fraction(h: jax.Array) -> jax.Array:
+  """Fraction of units (last axis) with h <= 0, i.e. relu(h) = 0, at every other index."""
+  dead_C = jnp.all(h.reshape(-1, h.shape[-1]) <= 0, axis=0)
+  return jnp.mean(dead_C.astype(jnp.float32))
+
+
 def make_probe(model, task) -> Callable:
   """`probe(state, batch) -> {name: scalar}`: one eval-mode forward with 'watch' mutable."""
 
+  def forward(variables, x):
+    return model.apply(variables, x, train=False, mutable=[COLLECTION])
+
   def probe(state, batch):
     variables = {"params": state.params, **state.model_state}
-    logits, sown = model.apply(variables, task.init_input(batch), train=False,
-                               mutable=[COLLECTION])
+    (logits, sown), relus = with_relu_inputs(forward, variables, task.init_input(batch),
+                                             top=type(model).__name__)
     logits = jnp.asarray(logits, jnp.float32)
     out = {"logit_max": jnp.max(logits), "logit_std": jnp.std(logits)}
+    out.update({f"dead_relu/{layer}": dead_fraction(h) for layer, h in relus})
     for name, value in _sown(sown.get(COLLECTION, {})):
       # 'h/attn/attn_max_logit/3' (scanned) or 'h_3/attn/attn_max_logit' -> 'h/3', 'h_3'
       layer = name.replace("/attn/attn_max_logit", "").replace("attn_max_logit", "attn")
