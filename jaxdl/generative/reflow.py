@@ -57,12 +57,12 @@ def reflow_loss(apply_fn: Callable, params, eps_B, x1_B, rng_time):
 
 
 def make_reflow_step(apply_fn: Callable, tx: optax.GradientTransformation, batch: int) -> Callable:
-  """`step((params, opt_state), (eps_N, x1_N, key)) -> ((params, opt_state), loss)`: one update
+  """`step((params, opt_state), ((eps_N, x1_N), key)) -> ((params, opt_state), loss)`: one update
   on `batch` random pairs (rows drawn with `key`), t from the same key."""
 
   def step(carry, inputs):
     params, opt_state = carry
-    eps_N, x1_N, key = inputs
+    (eps_N, x1_N), key = inputs
     k_rows, k_time = jax.random.split(key)
     rows_B = jax.random.randint(k_rows, (batch,), 0, eps_N.shape[0])
     loss, grads = jax.value_and_grad(reflow_loss, argnums=1)(apply_fn, params, eps_N[rows_B],
@@ -73,19 +73,26 @@ def make_reflow_step(apply_fn: Callable, tx: optax.GradientTransformation, batch
   return step
 
 
-def train_reflow(apply_fn: Callable, params, tx: optax.GradientTransformation, eps_N, x1_N, *,
-                 steps: int, batch: int, rng):
-  """Fine-tunes `params` on the pairs for `steps` updates; returns (params, losses_steps)."""
-  step = make_reflow_step(apply_fn, tx, batch)
+def scan_updates(step: Callable, params, tx: optax.GradientTransformation, data, *, steps: int,
+                 rng):
+  """Runs `step(carry, (data, fold_in(rng, s)))` for s < steps as one jitted scan from
+  (params, tx.init(params)); returns (params, losses_steps). Shared by reflow and distillation."""
 
   @jax.jit
-  def run(params, eps_N, x1_N):
+  def run(params, data):
     def body(carry, s):
-      return step(carry, (eps_N, x1_N, jax.random.fold_in(rng, s)))
+      return step(carry, (data, jax.random.fold_in(rng, s)))
     (params, _), losses = jax.lax.scan(body, (params, tx.init(params)), jnp.arange(steps))
     return params, losses
 
-  return run(params, eps_N, x1_N)
+  return run(params, data)
+
+
+def train_reflow(apply_fn: Callable, params, tx: optax.GradientTransformation, eps_N, x1_N, *,
+                 steps: int, batch: int, rng):
+  """Fine-tunes `params` on the pairs for `steps` updates; returns (params, losses_steps)."""
+  return scan_updates(make_reflow_step(apply_fn, tx, batch), params, tx, (eps_N, x1_N),
+                      steps=steps, rng=rng)
 
 
 @dataclasses.dataclass(frozen=True)
