@@ -181,3 +181,21 @@ def test_peak_is_measured_once_per_device_kind_and_cached(tmp_path, monkeypatch)
   assert peak == 5e9 and "measured earlier" in source and timed == [1024]
   tpu = SimpleNamespace(platform="tpu", device_kind="TPU v4")
   assert throughput.device_peak("bfloat16", tpu) == (275e12, "datasheet bf16 peak of TPU v4")
+
+
+def test_a_run_counts_the_bench_gpts_flops_exactly():
+  """`jaxdl train` of the bench's CPU GPT (char_gpt with its sizes) and `jaxdl bench gpt` count
+  the same FLOPs per step, so their MFUs differ only by the measured times and peaks."""
+  from jaxdl.bench import gpt as bench
+  from jaxdl.models import build_model
+  s = bench.CPU_SETUP
+  config, _ = load_config("char_gpt", [f"model.d_model={s.d_model}", f"model.n_layer={s.n_layer}",
+                                       f"model.n_head={s.n_head}", f"model.block_size={s.context}",
+                                       f"data.context_length={s.context}",
+                                       f"data.batch_size={s.batch}"])
+  r = SimpleNamespace(config=config, task=SimpleNamespace(kind="lm"),
+                      model=build_model(config.model))
+  flops, how = throughput.count_step_flops(r, None, None, {"x": np.zeros((s.batch, s.context))})
+  state, _ = bench.jaxdl_step(s, abstract=True)
+  n_matmul = sum(x.size for x in jax.tree.leaves(state.params)) - s.context * s.d_model
+  assert flops == bench.flops_per_token(s, n_matmul) * s.tokens and "6N + 12LDT" in how

@@ -46,6 +46,9 @@ class Task:
   init_input: Callable[[dict], Any] = lambda batch: batch["x"]
   # 'classification' / 'lm' tasks have a well-defined first loss ln K (used by the doctor).
   kind: str = "other"
+  # `(parsed optim, total_steps) -> (tx, schedule)` replacing `optim.build` for tasks that need
+  # more than one chain (the GAN's two players); None: the run's `optim` as built.
+  optimizer: Callable | None = None
 
 
 def register_task(name: str):
@@ -65,8 +68,8 @@ def make_task(config) -> Task:
                      f"`import jaxdl.generative`)")
   task = TASKS[config.task](config)
   if z_loss_coef(config) and task.kind != "lm":
-    raise ValueError(f"train.z_loss: only language-model tasks (task 'lm') add the z-loss; "
-                     f"task {config.task!r} is {task.kind!r} (set train.z_loss=0)")
+    raise ValueError(f"train.z_loss: only language-model tasks (kind 'lm') add the z-loss, "
+                     f"not task {config.task!r}; set train.z_loss=0")
   return task
 
 
