@@ -191,3 +191,22 @@ def test_dropout_is_active_only_in_training(tiny, full_forward):
   a, b = f(jax.random.key(1)), f(jax.random.key(2))
   assert float(jnp.abs(a - b).max()) > 1e-3
   assert float(jnp.abs(a - full_forward(TOK)).max()) > 1e-3
+
+
+def test_drop_path_is_identity_at_eval_and_drops_each_layers_branches_per_example(tiny):
+  _, p = tiny
+  m = _model(drop_path=0.5, dropout=0.0)
+  x = jax.random.randint(jax.random.PRNGKey(0), (512, 4), 0, 64)
+  v = {"params": p}
+  np.testing.assert_array_equal(m.apply(v, x, train=False), tiny[0].apply(v, x, train=False))
+  # Zeroing every residual output projection makes each block the identity: the logits of a
+  # sequence whose 2 x 2 branches were all dropped.
+  zero_out = lambda path, a: (jnp.zeros_like(a) if "c_proj" in jax.tree_util.keystr(path)  # noqa: E731
+                              else a)
+  skipped = m.apply(jax.tree_util.tree_map_with_path(zero_out, v), x, train=False)
+  y = m.apply(v, x, train=True, rngs={"dropout": jax.random.PRNGKey(1)})
+  all_dropped = np.asarray(jnp.abs(y - skipped).max(axis=(1, 2)) < 1e-5)
+  # p^4 = 1/16 with a fresh draw per layer (mean 32, sd 5.5); a draw shared by the layers
+  # would give p^2 = 1/4 (128).
+  assert 12 <= all_dropped.sum() <= 52
+  assert np.isfinite(np.asarray(y)).all()

@@ -62,3 +62,13 @@ def test_bad_ssm_config_is_one_line(key, value):
   with pytest.raises(ValueError, match=f"^model.{key}: ") as e:
     build_model(gpt_config("", **{**TINY, key: value}))
   assert "\n" not in str(e.value)
+
+
+def test_ssm_state_zero_from_the_cli_is_one_line_exit_2(tmp_path, capsys):
+  from jaxdl import cli
+  argv = ["train", "char_gpt:smoke", "--workdir", str(tmp_path / "w"), "--no-progress",
+          "--set", "model.mixer=ssm", "--set", "model.ssm_state=0"]
+  assert cli.main(argv) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "model.ssm_state" in err[0], err
+  assert not (tmp_path / "w").exists()

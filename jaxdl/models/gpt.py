@@ -50,6 +50,9 @@ class GPT(nn.Module):
   pos: str = "learned"
   dropout: float = 0.0
   attn_dropout: float = 0.0
+  # Stochastic depth: in training each block's residual branches are dropped whole per example
+  # with this probability (kept ones scaled by 1 / (1 - p)); the identity at eval. Off: 0.
+  drop_path: float = 0.0
   tie_embeddings: bool = True
   use_bias: bool = True
   qk_norm: bool = False
@@ -79,7 +82,7 @@ class GPT(nn.Module):
   def __post_init__(self):
     layers.check_fields(self, sizes=("vocab_size", "block_size", "n_layer", "n_head", "d_model",
                                      "scan_unroll"),
-                        dropouts=("dropout", "attn_dropout"))
+                        dropouts=("dropout", "attn_dropout", "drop_path"))
     moe.check_spec(self.moe_experts, self.moe_top_k, self.moe_capacity)
     if self.mixer not in ("attention", "ssm"):
       raise ValueError(f"model.mixer: unknown {self.mixer!r}; expected one of "
@@ -133,7 +136,8 @@ class GPT(nn.Module):
         positions=positions,
         n_head=self.n_head, causal=True, train=train, norm=self.norm, ln=self.ln, mlp=self.mlp,
         mlp_hidden=self.mlp_hidden, dropout=self.dropout, attn_dropout=self.attn_dropout,
-        rope=self.pos == "rope", qk_norm=self.qk_norm, use_bias=self.use_bias,
+        drop_path=self.drop_path, rope=self.pos == "rope", qk_norm=self.qk_norm,
+        use_bias=self.use_bias,
         attn_impl=self.attn_impl, init_name=self.init_name, n_residual=2 * self.n_layer,
         epsilon=self.epsilon, moe_spec=self.moe_spec, mixer=self.mixer,
         ssm_state=self.ssm_state, ssm_expand=self.ssm_expand, dtype=self.dtype,
