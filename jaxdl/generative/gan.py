@@ -12,10 +12,23 @@ objective
 
   L = L_D(theta_D, sg(theta_G)) + L_G(sg(theta_D), theta_G),      sg = stop_gradient,
 
-whose gradient is (dL_G/dtheta_G, dL_D/dtheta_D): each player descends its own loss. One
-optimizer chain (the run's `optim`) updates both trees; gradient clipping acts on their joint
-norm. What this does not give, since the engine's step knows one loss and one chain: alternating
-updates and a separate optax chain (learning rate) per player.
+whose gradient is (dL_G/dtheta_G, dL_D/dtheta_D): each player descends its own loss.
+
+Two optax chains, one state (`two_player`): the run's `optim` section is built once per player,
+with that player's own peak lr and Adam moments where `gen.{g,d}_{lr,b1,b2}` set them (each
+player's clipping acts on its own gradient norm); the optimizer state holds both chains and an
+update counter k. `gen.updates` picks how they move:
+  'simultaneous'  every step updates both players from gradients at the same (theta_D, theta_G);
+  'alternating'   step k updates only D when k is even and only G when k is odd: the inactive
+                  player's update is zero and its chain's state (moments, schedule count) is
+                  carried unchanged. So an odd step's G gradient is taken at the D that the
+                  previous step updated (D step, then G step on the updated D).
+Alternation by step parity, rather than two updates inside one step, keeps the engine's step as
+it is (one gradient of one objective, one `tx.update`), so checkpoints, bit-exact resume
+(k lives in the optimizer state), gradient accumulation and the parallel strategies apply
+unchanged; the price is that each step computes both players' gradients and discards one, and
+a player takes T / 2 updates in T steps (its schedule is built over ceil(T / 2) of them; the
+logged `lr` is the discriminator's).
 
 Sampling is one generator call. A GAN defines no density, so it has no likelihood.
 `modes_covered` counts the modes of a mixture that hold at least a given share of the samples.
@@ -28,15 +41,18 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import optax
 
 from jaxdl.config import parse_section
+from jaxdl.optim import ema_params
+from jaxdl.optim.precision import select_tree
 from jaxdl.models import layers, register_model
 from jaxdl.train.tasks import Task, masked_mean, register_task
 
@@ -96,16 +112,36 @@ class GAN(nn.Module):
     return self.discriminate(x)
 
 
+UPDATES = ("simultaneous", "alternating")
+PLAYERS = {"g": "generator", "d": "discriminator"}
+
+
 @dataclasses.dataclass(frozen=True)
 class GANSettings:
-  """`config.gen` of a 'gan' run."""
+  """`config.gen` of a 'gan' run. A per-player key left None takes the run's `optim` value."""
   r1: float = 0.0                # gamma of the R1 penalty (0: none)
+  updates: str = "simultaneous"  # or 'alternating' (module docstring)
+  g_lr: float | None = None      # the generator's peak lr
+  g_b1: float | None = None      # its Adam moment decays (Adam-family optim.name only)
+  g_b2: float | None = None
+  d_lr: float | None = None      # the same for the discriminator
+  d_b1: float | None = None
+  d_b2: float | None = None
   sample_shape: tuple = (2,)     # what `jaxdl sample` draws: model.data_shape
   eval_num: int = 2000
 
   def __post_init__(self):
     if not (math.isfinite(self.r1) and self.r1 >= 0):
       raise ValueError(f"gen.r1: must be a finite number >= 0, got {self.r1!r}")
+    if self.updates not in UPDATES:
+      raise ValueError(f"gen.updates: expected one of {UPDATES}, got {self.updates!r}")
+    for p in PLAYERS:
+      lr, b1, b2 = (getattr(self, f"{p}_{k}") for k in ("lr", "b1", "b2"))
+      if lr is not None and not (math.isfinite(lr) and lr >= 0):
+        raise ValueError(f"gen.{p}_lr: must be a finite number >= 0 (or None), got {lr!r}")
+      for key, b in (("b1", b1), ("b2", b2)):
+        if b is not None and not 0 <= b < 1:
+          raise ValueError(f"gen.{p}_{key}: must be in [0, 1) (or None), got {b!r}")
     if self.eval_num < 1:
       raise ValueError(f"gen.eval_num: must be >= 1, got {self.eval_num}")
 
@@ -148,9 +184,69 @@ def gan_objective(apply_fn, params, x, z_BxZ, r1: float, batch):
   return loss_d + loss_g, metrics
 
 
+class TwoPlayerState(NamedTuple):
+  count: jax.Array   # k, the number of updates so far (its parity picks the player)
+  generator: Any     # the generator chain's state
+  discriminator: Any
+
+
+def two_player(tx_g: optax.GradientTransformation, tx_d: optax.GradientTransformation, *,
+               alternating: bool) -> optax.GradientTransformation:
+  """One transformation over {'generator', 'discriminator'} params: tx_g on the first subtree,
+  tx_d on the second; alternating: only D moves at even k, only G at odd k (module docstring)."""
+
+  def init_fn(params):
+    return TwoPlayerState(jnp.zeros([], jnp.int32), tx_g.init(params["generator"]),
+                          tx_d.init(params["discriminator"]))
+
+  def update_fn(grads, state, params=None):
+    p_g, p_d = (None, None) if params is None else (params["generator"],
+                                                     params["discriminator"])
+    u_g, s_g = tx_g.update(grads["generator"], state.generator, p_g)
+    u_d, s_d = tx_d.update(grads["discriminator"], state.discriminator, p_d)
+    if alternating:
+      d_turn = state.count % 2 == 0
+      u_d = select_tree(d_turn, u_d, jax.tree.map(jnp.zeros_like, u_d))
+      s_d = select_tree(d_turn, s_d, state.discriminator)
+      u_g = select_tree(d_turn, jax.tree.map(jnp.zeros_like, u_g), u_g)
+      s_g = select_tree(d_turn, state.generator, s_g)
+    updates = {**grads, "generator": u_g, "discriminator": u_d}
+    return updates, TwoPlayerState(optax.safe_int32_increment(state.count), s_g, s_d)
+
+  return optax.GradientTransformation(init_fn, update_fn)
+
+
+def player_optimizers(settings: GANSettings):
+  """`build(optim, total_steps) -> (tx, schedule)` for the engine (`Task.optimizer`): the run's
+  parsed `optim` once per player with its overrides, joined by `two_player`; the EMA of the
+  parameters (optim.ema_decay) follows, over both players."""
+
+  def build(optim, total_steps: int):
+    alternating = settings.updates == "alternating"
+    player_steps = (total_steps + 1) // 2 if alternating else total_steps
+    chains, schedules = {}, {}
+    for p, player in PLAYERS.items():
+      lr = getattr(settings, f"{p}_lr")
+      moments = {k: getattr(settings, f"{p}_{k}") for k in ("b1", "b2")
+                 if getattr(settings, f"{p}_{k}") is not None}
+      if moments and not hasattr(optim.optimizer, "b1"):
+        raise ValueError(f"gen.{p}_{next(iter(moments))}: optimizer {optim.name!r} has no Adam "
+                         f"moments; use an Adam-family optim.name or leave it unset")
+      mine = dataclasses.replace(optim, lr=optim.lr if lr is None else lr, ema_decay=None,
+                                 optimizer=dataclasses.replace(optim.optimizer, **moments))
+      chains[player], schedules[player] = mine.build(player_steps)
+    tx = two_player(chains["generator"], chains["discriminator"], alternating=alternating)
+    if optim.ema_decay is not None:
+      tx = optax.chain(tx, ema_params(optim.ema_decay))
+    lr_d = schedules["discriminator"]
+    return tx, (lambda step: lr_d(step // 2)) if alternating else lr_d
+
+  return build
+
+
 @register_task("gan")
 def gan(config) -> Task:
-  """Simultaneous non-saturating GAN updates through one objective (module docstring)."""
+  """Non-saturating GAN updates through one objective and two chains (module docstring)."""
   settings = parse_gan(config)
   latent = int(config.model.get("latent", GAN.latent))
 
@@ -162,7 +258,7 @@ def gan(config) -> Task:
     loss, metrics = gan_objective(apply_fn, params, x, z_BxZ, settings.r1, batch)
     return loss, (metrics, model_state)
 
-  return Task(loss_fn, kind="generative")
+  return Task(loss_fn, kind="generative", optimizer=player_optimizers(settings))
 
 
 def make_run_sampler(config, model):

@@ -86,7 +86,8 @@ def build(config) -> Run:
     raise ValueError("train.eval_ema: the run keeps no parameter average; set optim.ema_decay "
                      "(e.g. 0.999) or train.eval_ema=False")
   trackers.check(train.loggers)
-  tx, schedule = optim.build(train.steps)
+  tx, schedule = (task.optimizer(optim, train.steps) if task.optimizer
+                  else optim.build(train.steps))
   policy = precision.get_policy(train.precision)
   model = apply_precision(jmodels.build_model(config.model), policy, strategy.model_overrides)
   init_key, base_key = jax.random.split(jax.random.PRNGKey(config.seed))
