@@ -68,14 +68,16 @@ def get_config(arg=None):
   return c
 
 
-def judge_samples(x_Nx8x8x1, classifier_dir) -> dict:
-  """The digits_cnn run in `classifier_dir` on samples in [-1, 1]: the fraction whose top class
-  has probability >= CONFIDENCE, and how many samples each class gets."""
+def judge_samples(x_Nx8x8x1, classifier_dir, scale: str = "symmetric") -> dict:
+  """The digits_cnn run in `classifier_dir` on samples in the data's `scale` ([-1, 1] when
+  'symmetric', else [0, 1]): the fraction whose top class has probability >= CONFIDENCE, and
+  how many samples each class gets."""
   import jax
   import numpy as np
   from jaxdl.generative import evaluation
   config, model, variables, _ = evaluation.load_run(classifier_dir)
-  x = (np.clip(np.asarray(x_Nx8x8x1), -1, 1) + 1) / 2  # the classifier's 'unit' scale
+  x = np.asarray(x_Nx8x8x1)
+  x = (np.clip(x, -1, 1) + 1) / 2 if scale == "symmetric" else np.clip(x, 0, 1)  # to 'unit'
   shape = tuple(config.model.get("image_shape", (8, 8, 1)))
   probs_NxK = np.asarray(jax.nn.softmax(model.apply(variables, x.reshape((-1,) + shape),
                                                     train=False)))
@@ -91,6 +93,6 @@ def after_training(config, workdir, summary):
   x = vae.make_run_sampler(config, model)(variables, jax.random.PRNGKey(0), config.gen.eval_num)
   out = {"step": int(step), "eval": {k: v for k, v in (summary or {}).get("eval", {}).items()}}
   if config.train.steps >= 1000:  # the smoke run skips training the judge
-    out.update(judge_samples(x, train_classifier(workdir)))
+    out.update(judge_samples(x, train_classifier(workdir), config.data.scale))
   pathlib.Path(workdir, "generative_eval.json").write_text(json.dumps(out, indent=2))
   return {"generative": out}

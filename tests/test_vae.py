@@ -1,5 +1,5 @@
-"""Tests for jaxdl.generative.vae: closed-form KL, and a linear-Gaussian VAE's ELBO against its
-exact log-likelihood."""
+"""Tests for jaxdl.generative.vae: closed-form KL, a linear-Gaussian VAE's ELBO against its
+exact log-likelihood, and the KL warmup's beta ramp."""
 
 import jax
 import jax.numpy as jnp
@@ -99,9 +99,34 @@ def test_linear_gaussian_vae_elbo_is_log_p_at_the_exact_posterior_and_below_by_t
   np.testing.assert_allclose(logp_N.mean() - float(worse["elbo"]), gap, atol=0.05)
 
 
+def test_kl_warmup_ramps_beta_linearly_over_the_counted_updates(linear_vae):
+  config, model, x_ND, _ = linear_vae
+  config = ml_collections.ConfigDict(config.to_dict())
+  config.gen.beta, config.gen.kl_warmup = 2.0, 4
+  loss_fn = tasks.make_task(config).loss_fn
+  params = _linear_vae_params(model)["params"]
+  batch, rngs = {"x": jnp.asarray(x_ND)}, {"noise": jax.random.PRNGKey(6)}
+
+  @jax.jit
+  def at(updates):
+    state = {"progress": {"updates": updates}}
+    return (loss_fn(model.apply, params, state, batch, rngs, True),
+            loss_fn(model.apply, params, state, batch, {}, False))
+
+  for u, beta_u in ((0, 0.0), (1, 0.5), (3, 1.5), (4, 2.0), (9, 2.0)):
+    (loss, (m, state)), (_, (m_eval, state_eval)) = at(jnp.int32(u))
+    np.testing.assert_allclose(float(m["beta"]), beta_u)
+    np.testing.assert_allclose(float(loss) * D, float(m["rec"] + beta_u * m["kl"]), rtol=1e-5)
+    assert int(state["progress"]["updates"]) == u + 1  # training counts the update ...
+    assert int(state_eval["progress"]["updates"]) == u and float(m_eval["beta"]) == 2.0  # eval not
+  with pytest.raises(ValueError, match="gen.kl_warmup: the model state has no 'progress'"):
+    loss_fn(model.apply, params, {}, batch, rngs, True)
+
+
 def test_bad_vae_settings_are_one_line_errors_naming_the_key(linear_vae):
   config, *_ = linear_vae
   for key, value, match in (("gen.beta", -1.0, "gen.beta: must be"),
+                            ("gen.kl_warmup", -5, "gen.kl_warmup: must be an integer"),
                             ("gen.sample_shape", (8, 8, 1), "model.data_shape"),
                             ("gen.guidance", 2.0, "gen.guidance: unknown key")):
     bad = ml_collections.ConfigDict(config.to_dict())

@@ -13,9 +13,13 @@ stream, so the gradient flows through mu and logvar. The ELBO, in nats per examp
 
 with the gap log p(x) - ELBO = KL(q(z|x) || p(z|x)). Training minimizes (rec + beta KL) / D, per
 data dimension, with rec = -log p(x|z) at one z per example; beta = `gen.beta` (beta-VAE,
-Higgins et al., 2017). Evaluation reports the beta = 1 bound: elbo (nats per example), bpd =
--ELBO / (D ln 2), kl, rec, and active_units: the latent dims whose posterior mean varies over
-the batch, Var_x(mu_j) > 0.01 (Burda et al., 2016; posterior collapse leaves them at 0).
+Higgins et al., 2017). KL warmup (`gen.kl_warmup` = N > 0; Bowman et al., 2016): update u
+weighs the KL by beta_u = beta min(1, u / N), so the decoder learns to use z before the KL
+pulls q(z|x) to the prior; u counts updates in the model's 'progress' collection (model state:
+checkpointed, so a resumed run continues the ramp), logged as `beta`. Evaluation reports the
+beta = 1 bound: elbo (nats per example), bpd = -ELBO / (D ln 2), kl, rec, and active_units:
+the latent dims whose posterior mean varies over the batch, Var_x(mu_j) > 0.01 (Burda et al.,
+2016; posterior collapse leaves them at 0).
 Sampling is one decoder call: x = m(z) (gaussian) or sigmoid(l(z)) (bernoulli), z ~ N(0, I).
 
 Shapes: B batch, D data dims (flattened), Z latent dims, H hidden width.
@@ -77,6 +81,10 @@ class VAE(nn.Module):
     self.enc_out = dense(2 * self.latent)
     self.dec = [dense(w) for w in reversed(self.hidden)]
     self.dec_out = dense(dims)
+    # The training updates so far, which the task counts for its KL warmup (module docstring);
+    # variables without it (runs saved before it existed, bare params) still apply.
+    if self.is_initializing() or self.has_variable("progress", "updates"):
+      self.updates = self.variable("progress", "updates", lambda: jnp.zeros((), jnp.int32))
     if self.decoder == "gaussian":
       self.log_sigma = self.param("log_sigma", nn.initializers.zeros, (dims,), self.param_dtype)
 
@@ -141,12 +149,16 @@ def active_units(mu_BxZ, mask_B=None):
 class VAESettings:
   """`config.gen` of a 'vae' run: every key, its default and its check."""
   beta: float = 1.0           # weight of the KL term in training (evaluation reports beta = 1)
+  kl_warmup: int = 0          # N: beta ramps linearly from 0 over N updates (0: no warmup)
   sample_shape: tuple = (8, 8, 1)  # what `jaxdl sample` draws: model.data_shape
   eval_num: int = 500         # samples the experiments' post-training check draws
 
   def __post_init__(self):
     if not (math.isfinite(self.beta) and self.beta >= 0):
       raise ValueError(f"gen.beta: must be a finite number >= 0, got {self.beta!r}")
+    if not (isinstance(self.kl_warmup, int) and self.kl_warmup >= 0):
+      raise ValueError(f"gen.kl_warmup: must be an integer number of updates >= 0, got "
+                       f"{self.kl_warmup!r}")
     if self.eval_num < 1:
       raise ValueError(f"gen.eval_num: must be >= 1, got {self.eval_num}")
 
@@ -172,6 +184,9 @@ def vae(config) -> Task:
   """(rec + beta KL) / D with one reparameterized z per example (module docstring)."""
   settings = parse_vae(config)
   latent = int(config.model.get("latent", VAE.latent))
+  # Under gradient accumulation the loss runs once per microbatch, so the counter moves N times
+  # an update.
+  accum = int(config.get("train", {}).get("grad_accum", 1))
 
   def loss_fn(apply_fn, params, model_state, batch, rngs, train):
     x = batch["x"].astype(jnp.float32)
@@ -182,11 +197,20 @@ def vae(config) -> Task:
     kl_B = gaussian_kl(mu_BxZ, logvar_BxZ)
     dims = math.prod(x.shape[1:])
     mask_B = batch.get("mask")
-    loss = masked_mean((-log_px_B + settings.beta * kl_B) / dims, batch)
+    beta = settings.beta
+    if train and settings.kl_warmup and "progress" not in model_state:
+      raise ValueError("gen.kl_warmup: the model state has no 'progress' counter to ramp beta "
+                       "by (pass the state that model.init made)")
+    if train and "progress" in model_state:
+      calls = model_state["progress"]["updates"]
+      if settings.kl_warmup:
+        beta = beta * jnp.minimum(1.0, (calls // accum) / settings.kl_warmup)
+      model_state = {**model_state, "progress": {"updates": calls + 1}}
+    loss = masked_mean((-log_px_B + beta * kl_B) / dims, batch)
     elbo = masked_mean(log_px_B - kl_B, batch)
     metrics = {"elbo": elbo, "bpd": -elbo / (dims * math.log(2.0)),
                "kl": masked_mean(kl_B, batch), "rec": masked_mean(-log_px_B, batch),
-               "active_units": active_units(mu_BxZ, mask_B)}
+               "active_units": active_units(mu_BxZ, mask_B), "beta": beta}
     return loss, (metrics, model_state)
 
   return Task(loss_fn, kind="generative")
