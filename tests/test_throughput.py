@@ -199,3 +199,17 @@ def test_a_run_counts_the_bench_gpts_flops_exactly():
   state, _ = bench.jaxdl_step(s, abstract=True)
   n_matmul = sum(x.size for x in jax.tree.leaves(state.params)) - s.context * s.d_model
   assert flops == bench.flops_per_token(s, n_matmul) * s.tokens and "6N + 12LDT" in how
+
+
+def test_the_trace_is_read_back_per_step_and_drawn(gpt_run, tmp_path):
+  from jaxdl.train.plots import plot_profile
+  from jaxdl.train.profiling import read_trace
+  _, workdir, _ = gpt_run
+  trace = read_trace(workdir)
+  assert [s for s, _, _ in trace.steps] == [3, 4]   # the window's StepTraceAnnotations
+  assert {m for m, _, _ in trace.executions} >= {"jit_train_step"}
+  assert all(d > 0 for _, _, d in trace.executions) and sum(trace.op_ms.values()) > 0
+  # The device work of step 4 ends after its dispatch began (the profiler waits for it).
+  assert max(a + d for _, a, d in trace.executions) > trace.steps[-1][1]
+  out = plot_profile(workdir, tmp_path / "profile.png")
+  assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

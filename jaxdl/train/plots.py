@@ -4,7 +4,9 @@ loss.png (written at the end of a run) has four panels over the step: train and 
 learning rate, the gradient norm (pre-clip) and the throughput (tokens/s for sequence tasks,
 else examples/s). `jaxdl plot A B ...` overlays runs: loss against the step and against the
 training time, t(s) = sum over logged intervals of (s_b - s_a) / steps_per_s (evaluation and
-checkpoint time left out, as the throughput records measure it).
+checkpoint time left out, as the throughput records measure it). `jaxdl plot --profile
+WORKDIR` draws the run's profiler trace (`jaxdl.train.profiling.read_trace`): a timeline of the
+profiled steps (host dispatch and device execution) and the time per op kind.
 """
 
 from __future__ import annotations
@@ -110,20 +112,60 @@ def plot_runs(workdirs, out) -> pathlib.Path:
   return _save(fig, pathlib.Path(out), plt)
 
 
+def plot_profile(workdir, out, top: int = 10) -> pathlib.Path:
+  """The trace of workdir/profile/: per-step timeline and the `top` op kinds by time."""
+  from jaxdl.train.profiling import read_trace
+  trace = read_trace(workdir)
+  plt = _pyplot()
+  fig, (timeline, ops) = plt.subplots(2, 1, figsize=(10, 6),
+                                      gridspec_kw={"height_ratios": [1, 1.6]})
+  modules = sorted({m for m, _, _ in trace.executions})
+  rows = ["host: dispatch"] + [f"device: {m}" for m in modules]
+  timeline.broken_barh([(a, d) for _, a, d in trace.steps], (0.6, 0.8), color="tab:gray")
+  for step, a, _ in trace.steps:
+    timeline.annotate(f"step {step}", (a, 1.45), fontsize=8)
+  colors = plt.get_cmap("tab10")
+  for i, m in enumerate(modules, start=1):
+    timeline.broken_barh([(a, d) for name, a, d in trace.executions if name == m],
+                         (i + 0.6, 0.8), color=colors(i % 10))
+  timeline.set(yticks=[i + 1 for i in range(len(rows))], yticklabels=rows, xlabel="ms",
+               ylim=(0.4, len(rows) + 0.6), title=f"profile of {pathlib.Path(workdir).name}: "
+               f"steps {trace.steps[0][0]}-{trace.steps[-1][0]}" if trace.steps else "profile")
+  kinds = list(trace.op_ms.items())
+  shown = kinds[:top] + ([("other", sum(v for _, v in kinds[top:]))] if kinds[top:] else [])
+  per_step = max(len(trace.steps), 1)
+  ops.barh([k for k, _ in shown][::-1], [v / per_step for _, v in shown][::-1])
+  ops.set(xlabel="ms per profiled step (summed over op threads)", title="time by op kind")
+  return _save(fig, pathlib.Path(out), plt)
+
+
 def add_arguments(parser) -> None:
   parser.add_argument("workdirs", nargs="+", metavar="WORKDIR", help="run directories")
-  parser.add_argument("--out", default="runs.png", help="the figure (default runs.png)")
+  parser.add_argument("--out", default=None,
+                      help="the figure (default runs.png, or profile.png with --profile)")
+  parser.add_argument("--profile", action="store_true",
+                      help="draw WORKDIR's profiler trace (train.profile_steps / --profile)")
 
 
 def main(args) -> int:
+  out = pathlib.Path(args.out or ("profile.png" if args.profile else "runs.png"))
+  if not out.parent.is_dir():
+    print(f"jaxdl: error: --out: folder {out.parent} does not exist", file=sys.stderr)
+    return 2
+  if args.profile:
+    if len(args.workdirs) != 1:
+      print("jaxdl: error: --profile draws one run's trace; give one WORKDIR", file=sys.stderr)
+      return 2
+    try:
+      print(plot_profile(args.workdirs[0], out))
+    except (FileNotFoundError, ValueError) as e:
+      print(f"jaxdl: error: {e}", file=sys.stderr)
+      return 2
+    return 0
   missing = [w for w in args.workdirs if not read_metrics(w, "train")]
   if missing:
     print(f"jaxdl: error: {missing[0]}: no train records in metrics.jsonl (not a run "
           f"directory, or nothing logged yet)", file=sys.stderr)
-    return 2
-  out = pathlib.Path(args.out)
-  if not out.parent.is_dir():
-    print(f"jaxdl: error: --out: folder {out.parent} does not exist", file=sys.stderr)
     return 2
   print(plot_runs(args.workdirs, out))
   return 0
