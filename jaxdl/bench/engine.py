@@ -9,9 +9,9 @@
   checkpoint  seconds the caller is blocked by an async save vs the whole synchronous save of
               the same state (orbax, through `jaxdl.train.checkpoint.Checkpointer`).
   data        training batches/s of the grain pipeline vs the train step's steps/s.
-  sampler     `make_sampler` (one `lax.scan`) vs `make_python_loop_sampler` (a Python loop over a
-              jitted step): same samples, seconds per call; and the scan's time at 25/50/100
-              steps against a straight line.
+  sampler     `make_sampler` (N updates in one `lax.scan`) vs N x the same compiled update
+              (`make_step`) timed alone: what the loop itself costs; and the same samples as a
+              Python loop over that step.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdl.bench.timing import Clock, interleaved, linear_fit
+from jaxdl.bench.timing import Clock, interleaved
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,61 +187,59 @@ def bench_data(batch: int, context: int, n: int = 50) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Sampler: lax loop vs Python loop.
 
-def _sampler_parts(hidden: int, depth: int):
-  from jaxdl.generative import paths
-  from jaxdl.models.denoiser import MLPDenoiser
-  model = MLPDenoiser(hidden=hidden, depth=depth, emb_dim=128)
-  variables = jax.jit(lambda k: model.init(k, jnp.zeros((1, 2)), jnp.zeros((1,)), train=False))(
-      jax.random.PRNGKey(0))
-  return model, variables, paths.make_path("flow")
+def _sampler_case(experiment: str):
+  """(model, variables, path, sampler kwargs) of an experiment's denoiser at its init: the
+  sampler and step count of its config, unconditional (y = None, no guidance)."""
+  from jaxdl import models as jmodels
+  from jaxdl.config import load_config
+  from jaxdl.generative import tasks
+  config, _ = load_config(experiment)
+  gen, shape = config.gen, tuple(config.gen.sample_shape)
+  model = jmodels.build_model(config.model)
+  variables = jax.jit(lambda k: model.init(k, jnp.zeros((1,) + shape), jnp.zeros((1,)),
+                                           train=False))(jax.random.PRNGKey(0))
+  kw = dict(sampler=gen.sampler, steps=int(gen.steps), sample_shape=shape,
+            prediction=gen.prediction, num_classes=gen.num_classes, clip_x0=gen.clip_x0)
+  return model, variables, tasks.path_from_config(config), kw
 
 
-def bench_sampler(steps: int = 100, batch: int = 256, hidden: int = 256, depth: int = 4,
-                  sampler: str = "euler", rounds: int = 5, linearity: bool = True) -> dict:
-  """Seconds per sample call, scan vs Python loop; by default fm_toy2d's denoiser (4 blocks of
-  width 256; its smoke variant is 2 x 64)."""
+def bench_sampler(experiment: str = "fm_toy2d", batch: int = 256, rounds: int = 5) -> dict:
+  """What the sampler's loop costs: seconds per `make_sampler` call (N updates in one
+  `lax.scan`) over N x the seconds of the same compiled update alone (`make_step`, called N
+  times from Python on the same inputs the scan feeds it: x, i, fold_in(k_loop, i)); and the
+  scan's samples against a Python loop over that step (the same samples)."""
   from jaxdl.generative import samplers
-  model, variables, path = _sampler_parts(hidden, depth)
-  kw = dict(sampler=sampler, sample_shape=(2,))
+  model, variables, path, kw = _sampler_case(experiment)
+  n = kw["steps"]
   rng = jax.random.PRNGKey(1)
+  lax_fn = samplers.make_sampler(model.apply, path, **kw)
+  step = samplers.make_step(model.apply, path, **kw)
+  k_init, k_loop = jax.random.split(rng)
+  x0 = jax.random.normal(k_init, (batch,) + kw["sample_shape"], jnp.float32)
+  i_N = [jnp.asarray(i) for i in range(n)]
+  key_N = [jax.random.fold_in(k_loop, i) for i in range(n)]
 
-  def runner(fn):
-    fn(variables, rng, batch).block_until_ready()
+  def steps_alone(_):
+    x = x0
+    with Clock() as clock:
+      for i in range(n):
+        x = step(variables, x, i_N[i], key_N[i], None)
+      x.block_until_ready()
+    return clock
 
-    def run(n):
-      with Clock() as clock:
-        for _ in range(n):
-          x = fn(variables, rng, batch)
-        x.block_until_ready()
-      return clock
+  def scan(_):
+    with Clock() as clock:
+      lax_fn(variables, rng, batch).block_until_ready()
+    return clock
 
-    return run
-
-  lax_fn = samplers.make_sampler(model.apply, path, steps=steps, **kw)
-  py_fn = samplers.make_python_loop_sampler(model.apply, path, steps=steps, **kw)
-  diff = float(jnp.max(jnp.abs(lax_fn(variables, rng, batch) - py_fn(variables, rng, batch))))
-  per_call = interleaved({"lax": runner(lax_fn), "python": runner(py_fn)}, steps=1,
-                         rounds=rounds)
-  out = {"steps": steps, "batch": batch, "sampler": sampler, "hidden": hidden, "depth": depth,
-         "max_abs_diff": diff, "lax_s": per_call["lax"]["wall"],
-         "python_s": per_call["python"]["wall"],
-         "speedup": per_call["python"]["wall"] / per_call["lax"]["wall"],
-         "speedup_cpu": per_call["python"]["cpu"] / per_call["lax"]["cpu"],
-         # speedup = 1 + overhead / step: what the Python loop adds per step (dispatch, key
-         # folding, argument handling) against the compiled step itself.
-         "lax_step_s": per_call["lax"]["wall"] / steps,
-         "python_overhead_per_step_s":
-             (per_call["python"]["wall"] - per_call["lax"]["wall"]) / steps}
-  if not linearity:
-    return out
-  grid = (steps // 4, steps // 2, steps)
-  line = {}
-  for n in grid:
-    fn = samplers.make_sampler(model.apply, path, steps=n, **kw)
-    line[n] = interleaved({"lax": runner(fn)}, steps=1, rounds=rounds)["lax"]["cpu"]
-  a, b, worst = linear_fit(list(line), list(line.values()))
-  return {**out, "lax_cpu_s_by_steps": line, "fit_intercept_s": a, "fit_per_step_s": b,
-          "fit_max_rel_residual": worst}
+  steps_alone(1), scan(1)  # compile both
+  best = interleaved({"lax": scan, "steps": steps_alone}, steps=1, rounds=rounds)
+  py_x = samplers.make_python_loop_sampler(model.apply, path, **kw)(variables, rng, batch)
+  diff = float(jnp.max(jnp.abs(lax_fn(variables, rng, batch) - py_x)))
+  return {"experiment": experiment, "sampler": kw["sampler"], "steps": n, "batch": batch,
+          "max_abs_diff": diff, "lax_s": best["lax"]["wall"], "steps_s": best["steps"]["wall"],
+          "ratio": best["lax"]["wall"] / best["steps"]["wall"],
+          "ratio_cpu": best["lax"]["cpu"] / best["steps"]["cpu"]}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -305,19 +305,31 @@ def make_sampler(apply_fn: Callable, path, *, sampler: str = "heun", steps: int 
   return sample
 
 
+def make_step(apply_fn: Callable, path, *, sampler: str = "heun", steps: int = 50,
+              sample_shape=(2,), prediction: str = "velocity", eta: float = 0.0,
+              guidance: float | None = None, num_classes: int = 0, t_end: float = 1.0,
+              clip_x0: float | None = None):
+  """The jitted update `step(variables, x, i, key, y_B) -> x` that `make_sampler` with the same
+  arguments scans over i = 0..N-1 (one denoiser call plus the update; two calls for Heun)."""
+  _, step_fn, _ = _build(apply_fn, path, sampler=sampler, steps=steps,
+                         sample_shape=sample_shape, prediction=prediction, eta=eta,
+                         guidance=guidance, num_classes=num_classes, t_end=t_end,
+                         clip_x0=clip_x0)
+  return jax.jit(step_fn)
+
+
 def make_python_loop_sampler(apply_fn: Callable, path, *, sampler: str = "heun", steps: int = 50,
                              sample_shape=(2,), prediction: str = "velocity", eta: float = 0.0,
                              guidance: float | None = None, num_classes: int = 0,
                              t_end: float = 1.0, clip_x0: float | None = None):
-  """The same sampler as a Python loop over a jitted single step (for `jaxdl bench` and tests).
+  """The same sampler as a Python loop over the jitted `make_step` (for tests).
 
   Same arguments and same samples as `make_sampler` (same keys, same update), one dispatch per step.
   """
-  init_fn, step_fn, n = _build(apply_fn, path, sampler=sampler, steps=steps,
-                               sample_shape=sample_shape, prediction=prediction, eta=eta,
-                               guidance=guidance, num_classes=num_classes, t_end=t_end,
-                               clip_x0=clip_x0)
-  step_jit = jax.jit(step_fn)
+  kw = dict(sampler=sampler, steps=steps, sample_shape=sample_shape, prediction=prediction,
+            eta=eta, guidance=guidance, num_classes=num_classes, t_end=t_end, clip_x0=clip_x0)
+  init_fn, _, n = _build(apply_fn, path, **kw)
+  step_jit = make_step(apply_fn, path, **kw)
   init_jit = jax.jit(init_fn, static_argnums=(1,))
 
   def sample(variables, rng, num: int, y=None, x_init=None):
