@@ -1,6 +1,8 @@
 """Test setup: four emulated CPU devices, set before jax is imported anywhere."""
 
+import hashlib
 import os
+import tempfile
 
 # The suite is dominated by XLA compiling tiny programs on CPU; the cheaper backend passes halve
 # that and change no test's tolerance (speed is measured in `jaxdl bench`, never here).
@@ -15,6 +17,17 @@ else:
   # The tests check equations to ~1e-5; a GPU's default fp32 matmul (TF32, 10-bit mantissa) is a
   # training-speed choice that moves them by ~1e-4 (measured on an H200), so tests ask for fp32.
   os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
+# XLA's persistent compilation cache, shared by the xdist workers and every subprocess a test
+# starts (the CLI, notebook kernels, multi-process runs): the suite compiles the same small
+# programs many times over (a SIGKILLed run and its resume compile what the uninterrupted run
+# did). A hit loads the executable XLA built before, so results are unchanged (bit-exact resume
+# tests pass across it). One directory per checkout and user, kept between runs; its keys hold
+# the jax version, the flags and the program, so a stale entry is never used.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(
+    tempfile.gettempdir(), f"jaxdl-tests-xla-cache-{os.getuid()}-"
+    f"{hashlib.sha1(os.path.dirname(os.path.abspath(__file__)).encode()).hexdigest()[:8]}"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 # Keep subprocesses and worker threads from oversubscribing the 2-core CI machine.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")

@@ -213,6 +213,13 @@ def test_an_experiment_with_its_own_loop_is_locked_too(tmp_path, capsys):
   assert (workdir / "results.json").exists() and not (workdir / ".lock").exists()
 
 
+def _one_device_env() -> dict:
+  """The suite's environment (its fast-compile XLA flags) with one CPU device, as a user has."""
+  flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
+           if not f.startswith("--xla_force_host_platform_device_count")]
+  return {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": " ".join(flags)}
+
+
 def test_two_cli_processes_on_one_workdir_one_trains_the_other_is_refused(tmp_path):
   """Two `jaxdl train` processes started together on one workdir: exactly one takes the lock
   and trains to the end; the other exits 2 naming it, and the workdir holds one run."""
@@ -220,7 +227,7 @@ def test_two_cli_processes_on_one_workdir_one_trains_the_other_is_refused(tmp_pa
   cmd = [sys.executable, "-m", "jaxdl", "train", "moons_mlp", "--workdir", str(workdir),
          "--no-progress", "--set", "train.plot=False", "--set", "train.ckpt_every=50",
          "--set", "train.steps=100"]  # long enough that the two runs overlap
-  env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+  env = _one_device_env()
   procs = [subprocess.Popen([*cmd, "--set", f"seed={seed}"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True) for seed in (1, 2)]
   outs = [(p.wait(timeout=300), *p.communicate()) for p in procs]
@@ -269,7 +276,7 @@ def test_a_real_full_disk_is_one_line_and_the_run_resumes_once_space_is_freed(sm
   cmd = [sys.executable, "-m", "jaxdl", "train", "moons_mlp", "--workdir", str(workdir),
          "--no-progress", "--set", "train.steps=20", "--set", "train.ckpt_every=1",
          "--set", "train.keep_ckpts=20", "--set", "train.plot=False"]
-  env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+  env = _one_device_env()
   full = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
   err = [line for line in full.stderr.splitlines() if line.strip()]
   assert full.returncode == 1 and len(err) == 1, full.stderr[-3000:]
