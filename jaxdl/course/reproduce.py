@@ -28,6 +28,7 @@ import time
 from jaxdl.course import claims as _claims  # noqa: F401 -- registers the claims
 from jaxdl.course import claims_data as _claims_data  # noqa: F401 -- registers the data claims
 from jaxdl.course import claims_arch as _claims_arch  # noqa: F401 -- architecture claims
+from jaxdl.course import claims_generative as _claims_gen  # noqa: F401 -- generative claims
 from jaxdl.course.rows import CLAIMS, Claim, Row, claim, close, exact
 
 HELP = "measure every worked number of the course material through jaxdl (claims table)"
