@@ -212,6 +212,9 @@ def _bad_cases(files, tmp):
   (mixed / "a").mkdir(parents=True)
   Image.fromarray(np.zeros((5, 4, 3), np.uint8)).save(mixed / "a" / "0.png")
   Image.fromarray(np.zeros((5, 4), np.uint8)).save(mixed / "a" / "1.png")
+  garbled = tmp / "garbled"
+  (garbled / "a").mkdir(parents=True)
+  (garbled / "a" / "0.png").write_bytes(b"not a png")
   # Without its checksum the truncated shard reaches the ArrayRecord reader, which refuses it.
   unchecked = tmp / "unchecked"
   unchecked.mkdir()
@@ -242,6 +245,10 @@ def _bad_cases(files, tmp):
        r"^SRC: '.*a.txt' is not UTF-8 text \(byte 3"),
       ("image size", lambda: make("image_folder", path=str(odd)),
        r"^data.path: '.*1.png' is 5x5 RGB; expected 4x5 RGB like the first image"),
+      ("not an image", lambda: make("image_folder", path=str(garbled)),
+       r"^data.path: cannot read '.*0.png' as an image: "),
+      ("not an image, prepare", lambda: images.prepare_images(str(garbled), str(tmp / "g")),
+       r"^SRC: cannot read '.*0.png' as an image: "),
       ("image mode", lambda: make("image_folder", path=str(mixed)),
        r"^data.path: '.*1.png' is 4x5 L; expected 4x5 RGB like the first image"),
       ("unreadable shard", lambda: make("arrayrecord", path=str(unchecked)),
