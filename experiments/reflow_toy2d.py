@@ -45,14 +45,10 @@ def get_config(arg=None):
   return c
 
 
-def run(config, workdir):
-  """Trains (or reuses) the teacher, reflows it, and measures both; returns the ratios."""
+def reflow_student(config, model, variables):
+  """The reflowed parameters (and the student's losses) of the teacher `variables`."""
   from jaxdl.optim import parse_optim
-  from jaxdl.train import run as train_run
   settings = reflow.parse_reflow(config)
-  teacher_dir = pathlib.Path(workdir) / "teacher"
-  train_run(config, teacher_dir, progress=False)
-  _, model, variables, _ = evaluation.load_run(teacher_dir, config)
   key_pairs, key_train = jax.random.split(jax.random.PRNGKey(config.seed + 1))
   eps_N, x1_N = reflow.make_pairs(model.apply, variables, key_pairs, settings.pairs,
                                   sample_shape=(2,), steps=settings.teacher_steps,
@@ -60,8 +56,18 @@ def run(config, workdir):
   optim = config.optim.to_dict()
   optim["lr"] = settings.lr
   tx, _ = parse_optim(optim).build(settings.steps)
-  params, losses = reflow.train_reflow(model.apply, variables["params"], tx, eps_N, x1_N,
-                                       steps=settings.steps, batch=settings.batch, rng=key_train)
+  return reflow.train_reflow(model.apply, variables["params"], tx, eps_N, x1_N,
+                             steps=settings.steps, batch=settings.batch, rng=key_train)
+
+
+def run(config, workdir):
+  """Trains (or reuses) the teacher, reflows it, and measures both; returns the ratios."""
+  from jaxdl.train import run as train_run
+  settings = reflow.parse_reflow(config)
+  teacher_dir = pathlib.Path(workdir) / "teacher"
+  train_run(config, teacher_dir, progress=False)
+  _, model, variables, _ = evaluation.load_run(teacher_dir, config)
+  params, losses = reflow_student(config, model, variables)
   num = config.gen.get("eval_num", 2000)
   repeats = 8 if num >= 1000 else 2
   out = {}

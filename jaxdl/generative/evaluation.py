@@ -252,13 +252,13 @@ def evaluate_digits(config, model, variables, per_class, classifier, seed, fig_d
   pix_Nx64 = _to_pixels16(x, config.data.scale)
   acc = float(np.mean(predict(pix_Nx64) == y_N))
   if fig_dir is not None:
-    _digit_grid(pix_Nx64.reshape(k, per_class, 8, 8)[:, :10], fig_dir / "digits_grid.png")
+    digit_grid(pix_Nx64.reshape(k, per_class, 8, 8)[:, :10], fig_dir / "digits_grid.png")
   return {"guidance": config.gen.guidance, "sampler": config.gen.sampler, "steps": config.gen.steps,
           "class_accuracy": acc, "classifier": clf_name, "classifier_test_accuracy": test_acc,
           "num": int(len(y_N))}
 
 
-def _digit_grid(img_KxMx8x8, path):
+def digit_grid(img_KxMx8x8, path):
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
