@@ -12,6 +12,12 @@
   sampler     `make_sampler` (N updates in one `lax.scan`) vs N x the same compiled update
               (`make_step`) timed alone: what the loop itself costs; and the same samples as a
               Python loop over that step.
+
+Measured (`jaxdl bench --only loop,watch`, this 2-core CPU under a load average of about 25):
+loop 11.0 vs bare 10.6 steps/s (wall overhead -3.6%: within the noise), CPU seconds per step
+0.0401 vs 0.0387 (overhead 3.7%, target <= 5%); per step with one watched step in 100 (plain
+0.0400 s): cheap 0.0393 s, detailed 0.0394 s (a watched step 0.0489 s and the probe 0.0109 s, so
+(0.0489 - 0.0393 + 0.0109) / 100 ~ 0.0002 s per step, 0.5%; targets 5% and 10%).
 """
 
 from __future__ import annotations
