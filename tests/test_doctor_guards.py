@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from jaxdl import train
+from jaxdl import doctor, train
 from jaxdl.course import planted
 
 K = 14           # data position of the bad batch (0-based): the spike shows at step K + 1
@@ -47,9 +47,15 @@ def clean_eval_loss(tmp_path_factory):
 
 
 def test_bad_batch_without_guard_derails_the_run(tmp_path, clean_eval_loss):
-  summary = train.run(_config(poison=True, guard=False), tmp_path, progress=False)
+  history = doctor.HistoryHook()
+  summary = train.run(_config(poison=True, guard=False), tmp_path, progress=False,
+                      hooks=[history])
   spike = [r for r in _records(tmp_path) if r.get("step") == K + 1 and r.get("split") == "train"]
   assert spike[0]["loss"] > 100.0          # the planted step: logits x 1e4
+  # The doctor's hook saw the same records through on_step_end and names the spike there.
+  found = {d.symptom: d for d in history.found}
+  assert found["spike"].step == K + 1
+  assert [d.text() for d in history.found] == [d.text() for d in doctor.diagnose_workdir(tmp_path)]
   # Adam's second moment keeps the poisoned gradient: the run ends far from the clean one.
   assert summary["eval"]["loss"] > clean_eval_loss + 0.3
 

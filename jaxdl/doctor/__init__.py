@@ -26,7 +26,8 @@ log = logging.getLogger("jaxdl")
 
 HELP = "preflight checks, NaN/Inf locator, LR range test and run diagnoses for an experiment"
 
-__all__ = ["PreflightHook", "hooks_for", "run_preflight", "locate_nonfinite", "lr_range_test",
+__all__ = ["PreflightHook", "HistoryHook", "hooks_for", "run_preflight", "locate_nonfinite",
+           "lr_range_test",
            "diagnose_history", "diagnose_workdir", "Report", "Check", "Diagnosis", "SYMPTOMS",
            "CAUSES", "HELP", "add_arguments", "main"]
 
@@ -53,10 +54,37 @@ class PreflightHook(Hook):
                            f"run `jaxdl doctor {run.config.name}` for details")
 
 
+class HistoryHook(Hook):
+  """Diagnoses the run from the records the hooks see (`diagnose_history`), at its end.
+
+  Collects each logged step's train metrics (`on_step_end`) and each evaluation (`on_eval`);
+  `on_train_end` logs the symptoms found (the rules on the watch records need
+  `jaxdl doctor --history`, which reads metrics.jsonl) and keeps them in `self.found`.
+  """
+
+  def __init__(self):
+    self.train: list[dict] = []
+    self.evals: list[dict] = []
+    self.found: list[Diagnosis] = []
+
+  def on_step_end(self, step: int, metrics: dict) -> None:
+    self.train.append({"step": step, **metrics})
+
+  def on_eval(self, step: int, metrics: dict) -> None:
+    self.evals.append({"step": step, **metrics})
+
+  def on_train_end(self, summary: dict) -> None:
+    del summary
+    self.found = diagnose_history(self.train, self.evals)
+    for d in self.found:
+      log.warning("doctor: %s", d.text())
+
+
 def hooks_for(config) -> list[Hook]:
-  """The doctor's hooks a training config asks for (`train.doctor=True`: the preflight)."""
+  """The doctor's hooks a training config asks for (`train.doctor=True`: the preflight before
+  the run, the history diagnosis after it)."""
   train = config.get("train") or {}
-  return [PreflightHook()] if train.get("doctor", False) else []
+  return [PreflightHook(), HistoryHook()] if train.get("doctor", False) else []
 
 
 def locate_nonfinite(config, workdir, step: int):
