@@ -24,6 +24,8 @@ be shared and noisy; absolute numbers are printed but only ratios are judged):
               step's steps/s (>= 1; `jaxdl.bench.text_data`).
   moe         GPT train step with 8-expert top-2 MoE MLPs vs the dense GPT of the same active
               compute (<= 1.5x; `jaxdl.bench.blocks`).
+  moe_dispatch  one MoE layer's forward + backward with the index dispatch it uses vs a one-hot
+              (N, E, C) dispatch einsum, N = 512 and 2048 tokens (`jaxdl.bench.blocks`).
   ssm         train-step CPU seconds of mixer='ssm' vs attention at T = 128 .. 1024, same
               tokens per step: the SSM's stays flat, attention's grows with T.
 
@@ -251,6 +253,15 @@ def _moe(ctx):
                   s["moe"] / s["dense"] <= 1.5, "s"),
              _row("moe", "  same, CPU seconds", None, None, c["moe"] / c["dense"], "<= 1.5",
                   c["moe"] / c["dense"] <= 1.5)]
+
+
+@register_bench("moe_dispatch")
+def _moe_dispatch(ctx):
+  from jaxdl.bench import blocks
+  r = blocks.bench_moe_dispatch()
+  return r, [_row("moe_dispatch", f"MoE layer fwd+bwd CPU s, one-hot einsum vs index dispatch, "
+                  f"N={n}", r["onehot"][n], r["index"][n], r["ratio"][n], "> 1",
+                  r["ratio"][n] > 1.0, "s") for n in r["tokens"]]
 
 
 @register_bench("ssm")
