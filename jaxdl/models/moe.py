@@ -15,7 +15,9 @@ choices per token, C expert capacity (tokens per expert).
 
 Dispatch is by index: each kept choice is scattered to its slot (e, position) of an (E, C, D)
 buffer and gathered back, O(N K D) data movement; a one-hot (N, E, C) dispatch einsum would cost
-O(N E C D) = O(cf K N^2 D), quadratic in the tokens of a batch.
+O(N E C D) = O(cf K N^2 D), quadratic in the tokens of a batch (`jaxdl bench --only
+moe_dispatch`, one layer's forward + backward on CPU: one-hot 2.4x the index dispatch's time at
+N = 512 tokens, 7.0x at N = 2048).
 
 The layer sows its terms into the 'aux' collection (only when 'aux' is mutable, never at init):
 'loss' = balance_coef L_bal + z_coef L_z, and 'balance', 'z', 'dropped' (fraction of choices
