@@ -62,9 +62,29 @@ def get_config(arg=None):
   return c
 
 
+def greedy_accuracy(config, params) -> dict:
+  """Per-digit and whole-string accuracy of greedy decoding (the decoder fed its own previous
+  outputs) on the eval strings under `params`."""
+  import numpy as np
+  from jaxdl.data import parse_data
+  from jaxdl.data.digit_strings import START
+  from jaxdl.models import build_model
+  from jaxdl.models.seq2seq import greedy_decode
+  split = parse_data(config.data).build().eval
+  batch = split.gather(np.arange(split.num))
+  model = build_model(config.model)
+  y = np.asarray(greedy_decode(model, {"params": params}, batch["x"][:, :config.model.src_len],
+                               START))
+  correct = y == batch["y"]
+  return {"greedy_accuracy": float(correct.mean()),
+          "greedy_exact": float(correct.all(axis=1).mean())}
+
+
 def run(config, workdir):
-  """Trains one model per (length, attention); returns eval accuracy and loss of each."""
+  """Trains one model per (length, attention); returns eval accuracy (teacher-forced and
+  greedy) and loss of each."""
   from jaxdl.train import run as train
+  from jaxdl.train.checkpoint import load_state
   results = {}
   for length in config.lengths:
     for attention in (True, False):
@@ -73,8 +93,10 @@ def run(config, workdir):
       c.model.attention = attention
       name = f"len{length}_{'attention' if attention else 'plain'}"
       summary = train(c, os.path.join(workdir, name), progress=False)
+      _, state = load_state(os.path.join(workdir, name))
       results[name] = {"eval_accuracy": summary["eval"]["accuracy"],
-                       "eval_loss": summary["eval"]["loss"]}
+                       "eval_loss": summary["eval"]["loss"],
+                       **greedy_accuracy(c, state["params"])}
   with open(os.path.join(workdir, "results.json"), "w") as f:
     json.dump(results, f, indent=2)
   return results

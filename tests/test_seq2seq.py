@@ -108,8 +108,22 @@ def test_digit_strings_layout():
     np.testing.assert_array_equal(b["x"][:, 7:], b["y"][:, :-1])
 
 
-def test_input_without_a_decoder_part_names_src_len(models):
+def test_input_of_another_length_than_src_plus_tgt_names_src_len(models):
   _, out = models
   model, variables, _ = out[True]
-  with pytest.raises(ValueError, match="^model.src_len"):
-    model.apply(variables, np.zeros((1, S), np.int32), train=False)
+  for length in (S, 2 * S + 2):  # no decoder part; data.length = S + 1 against src_len = S
+    with pytest.raises(ValueError, match="^model.src_len") as e:
+      model.apply(variables, np.zeros((1, length), np.int32), train=False)
+    assert "\n" not in str(e.value)
+
+
+def test_greedy_decoding_is_the_argmax_of_its_own_teacher_forced_row(models):
+  """y = greedy(src) is a fixed point: teacher-forcing [src, START, y_1 .. y_{T-1}] gives
+  argmax logits_t = y_t at every t (the step-by-step loop and one full forward agree)."""
+  from jaxdl.models.seq2seq import greedy_decode
+  x, out = models
+  for model, variables, apply in out.values():
+    y = np.asarray(greedy_decode(model, variables, x[:, :S], START))
+    assert y.shape == (2, S) and y.dtype == np.int32
+    row = np.concatenate([x[:, :S], np.full((2, 1), START), y[:, :-1]], axis=1)
+    np.testing.assert_array_equal(np.asarray(apply(variables, row)[0]).argmax(-1), y)

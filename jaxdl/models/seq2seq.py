@@ -77,6 +77,8 @@ class Seq2Seq(nn.Module):
   Attributes:
     vocab_size: V, shared by source and target (the start token included).
     src_len: S, the number of source tokens at the front of each input row.
+    tgt_len: T, the number of target tokens after it (0: T = S, as in `digit_strings`, whose
+      rows are L = 2 data.length tokens); a row of another length L != S + T is refused.
     embed_dim, hidden, attn_dim: E, N, A.
     attention: additive attention over the encoder's annotations (False: the bottleneck).
   The attention weights (B, T, S) are sown into 'intermediates' as 'alpha'.
@@ -84,6 +86,7 @@ class Seq2Seq(nn.Module):
 
   vocab_size: int = 11
   src_len: int = 8
+  tgt_len: int = 0
   embed_dim: int = 32
   hidden: int = 64
   attn_dim: int = 64
@@ -93,14 +96,19 @@ class Seq2Seq(nn.Module):
 
   def __post_init__(self):
     layers.check_fields(self, sizes=("vocab_size", "src_len", "embed_dim", "hidden", "attn_dim"))
+    if not isinstance(self.tgt_len, int) or self.tgt_len < 0:
+      raise ValueError(f"model.tgt_len: must be an integer >= 0 (0: src_len), got "
+                       f"{self.tgt_len!r}")
     super().__post_init__()
 
   @nn.compact
   def __call__(self, x_BxL, *, train: bool):
     del train  # no dropout or batch statistics
-    if x_BxL.ndim != 2 or x_BxL.shape[1] <= self.src_len:
-      raise ValueError(f"model.src_len: input rows of shape {x_BxL.shape} need more than "
-                       f"src_len = {self.src_len} tokens (the source, then the decoder input)")
+    tgt_len = self.tgt_len or self.src_len
+    if x_BxL.ndim != 2 or x_BxL.shape[1] != self.src_len + tgt_len:
+      raise ValueError(f"model.src_len: input rows of shape {x_BxL.shape} must hold src_len + "
+                       f"tgt_len = {self.src_len} + {tgt_len} tokens (the source, then the "
+                       f"decoder input; digit_strings rows are 2 data.length)")
     embed = nn.Embed(self.vocab_size, self.embed_dim, dtype=self.dtype,
                      param_dtype=self.param_dtype, name="embed")
     src_BxSxE, dec_BxTxE = jnp.split(embed(x_BxL), [self.src_len], axis=1)
@@ -118,3 +126,29 @@ class Seq2Seq(nn.Module):
     self.sow("intermediates", "alpha", alpha_BxTxS)
     return nn.Dense(self.vocab_size, dtype=self.dtype, param_dtype=self.param_dtype,
                     name="head")(f_BxTxF).astype(jnp.float32)
+
+
+def greedy_decode(model: Seq2Seq, variables, src_BxS: jax.Array, start: int) -> jax.Array:
+  """Greedy decoding: y_t = argmax_v logits_t(src, start, y_1 .. y_{t-1}) for t = 1..T, each
+  step fed the model's own previous outputs (not the true target, as in teacher forcing).
+
+  Runs the full forward once per target token on the row [src, start, y_1 .. y_{t-1}, pad]
+  inside a `lax.fori_loop`; the decoder is causal in its inputs, so the padding after position
+  t does not reach logits_t. Returns y int32 (B, T), T = model.tgt_len or src_len.
+  """
+  b, s = src_BxS.shape
+  t_len = model.tgt_len or model.src_len
+  x_BxL = jnp.concatenate([src_BxS.astype(jnp.int32), jnp.full((b, 1), start, jnp.int32),
+                           jnp.zeros((b, t_len - 1), jnp.int32)], axis=1)
+
+  def step(t, carry):
+    x_BxL, y_BxT = carry
+    y_B = jnp.argmax(model.apply(variables, x_BxL, train=False)[:, t], -1).astype(jnp.int32)
+    y_BxT = y_BxT.at[:, t].set(y_B)
+    # y_t is the decoder's input at step t + 1 (source S, then start at S): position S + 1 + t.
+    x_BxL = jax.lax.dynamic_update_slice(x_BxL, y_B[:, None],
+                                         (0, jnp.minimum(s + 1 + t, s + t_len - 1)))
+    return x_BxL, y_BxT
+
+  _, y_BxT = jax.lax.fori_loop(0, t_len, step, (x_BxL, jnp.zeros((b, t_len), jnp.int32)))
+  return y_BxT
