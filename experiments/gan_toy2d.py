@@ -3,23 +3,36 @@
 Run:
   jaxdl train experiments/gan_toy2d.py                # no R1; workdir runs/gan_toy2d
   jaxdl train experiments/gan_toy2d.py:r1             # R1 penalty gamma = 1 on real data
+  jaxdl train experiments/gan_toy2d.py:collapse       # alternating, G lr 1e-2 vs D lr 1e-4
+  jaxdl train experiments/gan_toy2d.py:collapse,r1    # the same with R1
+  jaxdl train experiments/gan_toy2d.py:alternating,r1 # alternating at the default lr, with R1
   jaxdl train gan_toy2d:smoke                         # a few steps, for tests
   jaxdl sample runs/gan_toy2d --num 2000 --out gan.png  # one generator call per sample
 
 Setup: 8 Gaussians (std 0.2, centres on a circle of radius 2), standardized, 50,000 points;
 MLP generator (16-dim z) and discriminator (2 x 128, leaky ReLU), non-saturating losses, both
-players updated simultaneously by one objective (`jaxdl.generative.gan`); Adam (b1 = 0.5) 1e-3
-with warmup-cosine, batch 256, 5,000 steps. After training, `after_training` draws 2,000 samples
-and reports the modes covered (>= 1/4 of a mode's fair share within 3 std of its centre), the
-fraction of samples near any mode, and the energy distance to 2,000 fresh points beside the
-two-draw floor. Writes gan_eval.json and gan_samples.png.
+players updated simultaneously by one objective, or alternately with per-player learning rates
+(`jaxdl.generative.gan`); Adam (b1 = 0.5) 1e-3 with warmup-cosine, batch 256, 5,000 steps.
+After training, `after_training` draws 2,000 samples and reports the modes covered (>= 1/4 of
+a mode's fair share within 3 std of its centre), the fraction of samples near any mode, and the
+energy distance to 2,000 fresh points beside the two-draw floor. Writes gan_eval.json and
+gan_samples.png.
 
-Expected (issue 17's target): the stabilized config covers >= 7 of 8 modes. Measured at the
-default config (one run each, seed 0, 2,000 samples, floor = two fresh target draws, 3.4e-3):
-- no R1: 8 of 8 modes covered but unevenly (101 to 294 samples per mode, fair share 250);
-  energy distance 5.3x the floor. This config shows uneven mode mass, not a full collapse.
-- R1 (gamma = 1): 8 of 8 modes, 191 to 239 samples per mode; energy distance 1.7x the floor.
-- no R1 at lr 5e-3 (`--set optim.lr=0.005`): still 8 of 8 (95 to 288 per mode), 4.5x the floor.
+Expected (issue 17's target): the stabilized config covers >= 7 of 8 modes. Measured (one run
+each, seed 0, 2,000 samples, floor = two fresh target draws, 3.4e-3; fair share 250 per mode):
+- default (simultaneous, no R1): 8 of 8 modes covered but unevenly (101 to 294 per mode);
+  energy distance 5.3x the floor: uneven mode mass, not a full collapse.
+- :r1 (gamma = 1): 8 of 8, 191 to 239 per mode; 1.7x the floor.
+- no R1 at lr 5e-3 (`--set optim.lr=0.005`): still 8 of 8 (95 to 288 per mode), 4.5x.
+- no R1 at lr 1e-2 with b1 = 0.9 (`--set optim.lr=0.01 --set optim.b1=0.9`): 8 of 8 (108 to
+  272), 5.5x. A large shared lr alone did not collapse this toy.
+Mode collapse, shown and fixed (alternating updates, `gen.updates`):
+- :collapse (G lr 1e-2, D lr 1e-4): 2 of 8 modes (276 and 84 samples, the other six 0; 18% of
+  samples near any mode); 126x the floor. Our reading: a discriminator this slow cannot push
+  the generator off the modes it has found.
+- :collapse,r1: 0 of 8 (15 of 2,000 samples near a mode), 199x: R1 smooths D but does not make
+  a discriminator that barely learns keep up, so it does not fix this collapse.
+- :alternating,r1 (both players at lr 1e-3): 8 of 8, 160 to 212 per mode; 2.2x the floor.
 """
 
 import json
@@ -34,7 +47,7 @@ from jaxdl.optim import default_optim_config
 
 
 def get_config(arg=None):
-  args = parse_arg(arg, smoke=False, r1=False)
+  args = parse_arg(arg, smoke=False, r1=False, alternating=False, collapse=False)
   c = base_config()
   c.name = "gan_toy2d"
   c.description = "GAN on 8 Gaussians: modes covered and energy distance, without and with R1"
@@ -47,6 +60,10 @@ def get_config(arg=None):
   c.model = dict(name="gan", data_shape=(2,), latent=16, hidden=(128, 128))
   c.gen = default_gan_config()
   c.gen.r1 = 1.0 if args.r1 else 0.0
+  if args.alternating or args.collapse:
+    c.gen.updates = "alternating"
+  if args.collapse:  # a generator 100x faster than a discriminator that cannot keep up
+    c.gen.g_lr, c.gen.d_lr = 1e-2, 1e-4
   c.optim = default_optim_config()
   c.optim.name = "adam"
   c.optim.lr = 1e-3
@@ -86,7 +103,7 @@ def after_training(config, workdir, summary):
   centres, mean_dist = mode_centres()
   # E|x - centre| = std sqrt(pi / 2) for a 2-D isotropic Gaussian: 3 std from the mean distance.
   std = mean_dist / np.sqrt(np.pi / 2)
-  out = {"step": int(step), "r1": config.gen.r1,
+  out = {"step": int(step), "r1": config.gen.r1, "updates": config.gen.updates,
          **gan.modes_covered(x, centres, radius=3 * std),
          "energy": metrics.energy_distance(x, sample_toy2d("8gaussians", num, 10_000)),
          "floor": metrics.energy_distance(sample_toy2d("8gaussians", num, 10_001),
