@@ -65,6 +65,9 @@ class Profiler:
       log.info("profile of steps %d-%d written to %s", self.start, self.stop, self.dir)
 
   def close(self) -> None:
+    if self.step is not None:  # a step that raised between before() and after()
+      self.step.__exit__(None, None, None)
+      self.step = None
     if self.active:
       jax.profiler.stop_trace()
       self.active = False
