@@ -232,7 +232,7 @@ class TrainSettings:
   grad_accum: int = 1            # N microbatches per update (jaxdl.train.accumulate)
   async_checkpoint: bool = True
   plot: bool = True
-  doctor: bool = False           # the doctor's preflight before training (jaxdl.doctor hooks)
+  doctor: bool = False           # preflight before, history diagnosis after (jaxdl.doctor hooks)
   # Spike guard: on loss (or grad norm) > spike_factor x the rolling median of the last
   # spike_window steps, rewind to the last checkpoint and skip the offending batch.
   spike_guard: bool = False
