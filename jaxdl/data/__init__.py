@@ -40,7 +40,7 @@ from jaxdl.data.augment import augment_setting, augmentation
 from jaxdl.data.pipeline import Dataset, EvalBatches, TrainIterator
 from jaxdl.data.schema import (NONNEG, OPEN_UNIT, POSITIVE, SOURCES, DataSource, Source, Split,
                                default_data_config, one_of, parse_data, register_source, setting)
-from jaxdl.data import digit_strings, graphs  # noqa: F401  (register generated datasets)
+from jaxdl.data import assoc_recall, digit_strings, graphs  # noqa: F401  (generated datasets)
 from jaxdl.data import disk, images  # noqa: F401  (register the on-disk datasets)
 from jaxdl.data.sources import KINDS, TOY2D, arrays_source, decode, digits_split, sample_toy2d
 

@@ -1,6 +1,6 @@
 """The training engine: state, pure steps, parallel strategies, checkpoints, resume and the loop."""
 
-from jaxdl.train import graph_tasks  # noqa: F401  (registers the graph tasks)
+from jaxdl.train import graph_tasks, sequence_tasks  # noqa: F401  (register their tasks)
 from jaxdl.train.assembly import Run, build
 from jaxdl.train.hooks import Hook, Hooks
 from jaxdl.train.loop import (NonFiniteLossError, PreflightError, SpikeError, evaluate, run)
