@@ -122,10 +122,10 @@ def _toy_quality(sample, variables, config, num, rounds):
 def _pf_ode_bpd(config, model, variables, x, y, steps, divergence):
   """-log2 p(x) / D by the probability-flow ODE, averaged over x."""
   from jaxdl.generative import likelihood
-  logp_B = likelihood.run_log_likelihood(config, model, variables, x, steps=steps,
-                                         divergence=divergence, probes=1,
-                                         rng=jax.random.PRNGKey(7), y=y)
-  return float(np.mean(np.asarray(likelihood.bits_per_dim(logp_B, int(np.prod(x.shape[1:]))))))
+  res = likelihood.run_log_likelihood(config, model, variables, x, steps=steps,
+                                      divergence=divergence, probes=1, rng=jax.random.PRNGKey(7),
+                                      y=y)
+  return float(np.mean(np.asarray(res["bpd"])))
 
 
 def _digits_row(row, family, config, model, variables, test_xy, judge, t):
