@@ -1,0 +1,74 @@
+"""GAN on 8x8 digits: one-call samples judged by the digits_cnn classifier.
+
+Run:
+  jaxdl train experiments/gan_digits.py               # workdir runs/gan_digits
+  jaxdl sample runs/gan_digits --num 64 --out gan.png # one generator call per sample
+
+Setup: sklearn digits scaled to [-1, 1] (the training split); the 'gan' model's MLP generator
+(32-dim z, 2 x 256, leaky ReLU) and discriminator, non-saturating losses, R1 gamma = 1 on real
+data, simultaneous updates (`jaxdl.generative.gan`); Adam (b1 = 0.5) 5e-4 with warmup-cosine,
+batch 128, 6,000 steps. After training, `after_training` trains the judge (the digits_cnn
+experiment into <workdir>/classifier, reused when present), draws `gen.eval_num` samples and
+reports the fraction the judge labels with confidence >= 0.9 and the class histogram (a class
+with few samples is the image analogue of a dropped mode).
+
+Issue 17's target, >= 80% of samples labelled with confidence >= 0.9, is NOT met. Measured at
+the default config (one run, seed 0): 75.2% of 500 samples (key 0), 76.5% of 5,000 (key 1);
+every class drawn (404 to 632 of 5,000 per class: no dropped digit). The VAE reaches the target
+at 2 latent dims (vae_digits); this MLP GAN was not tuned further.
+"""
+
+import json
+import pathlib
+
+from _digits import train_classifier
+from vae_digits import judge_samples
+from jaxdl.config import base_config, parse_arg
+from jaxdl.data import default_data_config
+from jaxdl.generative.gan import default_gan_config
+from jaxdl.optim import default_optim_config
+
+
+def get_config(arg=None):
+  smoke = parse_arg(arg, smoke=False).smoke
+  c = base_config()
+  c.name = "gan_digits"
+  c.description = "GAN on digits: one-call samples judged by a CNN"
+  c.task = "gan"
+  c.data = default_data_config("digits")
+  c.data.scale = "symmetric"
+  c.data.batch_size = 128
+  c.model = dict(name="gan", data_shape=(8, 8, 1), latent=32, hidden=(256, 256))
+  c.gen = default_gan_config()
+  c.gen.r1 = 1.0
+  c.gen.sample_shape = (8, 8, 1)
+  c.gen.eval_num = 500
+  c.optim = default_optim_config()
+  c.optim.name = "adam"
+  c.optim.lr = 5e-4
+  c.optim.b1 = 0.5
+  c.optim.clip_norm = None
+  c.train.steps = 6000
+  c.train.eval_every = 1000
+  c.train.log_every = 200
+  c.train.ckpt_every = 1000
+  if smoke:
+    c.model.hidden = (32,)
+    c.gen.eval_num = 20
+    c.train.steps = 20
+    c.train.eval_every = 10
+    c.train.ckpt_every = 10
+  return c
+
+
+def after_training(config, workdir, summary):
+  """Samples the final checkpoint (one generator call) and judges it like vae_digits does."""
+  import jax
+  from jaxdl.generative import evaluation, gan
+  _, model, variables, step = evaluation.load_run(workdir)
+  x = gan.make_run_sampler(config, model)(variables, jax.random.PRNGKey(0), config.gen.eval_num)
+  out = {"step": int(step)}
+  if config.train.steps >= 1000:  # the smoke run skips training the judge
+    out.update(judge_samples(x, train_classifier(workdir), config.data.scale))
+  pathlib.Path(workdir, "generative_eval.json").write_text(json.dumps(out, indent=2))
+  return {"generative": out}
