@@ -21,6 +21,14 @@ Without attention the decoder reads the string only through the encoder's final 
 numbers, and its accuracy falls with S; with attention it reads every annotation and stays at
 or above 0.99 up to S = 32: the course's bottleneck argument, measured. At S = 32 the attention
 run's eval accuracy peaked at 0.994 (step 1,500) before the final 0.991.
+
+Greedy decoding (the decoder fed its own previous digits, `jaxdl.models.seq2seq.greedy_decode`;
+run() reports it beside the teacher-forced numbers), measured at S = 16 only (`--set
+'lengths=(16,)'`, the same runs, teacher-forced 1.000 / 0.872 again): per-digit accuracy 1.000
+with attention, 0.594 without; whole strings right 1.000 and 0.081. Without attention one wrong
+digit feeds the next step, so teacher forcing overstates the bottleneck model (0.872 -> 0.594),
+while the attention model's decoding matches its teacher-forced accuracy. Other lengths: not
+measured greedily yet.
 """
 
 import json
