@@ -40,6 +40,7 @@ import ml_collections
 import numpy as np
 from _digits import train_classifier
 from distill_toy2d import distill_students
+from gan_toy2d import mode_centres
 from reflow_toy2d import reflow_student
 
 from jaxdl.config import load_config, parse_arg
@@ -192,7 +193,6 @@ def run(config, workdir):
     row_dir = workdir / name
     cfg, model, variables, test_xy = _train(spec, overrides, config.smoke, row_dir)
     if data is None:  # the mode-collapse run: modes covered on 8 Gaussians
-      from gan_toy2d import mode_centres
       sample, _ = _sampler(family, cfg, model)
       x = np.asarray(sample(variables, jax.random.PRNGKey(0), t.toy_num))
       centres, mean_dist = mode_centres()
