@@ -31,3 +31,21 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 # Keep subprocesses and worker threads from oversubscribing the 2-core CI machine.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+# JAXDL_TEST_CPU_LOG=FILE appends each test's CPU seconds (this process and the subprocesses it
+# waited for) to FILE: a cost that holds on a loaded machine, where wall-clock durations do not.
+if os.environ.get("JAXDL_TEST_CPU_LOG"):
+  import resource
+
+  import pytest
+
+  @pytest.hookimpl(hookwrapper=True)
+  def pytest_runtest_protocol(item, nextitem):
+    def cpu():
+      s, c = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+      return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+    t0 = cpu()
+    yield
+    with open(os.environ["JAXDL_TEST_CPU_LOG"], "a") as f:
+      f.write(f"{cpu() - t0:.2f}\t{item.nodeid}\n")

@@ -53,8 +53,8 @@ def test_table_lists_every_row_with_its_verdict():
 def test_the_gpu_bench_path_runs_in_bf16_at_toy_size():
   """What scripts/gpu_check.sh runs on a GPU (bf16 compute, fp32 params, both steps, MFU),
   end to end at toy size on the CPU, so a dtype slip cannot first show up on the GPU."""
-  setup = dataclasses.replace(bgpt.GPU_SETUP, batch=2, context=32, vocab=64, d_model=32,
-                              n_layer=2, n_head=2, peak_n=64)
+  setup = dataclasses.replace(bgpt.GPU_SETUP, batch=2, context=16, vocab=64, d_model=16,
+                              n_layer=1, n_head=2, peak_n=32)
   assert setup.dtype == "bfloat16"
   r = bgpt.bench_gpt(setup, steps=1, rounds=1)
   for name in ("jaxdl", "jaxdl_unrolled", "baseline"):
