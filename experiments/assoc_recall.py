@@ -16,18 +16,20 @@ Writes results.json (eval accuracy at the queries, eval loss, parameter count).
 
 Expected (measured on the shared 2-core CPU, seed 0; eval accuracy at the queries, eval loss):
 
-  P pairs (T = 2 P + 8)        4
-  attention              0.302 (1.417)
-  ssm                    0.288 (1.767)
+  P pairs (T = 2 P + 8)        4                 16
+  attention              0.302 (1.417)     0.133 (2.856)
+  ssm                    0.288 (1.767)     0.031 (3.467)
 
-At this budget neither model learned the key-value binding: both sit near 1/P = 0.25, the
-accuracy of naming some value seen in the context (loss -> ln 4 = 1.39), so the course's claim
-(attention recalls exactly, the SSM degrades with length) is NOT reproduced here, only
-untested. Pilots gave the same plateau: attention with learned positions, 64 keys and lr 3e-3
-reached 0.280 at 1,000 steps; with RoPE and 32 keys, 0.298 at 2,500 steps (loss 1.40); batch 64
-with 16 queries per row, 0.289 at 500 steps. The plateau is the one before induction heads form
-(a previous-token head, then a match on it), which takes longer than a CPU run here allows;
-P = 16 and 32 were not run to the end. Run it on an accelerator with more steps.
+At this budget neither model learned the key-value binding: at P = 4 both sit near 1/P = 0.25,
+the accuracy of naming some value seen in the context (loss -> ln 4 = 1.39), so the course's
+claim (attention recalls exactly, the SSM degrades with length) is NOT reproduced here, only
+untested. At P = 16 the two do differ: attention reaches 0.133, above 1/16, while the SSM stays
+at 1/32 with loss ln 32 = 3.466 (uniform over all values: it learned nothing in 1,500 steps).
+Pilots gave the same plateau: attention with learned positions, 64 keys and lr 3e-3 reached
+0.280 at 1,000 steps; with RoPE and 32 keys, 0.298 at 2,500 steps (loss 1.40); batch 64 with 16
+queries per row and 100,000 rows, 0.297 at 1,500 steps (loss 1.356). The plateau is the one
+before induction heads form (a previous-token head, then a match on it), which takes longer than
+a CPU run here allows; P = 32 was not run. Run it on an accelerator with more steps.
 """
 
 import json
