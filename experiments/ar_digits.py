@@ -18,6 +18,7 @@ kind 'lm') into <workdir>/gpt. Then:
   the fraction labelled as their class with >= 0.9 confidence, the Frechet distance of the
   penultimate features beside the real-vs-real floor). Writes ar_digits.json and digits_grid.png.
 
+Expected: under 4 bits/dim (a uniform model).
 Measured: only the smoke config so far (1 layer, d_model 32, 20 steps): 3.11 bits/dim on the
 test split (train 3.11; uniform over 16 levels: 4), no sample judged confident by the smoke
 judge. The default config was started on the shared 2-core machine at 0.1 steps/s under load

@@ -14,7 +14,8 @@ intervals (`jaxdl.generative.distill`). Teacher and students are sampled with Eu
 and compared with 2,000 fresh target points (energy distance, 8 rounds, beside the two-draw
 floor; `evaluation.evaluate_toy2d`). Writes distill.json.
 
-Measured: only the smoke config so far (moons; teacher fm_toy2d:smoke, 300 steps; 1,000
+Expected: at 1-2 Euler steps the students far nearer the floor than the teacher. Measured:
+only the smoke config so far (moons; teacher fm_toy2d:smoke, 300 steps; 1,000
 trajectories, 3 Heun substeps per quarter, 50 student updates; 300 points, 2 rounds, floor
 7.2e-3), Euler at 1 / 2 / 4 steps, energy distance over the floor:
 - teacher:   91.8x / 22.1x / 6.6x;

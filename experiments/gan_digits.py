@@ -12,7 +12,8 @@ experiment into <workdir>/classifier, reused when present), draws `gen.eval_num`
 reports the fraction the judge labels with confidence >= 0.9 and the class histogram (a class
 with few samples is the image analogue of a dropped mode).
 
-Issue 17's target, >= 80% of samples labelled with confidence >= 0.9, is NOT met. Measured at
+Issue 17's target, >= 80% of samples labelled with confidence >= 0.9, is NOT met.
+Expected, as measured at
 the default config (one run, seed 0): 75.2% of 500 samples (key 0), 76.5% of 5,000 (key 1);
 every class drawn (404 to 632 of 5,000 per class: no dropped digit). R1 gamma = 0.1 (`--set
 gen.r1=0.1`): 77.6% / 74.9% (368 to 690 per class). The VAE reaches the target at 2 latent dims

@@ -26,6 +26,7 @@ its default config on 8 Gaussians: modes covered of 8). Columns:
   features, beside the real-vs-real floor (`evaluation.digits_quality`).
 Writes table.json and table.md.
 
+Expected: the families ordered as the course's table says.
 Measured: only the smoke table (every run a few steps old; 64 digit / 300 toy samples), to
 show the columns, not the families' real quality. Calls per sample: toy flow 100 (Heun@50),
 reflowed / distilled 1, diffusion 50, GAN 1; digits VAE 1, flow 20, diffusion 10, AR 64.

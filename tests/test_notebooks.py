@@ -27,7 +27,7 @@ FIGURES = {
     "03_schedules": ["03_schedules", "03_extension"],
     "04_normalization": ["04_batchnorm_moons", "04_pre_vs_post_ln"],
     "05_attention": ["05_worked_example", "05_char_gpt_attention"],
-    "06_generative": ["06_two_points", "06_toy2d_by_steps", "06_digits_guidance"],
+    "06_generative": ["06_two_points", "06_toy2d_by_steps", "06_digits_guidance", "06_families"],
     "07_debugging": ["07_loss_curves"],
 }
 KERNEL = "jaxdl-test-python"

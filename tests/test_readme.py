@@ -6,9 +6,10 @@ temporary directory where `experiments/` links to the repository's. How they are
 
 - `jaxdl train [EXP[:ARG]] ...` runs `EXP:ARG,smoke` (the experiment's own smoke size) with
   `--no-progress --set train.plot=False`, and every `train.steps=N` override becomes
-  `min(N, SMOKE_STEPS)`. Its workdir is the one the README's command uses (its `--workdir`, else
-  the default of the unshrunk experiment, `jaxdl.config.default_workdir`), passed explicitly, so
-  two README commands collide here exactly when they would as written.
+  `min(N, SMOKE_STEPS)`; `--force` and `--profile` are kept. Its workdir is the one the
+  README's command uses (its `--workdir`, else the default of the unshrunk experiment,
+  `jaxdl.config.default_workdir`), passed explicitly, so two README commands collide here
+  exactly when they would as written.
 - Other `jaxdl` commands (`jaxdl list`) run as written.
 - Skipped, with the reason in SKIPPED: `pip install` (this environment is the installed
   package), `python -m pytest` (the suite itself) and multi-host runs (`--distributed`: one
@@ -64,7 +65,8 @@ def shrink_train(argv: list[str]) -> tuple[list[str], str]:
   out = ["train", smoke, "--workdir", workdir, "--no-progress", "--set", "train.plot=False"]
   for o in overrides:
     out += ["--set", o]
-  return out + (["--force"] if args.force else []), workdir
+  return out + (["--force"] if args.force else []) + (["--profile"] if args.profile else []), \
+      workdir
 
 
 def run_cli(argv: list[str]) -> int:
