@@ -74,11 +74,8 @@ def bench_grad_accum(n: int = 4, steps: int = 5, rounds: int = 5, micro: int = M
           "ratio_cpu": t["accum"]["cpu"] / (n * t["micro"]["cpu"])}
 
 
-def bench_augment(ops: tuple = ("crop=1", "mixup"), steps: int = 20, rounds: int = 5) -> dict:
-  """Augmented digits batches/s vs the CNN's train steps/s, both at M rows."""
-  r, step, state, batch = _built(MICRO, 1, (f"data.augment={tuple(ops)!r}",))
-  it = r.ds.train_iter()
-
+def _pipeline_vs_step(it, step, state, batch, steps: int, rounds: int) -> dict:
+  """Batches/s of the iterator `it` (read to host arrays) vs steps/s of `step`, interleaved."""
   def pipeline(k):
     with Clock() as clock:
       for _ in range(k):
@@ -87,10 +84,18 @@ def bench_augment(ops: tuple = ("crop=1", "mixup"), steps: int = 20, rounds: int
 
   t = interleaved({"pipeline": pipeline, "step": _runner(step, state, batch)}, steps=steps,
                   rounds=rounds)
-  return {"ops": list(ops), "rows": MICRO, "batches_per_s": 1.0 / t["pipeline"]["wall"],
-          "steps_per_s": 1.0 / t["step"]["wall"],
+  return {"batches_per_s": 1.0 / t["pipeline"]["wall"], "steps_per_s": 1.0 / t["step"]["wall"],
           "ratio": t["step"]["wall"] / t["pipeline"]["wall"],
           "ratio_cpu": t["step"]["cpu"] / t["pipeline"]["cpu"]}
+
+
+def bench_augment(ops: tuple = ("crop=1", "mixup"), steps: int = 20, rounds: int = 5) -> dict:
+  """Augmented digits batches/s vs the CNN's train steps/s, both at M rows."""
+  r, step, state, batch = _built(MICRO, 1, (f"data.augment={tuple(ops)!r}",))
+  it = r.ds.train_iter()
+
+  return {"ops": list(ops), "rows": MICRO,
+          **_pipeline_vs_step(it, step, state, batch, steps, rounds)}
 
 
 def bench_augment_rgb(ops: tuple = ("crop=4", "flip", "jitter", "mixup"), rows: int = MICRO,
@@ -117,15 +122,5 @@ def bench_augment_rgb(ops: tuple = ("crop=4", "flip", "jitter", "mixup"), rows: 
   step = make_train_step(model.apply, task.loss_fn, tx, optax.constant_schedule(1e-3),
                          jax.random.PRNGKey(1), jit=True)
 
-  def pipeline(k):
-    with Clock() as clock:
-      for _ in range(k):
-        np.asarray(next(it)["x"])
-    return clock
-
-  t = interleaved({"pipeline": pipeline, "step": _runner(step, state, batch)}, steps=steps,
-                  rounds=rounds)
-  return {"ops": list(ops), "rows": rows, "batches_per_s": 1.0 / t["pipeline"]["wall"],
-          "steps_per_s": 1.0 / t["step"]["wall"],
-          "ratio": t["step"]["wall"] / t["pipeline"]["wall"],
-          "ratio_cpu": t["step"]["cpu"] / t["pipeline"]["cpu"]}
+  return {"ops": list(ops), "rows": rows,
+          **_pipeline_vs_step(it, step, state, batch, steps, rounds)}

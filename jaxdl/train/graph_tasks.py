@@ -11,11 +11,9 @@ Shapes: B graphs, N padded nodes, K classes.
 
 from __future__ import annotations
 
-import jax.numpy as jnp
-import optax
 
 from jaxdl.models.gnn import Graph
-from jaxdl.train.tasks import Task, apply_model, classification, register_task
+from jaxdl.train.tasks import Task, apply_model, classification, register_task, weighted_ce
 
 
 def _graph_input(batch: dict) -> Graph:
@@ -40,14 +38,7 @@ def node_classification(config) -> Task:
   def loss_fn(apply_fn, params, model_state, batch, rngs, train):
     logits_BxNxK, new_state = apply_model(apply_fn, params, model_state, _graph_input(batch),
                                           rngs, train)
-    logits_BxNxK = logits_BxNxK.astype(jnp.float32)
-    weight_BxN = batch["label_mask"].astype(jnp.float32)
-    if "mask" in batch:  # padded eval rows score nothing
-      weight_BxN = weight_BxN * batch["mask"].astype(jnp.float32)[:, None]
-    total = jnp.maximum(weight_BxN.sum(), 1.0)
-    ce_BxN = optax.softmax_cross_entropy_with_integer_labels(logits_BxNxK, batch["y"])
-    correct_BxN = (jnp.argmax(logits_BxNxK, -1) == batch["y"]).astype(jnp.float32)
-    loss = (ce_BxN * weight_BxN).sum() / total
-    return loss, ({"accuracy": (correct_BxN * weight_BxN).sum() / total}, new_state)
+    loss, accuracy = weighted_ce(logits_BxNxK, batch["y"], batch["label_mask"], batch)
+    return loss, ({"accuracy": accuracy}, new_state)
 
   return Task(loss_fn, init_input=_graph_input, kind="other")

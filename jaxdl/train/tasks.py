@@ -114,6 +114,20 @@ def masked_mean(values_B: jax.Array, batch: dict) -> jax.Array:
   return (values_B * mask_B).sum() / jnp.maximum(mask_B.sum(), 1.0)
 
 
+def weighted_ce(logits_BxTxK: jax.Array, y_BxT: jax.Array, weight_BxT: jax.Array,
+                batch: dict) -> tuple[jax.Array, jax.Array]:
+  """(CE, accuracy) averaged over the positions weighted by `weight_BxT` (the scored tokens or
+  labelled nodes), padded eval rows (`batch['mask']`) scoring nothing."""
+  weight_BxT = weight_BxT.astype(jnp.float32)
+  if "mask" in batch:
+    weight_BxT = weight_BxT * batch["mask"].astype(jnp.float32)[:, None]
+  total = jnp.maximum(weight_BxT.sum(), 1.0)
+  logits_BxTxK = logits_BxTxK.astype(jnp.float32)
+  ce_BxT = optax.softmax_cross_entropy_with_integer_labels(logits_BxTxK, y_BxT)
+  correct_BxT = (jnp.argmax(logits_BxTxK, -1) == y_BxT).astype(jnp.float32)
+  return (ce_BxT * weight_BxT).sum() / total, (correct_BxT * weight_BxT).sum() / total
+
+
 def smoothed_targets(labels_B: jax.Array, num_classes: int, smoothing: float) -> jax.Array:
   """(1 - s) onehot(y) + s / K."""
   onehot_BxK = jax.nn.one_hot(labels_B, num_classes)
