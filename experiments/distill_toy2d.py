@@ -12,7 +12,8 @@ kept; for each n in `distill.student_steps` a student starts from the teacher's 
 trains `distill.steps` updates to take in one Euler step the teacher's chord over each of its n
 intervals (`jaxdl.generative.distill`). Teacher and students are sampled with Euler at n steps
 and compared with 2,000 fresh target points (energy distance, 8 rounds, beside the two-draw
-floor; `evaluation.evaluate_toy2d`). Writes distill.json.
+floor; `evaluation.evaluate_toy2d`). Writes distill.json and each student as a run of its own in
+<workdir>/student<n> (Euler at its n steps), which `jaxdl sample` reads.
 
 Expected: at 1-2 Euler steps the students far nearer the floor than the teacher. Measured:
 only the smoke config so far (moons; teacher fm_toy2d:smoke, 300 steps; 1,000
@@ -81,5 +82,9 @@ def run(config, workdir):
     out["teacher"][f"euler@{n}"], out["floor"] = measure(variables, n)
     out["distilled"][f"euler@{n}"], _ = measure({"params": params}, n)
     out["loss"][f"euler@{n}"] = {"first": float(losses[0]), "last": float(losses[-1])}
+    student = pathlib.Path(workdir) / f"student{n}"
+    if not student.exists():  # a rerun over a finished workdir keeps the first students
+      evaluation.save_run(student, config, params, step=distill.parse_distill(config).steps,
+                          sampler="euler", steps=n)
   pathlib.Path(workdir, "distill.json").write_text(json.dumps(out, indent=2))
   return {k: out[k] for k in ("teacher", "distilled", "floor")}

@@ -12,7 +12,9 @@ starts from the teacher's parameters and trains `reflow.steps` updates on the co
 (`jaxdl.generative.reflow`), with the run's optimizer rule at peak lr `reflow.lr`. Both are then
 sampled with Euler at `reflow.eval_steps` and compared with 2,000 fresh target points (energy
 distance, 8 rounds of fresh draws, beside the two-draw floor; `evaluation.evaluate_toy2d`).
-Writes reflow.json and samples.png (the student's samples).
+Writes reflow.json, samples.png (the student's samples) and the student as a run of its own in
+<workdir>/student (Euler, 1 step by default), so `jaxdl sample <workdir>/student --steps 1`
+draws from it.
 
 Expected (issue 17's target): the reflowed model at 2 Euler steps within 2x the floor; the
 teacher at 2 steps is far above it (its straight-line average curves).
@@ -78,5 +80,8 @@ def run(config, workdir):
                  for k, r in res["results"].items()}
     out["floor"] = res["floor"]["energy"]
   out["reflow_loss"] = {"first": float(losses[0]), "last": float(losses[-1])}
+  student = pathlib.Path(workdir) / "student"
+  if not student.exists():  # a rerun over a finished workdir keeps the first student
+    evaluation.save_run(student, config, params, step=settings.steps, sampler="euler", steps=1)
   pathlib.Path(workdir, "reflow.json").write_text(json.dumps(out, indent=2))
   return {k: out[k] for k in ("teacher", "reflowed", "floor")}

@@ -46,14 +46,24 @@ def test_pairs_follow_the_teacher_ode_and_only_the_reflowed_field_fits_them(pair
   assert float(reflow.reflow_loss(teacher, None, eps_N, x1_N, key)) > 0.01
 
 
-def test_a_student_trained_on_the_pairs_gets_closer_in_one_euler_step(pairs):
+STUDENT = dict(name="denoiser_mlp", hidden=32, depth=1, emb_dim=16)
+
+
+@pytest.fixture(scope="module")
+def student(pairs):
+  """(model, params, losses) of a small student trained 200 updates on the pairs."""
   eps_N, x1_N = pairs
-  model = jmodels.build_model(ml_collections.ConfigDict(
-      dict(name="denoiser_mlp", hidden=32, depth=1, emb_dim=16)))
+  model = jmodels.build_model(ml_collections.ConfigDict(STUDENT))
   params = jax.jit(model.init, static_argnames="train")(
       jax.random.PRNGKey(2), eps_N[:1], jnp.zeros((1,)), train=False)["params"]
   params, losses = reflow.train_reflow(model.apply, params, optax.adam(3e-3), eps_N, x1_N,
                                        steps=200, batch=64, rng=jax.random.PRNGKey(3))
+  return model, params, losses
+
+
+def test_a_student_trained_on_the_pairs_gets_closer_in_one_euler_step(pairs, student):
+  eps_N, x1_N = pairs
+  model, params, losses = student
   assert float(losses[-20:].mean()) < 0.2 * float(losses[:20].mean())
   # One Euler step x1 ~ eps + v(eps, 0). The teacher's lands on E[x] = mu for every eps (its error
   # is s |eps|, ~0.4 on average); the student's must be far closer to each pair's x1.
@@ -62,6 +72,31 @@ def test_a_student_trained_on_the_pairs_gets_closer_in_one_euler_step(pairs):
   teacher_err = float(jnp.mean(jnp.abs(eps_N + teacher(None, eps_N, jnp.zeros((1,))) - x1_N)))
   np.testing.assert_allclose(teacher_err, S * np.mean(np.abs(eps_N)), rtol=1e-3)
   assert float(jnp.mean(jnp.abs(one_step - x1_N))) < 0.25 * teacher_err
+
+
+def test_a_saved_student_samples_in_one_step_through_jaxdl_sample(student, tmp_path, capsys):
+  """`evaluation.save_run` makes the student a run of its own; `jaxdl sample --steps 1` (its
+  default, Euler) draws N(mu, s^2) from it, where the teacher's one step gives E[x] = mu only."""
+  from jaxdl import cli
+  from jaxdl.config import load_config
+  from jaxdl.generative import evaluation
+  model, params, _ = student
+  config = load_config("fm_toy2d:smoke")[0]
+  config.model.update(STUDENT)
+  config.gen.sample_shape = (1,)
+  run_dir = evaluation.save_run(tmp_path / "student", config, params, step=200, sampler="euler",
+                                steps=1)
+  out = tmp_path / "x.npy"
+  assert cli.main(["sample", str(run_dir), "--steps", "1", "--num", "512", "--out", str(out)]) == 0
+  x_N = np.load(out)[:, 0]
+  assert x_N.shape == (512,)
+  assert abs(x_N.mean() - MU) < 0.1 and abs(x_N.std() - S) < 0.1, (x_N.mean(), x_N.std())
+  # The same draw without --steps: the saved run's own default is Euler at 1 step.
+  assert cli.main(["sample", str(run_dir), "--num", "512", "--out", str(tmp_path / "d.npy")]) == 0
+  np.testing.assert_array_equal(np.load(tmp_path / "d.npy")[:, 0], x_N)
+  # The workdir now holds a run: a second save is refused rather than overwriting it.
+  with pytest.raises(ValueError, match="already holds a run"):
+    evaluation.save_run(run_dir, config, params, step=200)
 
 
 def test_bad_reflow_settings_are_one_line_errors_naming_the_key():

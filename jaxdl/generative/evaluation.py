@@ -51,6 +51,30 @@ def load_run(workdir, config=None, *, ema: bool = True):
   return config, jmodels.build_model(config.model), variables, step
 
 
+def save_run(workdir, config, params, *, step: int, **gen) -> pathlib.Path:
+  """Writes `params` as a run of its own that `load_run` and `jaxdl sample` read: config.json
+  (`config` with `gen` overrides, e.g. sampler='euler', steps=1 for a few-step student) and one
+  checkpoint at `step` holding {'params'} (no optimizer state: it samples, it does not resume).
+
+  For models trained outside the engine (reflow and distillation students). Refuses a workdir
+  that already holds a run, so an engine run is never overwritten.
+  """
+  from jaxdl.train.checkpoint import Checkpointer  # pylint: disable=g-import-not-at-top
+  workdir = pathlib.Path(workdir)
+  if (workdir / "config.json").exists():
+    raise ValueError(f"{workdir}: already holds a run (config.json); choose another workdir")
+  config = config.copy_and_resolve_references()
+  config.gen.update(gen)
+  config_json = json.loads(config.to_json_best_effort())
+  ckpt = Checkpointer(workdir / "checkpoints", keep=1, async_save=False)
+  ckpt.save(step, {"params": params}, data_state={}, config=config_json,
+            manifest={"written_by": "jaxdl.generative.evaluation.save_run",
+                      "experiment": config.name})
+  ckpt.close()
+  (workdir / "config.json").write_text(json.dumps(config_json, indent=2))
+  return workdir
+
+
 def _default_samplers(config):
   return ("euler", "heun") if config.task == "flow_matching" else ("ddim", "ddpm")
 
