@@ -23,18 +23,22 @@ from jaxdl.data.sources import arrays_source
 
 
 def assoc_recall(n: int, pairs: int, queries: int, keys: int, values: int,
-                 seed: int) -> dict[str, np.ndarray]:
-  """x, y int32 (n, 2 pairs + queries) and loss_mask float32 (n, 2 pairs + queries)."""
+                 seed: int, fused: bool = False) -> dict[str, np.ndarray]:
+  """x, y int32 (n, T) and loss_mask float32 (n, T); T = 2 pairs + queries, or pairs + queries
+  when `fused` writes each pair as the one token K + V + k V + v."""
   rng = np.random.default_rng(seed)
   key_NxP = np.argsort(rng.random((n, keys)), axis=1)[:, :pairs]  # P distinct keys per row
   value_NxP = keys + rng.integers(0, values, (n, pairs))
   pick_NxQ = rng.integers(0, pairs, (n, queries))
   query_NxQ = np.take_along_axis(key_NxP, pick_NxQ, axis=1)
   answer_NxQ = np.take_along_axis(value_NxP, pick_NxQ, axis=1)
-  pairs_Nx2P = np.stack([key_NxP, value_NxP], axis=2).reshape(n, 2 * pairs)
+  if fused:
+    pairs_Nx2P = keys + values + key_NxP * values + (value_NxP - keys)  # (n, P): one token a pair
+  else:
+    pairs_Nx2P = np.stack([key_NxP, value_NxP], axis=2).reshape(n, 2 * pairs)
   x_NxT = np.concatenate([pairs_Nx2P, query_NxQ], axis=1)
   y_NxT = np.concatenate([np.zeros_like(pairs_Nx2P), answer_NxQ], axis=1)
-  mask_NxT = np.concatenate([np.zeros((n, 2 * pairs)), np.ones((n, queries))], axis=1)
+  mask_NxT = np.concatenate([np.zeros(pairs_Nx2P.shape), np.ones((n, queries))], axis=1)
   return {"x": x_NxT.astype(np.int32), "y": y_NxT.astype(np.int32),
           "loss_mask": mask_NxT.astype(np.float32)}
 
@@ -50,6 +54,7 @@ class AssocRecall(DataSource):
   n: int = setting(20_000, POSITIVE)      # training rows
   n_eval: int = setting(1_000, POSITIVE)
   data_seed: int = setting(0, NONNEG)     # train draw; eval uses data_seed + 1
+  fused: bool = False                     # each pair one token (k, v): recall in one attention hop
 
   def __post_init__(self):
     super().__post_init__()
@@ -59,6 +64,7 @@ class AssocRecall(DataSource):
 
   def build(self) -> Source:
     draw = lambda n, seed: assoc_recall(n, self.pairs, self.queries, self.keys,  # noqa: E731
-                                        self.values, seed)
+                                        self.values, seed, self.fused)
+    vocab = self.keys + self.values + (self.keys * self.values if self.fused else 0)
     return arrays_source("lm", draw(self.n, self.data_seed), draw(self.n_eval, self.data_seed + 1),
-                         vocab_size=self.keys + self.values)
+                         vocab_size=vocab)

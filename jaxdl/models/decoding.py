@@ -16,10 +16,13 @@ import jax.numpy as jnp
 
 def init_cache(model, batch_size: int, max_len: int | None = None, dtype=None) -> dict:
   """Zero KV cache {'k', 'v'} of shape (L, B, S, H, K), S = max_len (default block_size); for
-  mixer='ssm' the recurrent state {'h'} (L, B, E, N), fp32, whatever the length."""
+  mixer='ssm' the recurrent state {'h'} (L, B, E, N), fp32, and the convolution's last inputs
+  {'conv'} (L, B, ssm_conv - 1, E), whatever the length."""
   if getattr(model, "mixer", "attention") == "ssm":
-    return {"h": jnp.zeros((model.n_layer, batch_size, model.ssm_expand * model.d_model,
-                            model.ssm_state), jnp.float32)}
+    e = model.ssm_expand * model.d_model
+    return {"h": jnp.zeros((model.n_layer, batch_size, e, model.ssm_state), jnp.float32),
+            "conv": jnp.zeros((model.n_layer, batch_size, model.ssm_conv - 1, e),
+                              dtype or model.dtype)}
   s = max_len or model.block_size
   if model.pos == "learned" and s > model.block_size:
     raise ValueError(f"GPT: cache length {s} exceeds block_size {model.block_size}")

@@ -72,10 +72,12 @@ class GPT(nn.Module):
   moe_balance_coef: float = 0.01
   moe_z_coef: float = 1e-3
   # The token mixer of every block: 'attention', or 'ssm' (`jaxdl.models.ssm`: a selective
-  # diagonal recurrence with ssm_state N per channel over ssm_expand * d_model channels).
+  # diagonal recurrence with ssm_state N per channel over ssm_expand * d_model channels, after a
+  # causal depthwise convolution of width ssm_conv).
   mixer: str = "attention"
   ssm_state: int = 16
   ssm_expand: int = 2
+  ssm_conv: int = 4
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
@@ -89,7 +91,7 @@ class GPT(nn.Module):
                        f"['attention', 'ssm']")
     if self.mixer == "ssm":
       ssm.check_state(self.ssm_state)
-      layers.check_fields(self, sizes=("ssm_expand",))
+      layers.check_fields(self, sizes=("ssm_expand", "ssm_conv"))
     if self.moe_experts and self.mlp != "gelu":
       raise ValueError(f"model.mlp: the experts of moe_experts > 0 are GELU MLPs; got "
                        f"mlp={self.mlp!r}, expected 'gelu'")
@@ -140,7 +142,8 @@ class GPT(nn.Module):
         use_bias=self.use_bias,
         attn_impl=self.attn_impl, init_name=self.init_name, n_residual=2 * self.n_layer,
         epsilon=self.epsilon, moe_spec=self.moe_spec, mixer=self.mixer,
-        ssm_state=self.ssm_state, ssm_expand=self.ssm_expand, dtype=self.dtype,
+        ssm_state=self.ssm_state, ssm_expand=self.ssm_expand, ssm_conv=self.ssm_conv,
+        dtype=self.dtype,
         param_dtype=self.param_dtype)
     if self.ln == "pre":
       x_BxTxD = layers.make_norm(self.norm, train=train, name="ln_f", epsilon=self.epsilon,

@@ -1,18 +1,23 @@
 """A selective state-space mixer (Mamba-style): an input-dependent diagonal linear recurrence.
 
-Shapes: B batch, T time, D model width, E inner width (expand D), N state size per channel.
+Shapes: B batch, T time, D model width, E inner width (expand D), N state size per channel,
+K conv width.
 
-  u = x W_u,  z = x W_z                           (E each; z gates the output)
+  u = silu(conv_K(x W_u)),  z = x W_z             (E each; z gates the output)
   delta_t = softplus(u_t W_delta + b_delta)      (E: a per-channel, input-dependent step)
   B_t = u_t W_B,  C_t = u_t W_C                  (N: input-dependent input and output maps)
   A = -exp(A_log)                                (E x N, diagonal and negative: a stable decay)
   h_t = exp(delta_t A) * h_{t-1} + delta_t B_t u_t    (E x N state, h_0 = 0)
   y_t = C_t . h_t + D_skip * u_t,   out_t = (y_t * silu(z_t)) W_out
 
+conv_K is Mamba's short causal depthwise convolution, (conv_K u)_t = sum_j w_j u_{t-K+1+j} + c
+per channel: it lets a token see its K - 1 predecessors before the recurrence, which is what
+associative recall needs (bind a value to the key just before it; Zoology, Arora et al. 2023).
+
 Training evaluates the recurrence for all t at once with `jax.lax.associative_scan` on pairs
 (a, b) meaning h -> a h + b, composed as (a1, b1) then (a2, b2) = (a2 a1, a2 b1 + b2): O(T)
-work, O(log T) depth. Decoding carries h (B, E, N), whose size does not grow with T (`step`).
-Mamba's short causal convolution before the recurrence is left out.
+work, O(log T) depth. Decoding carries the state (h (B, E, N), the last K - 1 pre-conv inputs
+(B, K - 1, E)), whose size does not grow with T (`step`).
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ class SelectiveSSM(nn.Module):
   features: int  # D, the width of x
   state: int = 16
   expand: int = 2
+  conv: int = 4  # K, the causal convolution's width (1: no mixing before the recurrence)
   init_name: str = "gpt2"
   out_init: Any = None
   dtype: Dtype = jnp.float32
@@ -57,6 +63,9 @@ class SelectiveSSM(nn.Module):
 
   def setup(self):
     check_state(self.state)
+    if not isinstance(self.conv, int) or self.conv < 1:
+      raise ValueError(f"model.ssm_conv: the convolution width K must be an integer >= 1, got "
+                       f"{self.conv!r}")
     kinit = layers.get_initializer(self.init_name)
     dense = lambda n, name, **kw: nn.Dense(n, dtype=self.dtype, param_dtype=self.param_dtype,  # noqa: E731
                                            name=name, **kw)
@@ -71,39 +80,58 @@ class SelectiveSSM(nn.Module):
     self.a_log = self.param("a_log", lambda k, s: jnp.log(jnp.broadcast_to(
         jnp.arange(1, s[1] + 1, dtype=jnp.float32), s)), (self.inner, self.state))
     self.d_skip = self.param("d_skip", nn.initializers.ones, (self.inner,))
+    # Depthwise taps w (K, E), uniform(+-1/sqrt(K)) like a fan-in-K conv; the last tap is t itself.
+    bound = self.conv ** -0.5
+    self.conv_w = self.param("conv_w", lambda k, s: jax.random.uniform(k, s, jnp.float32, -bound,
+                                                                          bound),
+                             (self.conv, self.inner))
+    self.conv_b = self.param("conv_b", nn.initializers.zeros, (self.inner,))
 
   @property
   def inner(self) -> int:
     return self.expand * self.features
 
-  def _inputs(self, x):
-    """(decay a, input b, C, u, z) of the recurrence for x (..., D); fp32 for the state."""
-    u, z = jnp.moveaxis(self.in_proj(x), -2, 0)
+  def _mix_in(self, x_BxTxD, tail_BxKm1xE):
+    """(u, z, new tail): u = silu(conv_K(x W_u)) over the tail's K - 1 earlier inputs then x's."""
+    u_BxTxE, z_BxTxE = jnp.moveaxis(self.in_proj(x_BxTxD), -2, 0)
+    t = u_BxTxE.shape[1]
+    ext_BxT1xE = jnp.concatenate([tail_BxKm1xE.astype(u_BxTxE.dtype), u_BxTxE], axis=1)
+    conv_BxTxE = sum(ext_BxT1xE[:, j:j + t] * self.conv_w[j] for j in range(self.conv))
+    return jax.nn.silu(conv_BxTxE + self.conv_b).astype(self.dtype), z_BxTxE, ext_BxT1xE[:, t:]
+
+  def _inputs(self, u):
+    """(decay a, input b, C) of the recurrence for u (..., E); fp32 for the state."""
     delta = jax.nn.softplus(self.delta_proj(u).astype(jnp.float32))
     b_in, c_out = jnp.split(self.bc_proj(u).astype(jnp.float32), 2, axis=-1)
     a = jnp.exp(delta[..., None] * -jnp.exp(self.a_log))
     b = (delta * u.astype(jnp.float32))[..., None] * b_in[..., None, :]
-    return a, b, c_out, u, z
+    return a, b, c_out
 
   def _output(self, h, c_out, u, z):
     y = jnp.einsum("...en,...n->...e", h, c_out) + self.d_skip * u.astype(jnp.float32)
     return self.out_proj((y * jax.nn.silu(z.astype(jnp.float32))).astype(self.dtype))
 
-  def __call__(self, x_BxTxD, h0_BxExN=None):
-    """All T at once from h_0 = 0; with a state h0, continues from it and also returns h_T
-    (cached decoding: h_t = (a_t ... a_1) h0 + the scan's h_t from 0)."""
-    a_BxTxExN, b_BxTxExN, c_BxTxN, u, z = self._inputs(x_BxTxD)
+  def __call__(self, x_BxTxD, state=None):
+    """All T at once from the zero state; with a state (h0, tail), continues from it and also
+    returns the state after x (cached decoding: h_t = (a_t ... a_1) h0 + the scan's h_t from 0)."""
+    h0_BxExN, tail = self.init_state(x_BxTxD.shape[0]) if state is None else state
+    u, z, tail = self._mix_in(x_BxTxD, tail)
+    a_BxTxExN, b_BxTxExN, c_BxTxN = self._inputs(u)
     a_BxTxExN, h_BxTxExN = jax.lax.associative_scan(_combine, (a_BxTxExN, b_BxTxExN), axis=1)
-    if h0_BxExN is None:
+    if state is None:
       return self._output(h_BxTxExN, c_BxTxN, u, z)
     h_BxTxExN = a_BxTxExN * h0_BxExN[:, None] + h_BxTxExN
-    return self._output(h_BxTxExN, c_BxTxN, u, z), h_BxTxExN[:, -1]
+    return self._output(h_BxTxExN, c_BxTxN, u, z), (h_BxTxExN[:, -1], tail)
 
-  def step(self, x_BxD, h_BxExN):
-    """One token: h <- a h + b, out from h; the state keeps its size (B, E, N)."""
-    a, b, c, u, z = self._inputs(x_BxD)
+  def step(self, x_BxD, state):
+    """One token: h <- a h + b, out from h; the state (h, tail) keeps its size."""
+    h_BxExN, tail = state
+    u, z, tail = self._mix_in(x_BxD[:, None], tail)
+    a, b, c = self._inputs(u[:, 0])
     h_BxExN = a * h_BxExN + b
-    return self._output(h_BxExN, c, u, z), h_BxExN
+    return self._output(h_BxExN, c, u[:, 0], z[:, 0]), (h_BxExN, tail)
 
   def init_state(self, batch: int):
-    return jnp.zeros((batch, self.inner, self.state), jnp.float32)
+    """(h_0 = 0 (B, E, N) fp32, the K - 1 inputs before t = 0 = 0 (B, K - 1, E))."""
+    return (jnp.zeros((batch, self.inner, self.state), jnp.float32),
+            jnp.zeros((batch, self.conv - 1, self.inner), self.dtype))

@@ -90,6 +90,7 @@ class Block(nn.Module):
   mixer: str = "attention"  # or 'ssm': a selective state-space mixer (`jaxdl.models.ssm`)
   ssm_state: int = 16
   ssm_expand: int = 2
+  ssm_conv: int = 4
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
@@ -117,14 +118,14 @@ class Block(nn.Module):
         name="attn")
 
     def attend(h_BxTxD):
-      if self.mixer == "ssm":  # the same residual slot; its cache is the state h (B, E, N)
+      if self.mixer == "ssm":  # the same residual slot; its cache is the state (h, conv tail)
         mix = ssm.SelectiveSSM(h_BxTxD.shape[-1], state=self.ssm_state, expand=self.ssm_expand,
-                               init_name=self.init_name, out_init=oinit, dtype=self.dtype,
-                               param_dtype=self.param_dtype, name="ssm")
+                               conv=self.ssm_conv, init_name=self.init_name, out_init=oinit,
+                               dtype=self.dtype, param_dtype=self.param_dtype, name="ssm")
         if cache is None:
           return mix(h_BxTxD), None
-        y_BxTxD, h_BxExN = mix(h_BxTxD, cache["h"])
-        return y_BxTxD, {"h": h_BxExN}
+        y_BxTxD, (h_BxExN, tail_BxKm1xE) = mix(h_BxTxD, (cache["h"], cache["conv"]))
+        return y_BxTxD, {"h": h_BxExN, "conv": tail_BxKm1xE}
       if cache is None:
         return attn(h_BxTxD, train=self.train, pos=pos, mask=mask, positions=positions), None
       y_BxTxD, aux = attn(h_BxTxD, train=self.train, cache=cache, pos=pos)
