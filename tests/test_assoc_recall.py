@@ -22,6 +22,19 @@ def test_rows_hold_distinct_keys_and_queries_answered_by_their_values():
     assert [table[q] for q in x[10:]] == list(y[10:])
 
 
+def test_fused_rows_hold_one_token_per_pair_and_the_same_answers():
+  src = parse_data(dict(name="assoc_recall", pairs=5, queries=3, keys=8, values=6, n=40,
+                        n_eval=4, fused=True)).build()
+  b = src.train.gather(np.arange(40))
+  assert b["x"].shape == (40, 8) and src.info["vocab_size"] == 8 + 6 + 8 * 6
+  np.testing.assert_array_equal(b["loss_mask"], np.repeat([[0] * 5 + [1] * 3], 40, 0))
+  for x, y in zip(b["x"], b["y"]):
+    keys, values = np.divmod(x[:5] - 14, 6)  # token K + V + k V + (v - K)
+    assert (x[:5] >= 14).all() and len(set(keys)) == 5 and (keys < 8).all()
+    table = dict(zip(keys, values + 8))
+    assert [table[q] for q in x[5:]] == list(y[5:])
+
+
 def test_more_pairs_than_keys_is_one_line():
   with pytest.raises(ValueError, match="^data.pairs: ") as e:
     parse_data(dict(name="assoc_recall", pairs=9, keys=8))

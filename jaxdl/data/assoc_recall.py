@@ -10,6 +10,9 @@ Shapes: N sequences, P key-value pairs, Q queries, T = 2 P + Q tokens.
                  target at that query's position: y[t] = v(x[t]) and loss_mask[t] = 1 at the
                  last Q positions, 0 elsewhere (the pairs themselves are unpredictable).
                  Vocabulary K + V.   kind 'lm'
+                 With `fused`, each pair is the one token K + V + k V + (v - K), T = P + Q and
+                 the vocabulary K + V + K V: recall then takes one attention hop (no binding
+                 of a value to the key before it).
 """
 
 from __future__ import annotations
@@ -25,20 +28,20 @@ from jaxdl.data.sources import arrays_source
 def assoc_recall(n: int, pairs: int, queries: int, keys: int, values: int,
                  seed: int, fused: bool = False) -> dict[str, np.ndarray]:
   """x, y int32 (n, T) and loss_mask float32 (n, T); T = 2 pairs + queries, or pairs + queries
-  when `fused` writes each pair as the one token K + V + k V + v."""
+  when `fused` writes each pair as the one token K + V + k V + (v - K)."""
   rng = np.random.default_rng(seed)
   key_NxP = np.argsort(rng.random((n, keys)), axis=1)[:, :pairs]  # P distinct keys per row
   value_NxP = keys + rng.integers(0, values, (n, pairs))
   pick_NxQ = rng.integers(0, pairs, (n, queries))
   query_NxQ = np.take_along_axis(key_NxP, pick_NxQ, axis=1)
   answer_NxQ = np.take_along_axis(value_NxP, pick_NxQ, axis=1)
-  if fused:
-    pairs_Nx2P = keys + values + key_NxP * values + (value_NxP - keys)  # (n, P): one token a pair
-  else:
-    pairs_Nx2P = np.stack([key_NxP, value_NxP], axis=2).reshape(n, 2 * pairs)
-  x_NxT = np.concatenate([pairs_Nx2P, query_NxQ], axis=1)
-  y_NxT = np.concatenate([np.zeros_like(pairs_Nx2P), answer_NxQ], axis=1)
-  mask_NxT = np.concatenate([np.zeros(pairs_Nx2P.shape), np.ones((n, queries))], axis=1)
+  if fused:  # C = P context tokens, one per pair
+    context_NxC = keys + values + key_NxP * values + (value_NxP - keys)
+  else:      # C = 2 P: key, value, key, value, ...
+    context_NxC = np.stack([key_NxP, value_NxP], axis=2).reshape(n, 2 * pairs)
+  x_NxT = np.concatenate([context_NxC, query_NxQ], axis=1)
+  y_NxT = np.concatenate([np.zeros_like(context_NxC), answer_NxQ], axis=1)
+  mask_NxT = np.concatenate([np.zeros(context_NxC.shape), np.ones((n, queries))], axis=1)
   return {"x": x_NxT.astype(np.int32), "y": y_NxT.astype(np.int32),
           "loss_mask": mask_NxT.astype(np.float32)}
 
