@@ -66,3 +66,34 @@ def test_bad_distill_settings_are_one_line_errors_naming_the_key():
     config.distill[key] = value
     with pytest.raises(ValueError, match=f"distill.{key}: "):
       distill.parse_distill(config)
+
+
+RATES = jnp.array([-0.7, -0.2])  # a class-conditional teacher: v_T(x, t, y) = a_y x
+
+
+def conditional_teacher(variables, x_t, t, y=None, train=False):
+  del variables, t, train
+  return RATES[y][:, None] * x_t
+
+
+def conditional_student(variables, x_t, t_B, y=None, train=False):
+  del t_B, train
+  return variables["params"]["w"][y][:, None] * x_t
+
+
+def test_a_conditional_student_learns_each_class_chord_from_its_own_rows(steps=2):
+  """Trajectories of labels y_N, chords tiled with them: the per-class linear student w_y x
+  must reach each class's own w*_y = (r_y^m - 1) n (swapped labels would exchange them)."""
+  y_N = jnp.arange(256) % 2
+  traj = distill.make_trajectories(conditional_teacher, None, jax.random.PRNGKey(0), 256,
+                                   sample_shape=(3,), grid=GRID, substeps=SUBSTEPS, y_N=y_N,
+                                   num_classes=2)
+  d = 1 / (GRID * SUBSTEPS)
+  r_y = 1 + RATES * d + (RATES * d) ** 2 / 2
+  np.testing.assert_allclose(traj[-1], r_y[y_N][:, None] ** (GRID * SUBSTEPS) * traj[0],
+                             rtol=1e-5)
+  params, _ = distill.train_distill(conditional_student, {"w": jnp.zeros((2,))},
+                                    optax.adam(0.05), traj, steps=300, student_steps=steps,
+                                    batch=64, rng=jax.random.PRNGKey(1), y_N=y_N)
+  np.testing.assert_allclose(params["w"], (r_y ** (GRID // steps * SUBSTEPS) - 1) * steps,
+                             atol=1e-3)

@@ -35,19 +35,23 @@ from jaxdl.generative import reflow, samplers
 
 
 def make_trajectories(apply_fn: Callable, variables, rng, num: int, *, sample_shape,
-                      grid: int = 4, substeps: int = 25, sampler: str = "heun"):
+                      grid: int = 4, substeps: int = 25, sampler: str = "heun", y_N=None,
+                      guidance: float | None = None, num_classes: int = 0):
   """x_{G+1}xN...: the teacher's ODE states at t = g / grid from num noise draws (g = 0 first),
-  `substeps` `sampler` steps per grid interval."""
+  `substeps` `sampler` steps per grid interval; for a class-conditional teacher, of the labels
+  y_N (guided by `guidance` w when given: the student then learns the guided chords)."""
   sample = samplers.make_sampler(apply_fn, paths_lib.FlowPath(), sampler=sampler,
                                  steps=grid * substeps, sample_shape=sample_shape,
+                                 guidance=guidance, num_classes=num_classes,
                                  return_trajectory=True)
-  _, traj = sample(variables, rng, num)
+  _, traj = sample(variables, rng, num, y=y_N)
   return traj[::substeps]
 
 
-def chords(traj_GxN, steps: int):
-  """(x_start, t_start, velocity) of the `steps`-step student's intervals, flattened to rows:
-  x_{t_i}, t_i = i / steps and (x_{t_{i+1}} - x_{t_i}) * steps, i = 0..steps-1."""
+def chords(traj_GxN, steps: int, y_N=None):
+  """(x_start, t_start, velocity, labels) of the `steps`-step student's intervals, flattened to
+  rows: x_{t_i}, t_i = i / steps, (x_{t_{i+1}} - x_{t_i}) * steps, i = 0..steps-1, and each
+  row's trajectory label (None for an unconditional teacher)."""
   grid = traj_GxN.shape[0] - 1
   if steps < 1 or grid % steps:
     raise ValueError(f"distill steps={steps}: must divide the trajectory grid {grid}")
@@ -56,27 +60,30 @@ def chords(traj_GxN, steps: int):
   x_start = states[:-1].reshape((steps * n,) + states.shape[2:])
   v_target = ((states[1:] - states[:-1]) * steps).reshape(x_start.shape)
   t_start = jnp.repeat(jnp.arange(steps, dtype=jnp.float32) / steps, n)
-  return x_start, t_start, v_target
+  y_rows = None if y_N is None else jnp.tile(jnp.asarray(y_N), steps)  # row i n + j: y_j
+  return x_start, t_start, v_target, y_rows
 
 
-def distill_loss(apply_fn: Callable, params, x_B, t_B, v_B):
-  """mean || v_S(x, t) - v ||^2 / D over the rows."""
-  out = apply_fn({"params": params}, x_B, t_B, train=False)
+def distill_loss(apply_fn: Callable, params, x_B, t_B, v_B, y_B=None):
+  """mean || v_S(x, t[, y]) - v ||^2 / D over the rows."""
+  out = apply_fn({"params": params}, x_B, t_B, **({} if y_B is None else {"y": y_B}),
+                 train=False)
   err = (out.astype(jnp.float32) - v_B) ** 2
   return jnp.mean(err.reshape(err.shape[0], -1))
 
 
 def make_distill_step(apply_fn: Callable, tx: optax.GradientTransformation,
                       batch: int) -> Callable:
-  """`step((params, opt_state), ((x_R, t_R, v_R), key)) -> (carry, loss)`: one update on `batch`
-  random rows of the chords."""
+  """`step((params, opt_state), ((x_R, t_R, v_R, y_R), key)) -> (carry, loss)`: one update on
+  `batch` random rows of the chords (y_R None for an unconditional model)."""
 
   def step(carry, inputs):
     params, opt_state = carry
-    (x_R, t_R, v_R), key = inputs
+    (x_R, t_R, v_R, y_R), key = inputs
     rows_B = jax.random.randint(key, (batch,), 0, x_R.shape[0])
+    y_B = None if y_R is None else y_R[rows_B]
     loss, grads = jax.value_and_grad(distill_loss, argnums=1)(apply_fn, params, x_R[rows_B],
-                                                              t_R[rows_B], v_R[rows_B])
+                                                              t_R[rows_B], v_R[rows_B], y_B)
     updates, opt_state = tx.update(grads, opt_state, params)
     return (optax.apply_updates(params, updates), opt_state), loss
 
@@ -84,10 +91,10 @@ def make_distill_step(apply_fn: Callable, tx: optax.GradientTransformation,
 
 
 def train_distill(apply_fn: Callable, params, tx: optax.GradientTransformation, traj_GxN, *,
-                  steps: int, student_steps: int, batch: int, rng):
-  """Fine-tunes `params` into the `student_steps`-step student for `steps` updates; returns
-  (params, losses_steps)."""
-  rows = chords(traj_GxN, student_steps)
+                  steps: int, student_steps: int, batch: int, rng, y_N=None):
+  """Fine-tunes `params` into the `student_steps`-step student for `steps` updates (on the
+  trajectories' labels y_N for a conditional model); returns (params, losses_steps)."""
+  rows = chords(traj_GxN, student_steps, y_N)
   return reflow.scan_updates(make_distill_step(apply_fn, tx, batch), params, tx, rows,
                              steps=steps, rng=rng)
 

@@ -39,34 +39,43 @@ from jaxdl.generative import samplers
 
 
 def make_pairs(apply_fn: Callable, variables, rng, num: int, *, sample_shape, steps: int = 100,
-               sampler: str = "heun"):
-  """(eps_N..., x1_N...): noise and where the teacher's ODE takes it (`sampler`, `steps`)."""
+               sampler: str = "heun", y_N=None, guidance: float | None = None,
+               num_classes: int = 0):
+  """(eps_N..., x1_N...): noise and where the teacher's ODE takes it (`sampler`, `steps`).
+
+  A class-conditional teacher draws x1 for the labels `y_N` (guided by `guidance` w when given),
+  so the student learns the coupling (eps, y) -> x1 and needs no guidance of its own.
+  """
   eps = jax.random.normal(rng, (num,) + tuple(sample_shape), jnp.float32)
   sample = samplers.make_sampler(apply_fn, paths_lib.FlowPath(), sampler=sampler, steps=steps,
-                                 sample_shape=sample_shape)
-  return eps, sample(variables, rng, num, x_init=eps)
+                                 sample_shape=sample_shape, guidance=guidance,
+                                 num_classes=num_classes)
+  return eps, sample(variables, rng, num, y=y_N, x_init=eps)
 
 
-def reflow_loss(apply_fn: Callable, params, eps_B, x1_B, rng_time):
-  """E_t || v(t x1 + (1 - t) eps, t) - (x1 - eps) ||^2 / D for the given coupled pairs."""
+def reflow_loss(apply_fn: Callable, params, eps_B, x1_B, rng_time, y_B=None):
+  """E_t || v(t x1 + (1 - t) eps, t[, y]) - (x1 - eps) ||^2 / D for the given coupled pairs."""
   t_B = jax.random.uniform(rng_time, (eps_B.shape[0],))
   x_t = paths_lib.add_noise(x1_B, eps_B, t_B, 1.0 - t_B)
-  out = apply_fn({"params": params}, x_t, t_B, train=False)
+  out = apply_fn({"params": params}, x_t, t_B, **({} if y_B is None else {"y": y_B}),
+                 train=False)
   err = (out.astype(jnp.float32) - (x1_B - eps_B)) ** 2
   return jnp.mean(err.reshape(err.shape[0], -1))
 
 
 def make_reflow_step(apply_fn: Callable, tx: optax.GradientTransformation, batch: int) -> Callable:
-  """`step((params, opt_state), ((eps_N, x1_N), key)) -> ((params, opt_state), loss)`: one update
-  on `batch` random pairs (rows drawn with `key`), t from the same key."""
+  """`step((params, opt_state), ((eps_N, x1_N, y_N), key)) -> ((params, opt_state), loss)`: one
+  update on `batch` random pairs (rows drawn with `key`), t from the same key; y_N is None for an
+  unconditional model."""
 
   def step(carry, inputs):
     params, opt_state = carry
-    (eps_N, x1_N), key = inputs
+    (eps_N, x1_N, y_N), key = inputs
     k_rows, k_time = jax.random.split(key)
     rows_B = jax.random.randint(k_rows, (batch,), 0, eps_N.shape[0])
+    y_B = None if y_N is None else y_N[rows_B]
     loss, grads = jax.value_and_grad(reflow_loss, argnums=1)(apply_fn, params, eps_N[rows_B],
-                                                             x1_N[rows_B], k_time)
+                                                             x1_N[rows_B], k_time, y_B)
     updates, opt_state = tx.update(grads, opt_state, params)
     return (optax.apply_updates(params, updates), opt_state), loss
 
@@ -89,9 +98,10 @@ def scan_updates(step: Callable, params, tx: optax.GradientTransformation, data,
 
 
 def train_reflow(apply_fn: Callable, params, tx: optax.GradientTransformation, eps_N, x1_N, *,
-                 steps: int, batch: int, rng):
-  """Fine-tunes `params` on the pairs for `steps` updates; returns (params, losses_steps)."""
-  return scan_updates(make_reflow_step(apply_fn, tx, batch), params, tx, (eps_N, x1_N),
+                 steps: int, batch: int, rng, y_N=None):
+  """Fine-tunes `params` on the pairs (with their labels y_N for a conditional model) for
+  `steps` updates; returns (params, losses_steps)."""
+  return scan_updates(make_reflow_step(apply_fn, tx, batch), params, tx, (eps_N, x1_N, y_N),
                       steps=steps, rng=rng)
 
 
