@@ -1,12 +1,14 @@
 """`jaxdl reproduce`: every claim of the registry holds; the command's table, JSON, exit codes.
 
 Each claim is one test (the slow one, which trains two moons MLPs, is marked `slow` but still runs
-in the default suite). The course's numbers are written once, in the claims
+in the default suite), except the compute-bound ones (COMPUTE_BOUND), which share one test and
+one subprocess. The course's numbers are written once, in the claims
 (jaxdl/course/claims.py); tests elsewhere check properties and equivalences, not those numbers.
 """
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 
@@ -14,8 +16,13 @@ import pytest
 
 from jaxdl.course import reproduce
 
+# Claims that compute more than they compile run in one subprocess without the suite's
+# `--xla_backend_optimization_level=0` (conftest), which leaves their matmuls unoptimized:
+# he_vs_lecun_init (30 nets of 12 512-wide ReLU layers) took 37.9 CPU-s with it and 9.7 without,
+# sqrt_dk_scaling 5.7 and 2.1. Every other claim measured as fast or faster with it.
+COMPUTE_BOUND = ("he_vs_lecun_init", "sqrt_dk_scaling")
 CLAIM_PARAMS = [pytest.param(name, marks=[pytest.mark.slow] if c.slow else [])
-                for name, c in reproduce.CLAIMS.items()]
+                for name, c in reproduce.CLAIMS.items() if name not in COMPUTE_BOUND]
 
 @pytest.mark.parametrize("name", CLAIM_PARAMS)
 def test_claim_holds(name):
@@ -24,6 +31,20 @@ def test_claim_holds(name):
   for r in rows:
     assert r.name.split(".")[0] == name
     assert r.ok, f"{r.name}: expected {r.expected}, measured {r.measured} ({r.tolerance})"
+
+
+def test_compute_bound_claims_hold(tmp_path):
+  out = tmp_path / "rows.json"
+  flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
+           if not f.startswith("--xla_backend_optimization_level")]
+  proc = subprocess.run([sys.executable, "-m", "jaxdl", "reproduce", "--only",
+                         ",".join(COMPUTE_BOUND), "--json", str(out)], capture_output=True,
+                        text=True, timeout=600, env={**os.environ, "XLA_FLAGS": " ".join(flags)})
+  assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+  rows = json.loads(out.read_text())
+  assert {r["name"].split(".")[0] for r in rows} == set(COMPUTE_BOUND)
+  for r in rows:
+    assert r["ok"], f"{r['name']}: expected {r['expected']}, measured {r['measured']}"
 
 
 def test_every_claim_registers():
