@@ -59,3 +59,54 @@ def generative_after_training(config, workdir, summary):
     raise ValueError(f"gen.classifier: {judge!r}; expected 'digits_cnn' or 'svm'")
   classifier = train_classifier(workdir, judge) if judge != "svm" else None
   return evaluation.after_training(config, workdir, summary, classifier=classifier)
+
+
+def few_step_teacher(config, workdir):
+  """(model, teacher variables, judge) of the few-step digits experiments (reflow_digits,
+  distill_digits): the class-conditional flow model of `config` trained into <workdir>/teacher
+  and a digits_cnn run into <workdir>/classifier (both reused when present), the judge being its
+  `evaluation.classifier_outputs`.
+
+  The teacher's config is `config` without its few-step section, named fm_digits_cfg: with the
+  same overrides the two experiments' teachers are the same run (a finished fm_digits_cfg run,
+  copied to <workdir>/teacher, is reused as is).
+  """
+  from jaxdl.config import load_config
+  from jaxdl.generative import evaluation
+  from jaxdl.train import run
+  smoke = config.train.steps < 1000
+  teacher = config.copy_and_resolve_references()
+  with teacher.unlocked():
+    for section in ("reflow", "distill"):
+      if section in teacher:
+        del teacher[section]
+  reference = load_config("fm_digits_cfg:smoke" if smoke else "fm_digits_cfg")[0]
+  teacher.name, teacher.description = reference.name, reference.description
+  teacher_dir = pathlib.Path(workdir) / "teacher"
+  run(teacher, teacher_dir, progress=False)
+  _, model, variables, _ = evaluation.load_run(teacher_dir, teacher)
+  judge = evaluation.classifier_outputs(
+      train_classifier(workdir, "digits_cnn:smoke" if smoke else "digits_cnn"))
+  return model, variables, judge
+
+
+def unguided(config):
+  """`config` for a student that learned the guided teacher: sampled with no guidance (one
+  network call per step, where the guided teacher makes two)."""
+  config = config.copy_and_resolve_references()
+  config.gen.guidance = None
+  return config
+
+
+def euler_quality(config, model, variables, judge, steps: int, per_class: int = 50):
+  """(quality, pixels16_Nx64) of Euler at `steps` with the config's guidance, `per_class` samples
+  of each class (key 0): `evaluation.digits_quality` (confident and of the class, Frechet
+  distance of the judge's features to real digits and its floor)."""
+  import jax
+  import numpy as np
+  from jaxdl.generative import evaluation, tasks
+  sample = tasks.make_run_sampler(config, model, sampler="euler", steps=steps)
+  y_N = np.repeat(np.arange(config.gen.num_classes), per_class)
+  pix_Nx64 = evaluation._to_pixels16(sample(variables, jax.random.PRNGKey(0), len(y_N), y=y_N),  # noqa: SLF001
+                                     config.data.scale)
+  return evaluation.digits_quality(judge, pix_Nx64, y_N), pix_Nx64
