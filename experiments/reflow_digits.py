@@ -39,7 +39,7 @@ import pathlib
 import jax
 import numpy as np
 
-from _digits import euler_quality, few_step_teacher, unguided
+from _digits import euler_quality, few_step_teacher, student_optimizer, unguided
 from jaxdl.course.generative_configs import digits_config
 from jaxdl.generative import evaluation, reflow
 
@@ -62,7 +62,6 @@ def get_config(arg=None):
 
 def run(config, workdir):
   """Trains (or reuses) the teacher and the judge, reflows the teacher and measures both."""
-  from jaxdl.optim import parse_optim
   settings = reflow.parse_reflow(config)
   model, variables, judge = few_step_teacher(config, workdir)
   k, w = config.gen.num_classes, config.gen.guidance
@@ -72,9 +71,7 @@ def run(config, workdir):
                                   sample_shape=tuple(config.gen.sample_shape),
                                   steps=settings.teacher_steps, sampler=settings.teacher_sampler,
                                   y_N=y_N, guidance=w, num_classes=k)
-  optim = config.optim.to_dict()
-  optim["lr"] = settings.lr
-  tx, _ = parse_optim(optim).build(settings.steps)
+  tx = student_optimizer(config, settings.lr, settings.steps)
   params, losses = reflow.train_reflow(model.apply, variables["params"], tx, eps_N, x1_N,
                                        steps=settings.steps, batch=settings.batch, rng=key_train,
                                        y_N=y_N)
