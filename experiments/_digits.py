@@ -90,15 +90,6 @@ def few_step_teacher(config, workdir):
   return model, variables, judge
 
 
-def student_optimizer(config, lr: float, steps: int):
-  """The run's optimizer rule (`config.optim`) at peak `lr` over `steps` updates: the few-step
-  students' optax transformation."""
-  from jaxdl.optim import parse_optim
-  optim = config.optim.to_dict()
-  optim["lr"] = lr
-  return parse_optim(optim).build(steps)[0]
-
-
 def unguided(config):
   """`config` for a student that learned the guided teacher: sampled with no guidance (one
   network call per step, where the guided teacher makes two)."""

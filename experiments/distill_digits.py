@@ -35,9 +35,9 @@ import pathlib
 import jax
 import numpy as np
 
-from _digits import euler_quality, few_step_teacher, student_optimizer, unguided
+from _digits import euler_quality, few_step_teacher, unguided
 from jaxdl.course.generative_configs import digits_config
-from jaxdl.generative import distill, evaluation
+from jaxdl.generative import distill, evaluation, reflow
 
 
 def get_config(arg=None):
@@ -67,7 +67,7 @@ def run(config, workdir):
                                    sample_shape=tuple(config.gen.sample_shape),
                                    grid=settings.grid, substeps=settings.substeps, y_N=y_N,
                                    guidance=config.gen.guidance, num_classes=k)
-  tx = student_optimizer(config, settings.lr, settings.steps)
+  tx = reflow.student_optimizer(config, settings.lr, settings.steps)
   student_config = unguided(config)
   out = {"teacher": {}, "distilled": {}, "loss": {}, "guidance": config.gen.guidance}
   for n in settings.student_steps:

@@ -32,7 +32,7 @@ import pathlib
 import jax
 
 from jaxdl.course.generative_configs import toy2d_config
-from jaxdl.generative import distill, evaluation
+from jaxdl.generative import distill, evaluation, reflow
 
 
 def get_config(arg=None):
@@ -48,15 +48,12 @@ def get_config(arg=None):
 
 def distill_students(config, model, variables):
   """{n: (params, losses)}: one student per `distill.student_steps` n, from the teacher."""
-  from jaxdl.optim import parse_optim
   settings = distill.parse_distill(config)
   key_traj, key_train = jax.random.split(jax.random.PRNGKey(config.seed + 1))
   traj = distill.make_trajectories(model.apply, variables, key_traj, settings.trajectories,
                                    sample_shape=(2,), grid=settings.grid,
                                    substeps=settings.substeps)
-  optim = config.optim.to_dict()
-  optim["lr"] = settings.lr
-  tx, _ = parse_optim(optim).build(settings.steps)
+  tx = reflow.student_optimizer(config, settings.lr, settings.steps)
   return {n: distill.train_distill(model.apply, variables["params"], tx, traj,
                                    steps=settings.steps, student_steps=n, batch=settings.batch,
                                    rng=key_train)

@@ -39,7 +39,7 @@ import pathlib
 import jax
 import numpy as np
 
-from _digits import euler_quality, few_step_teacher, student_optimizer, unguided
+from _digits import euler_quality, few_step_teacher, unguided
 from jaxdl.course.generative_configs import digits_config
 from jaxdl.generative import evaluation, reflow
 
@@ -71,7 +71,7 @@ def run(config, workdir):
                                   sample_shape=tuple(config.gen.sample_shape),
                                   steps=settings.teacher_steps, sampler=settings.teacher_sampler,
                                   y_N=y_N, guidance=w, num_classes=k)
-  tx = student_optimizer(config, settings.lr, settings.steps)
+  tx = reflow.student_optimizer(config, settings.lr, settings.steps)
   params, losses = reflow.train_reflow(model.apply, variables["params"], tx, eps_N, x1_N,
                                        steps=settings.steps, batch=settings.batch, rng=key_train,
                                        y_N=y_N)

@@ -49,15 +49,12 @@ def get_config(arg=None):
 
 def reflow_student(config, model, variables):
   """The reflowed parameters (and the student's losses) of the teacher `variables`."""
-  from jaxdl.optim import parse_optim
   settings = reflow.parse_reflow(config)
   key_pairs, key_train = jax.random.split(jax.random.PRNGKey(config.seed + 1))
   eps_N, x1_N = reflow.make_pairs(model.apply, variables, key_pairs, settings.pairs,
                                   sample_shape=(2,), steps=settings.teacher_steps,
                                   sampler=settings.teacher_sampler)
-  optim = config.optim.to_dict()
-  optim["lr"] = settings.lr
-  tx, _ = parse_optim(optim).build(settings.steps)
+  tx = reflow.student_optimizer(config, settings.lr, settings.steps)
   return reflow.train_reflow(model.apply, variables["params"], tx, eps_N, x1_N,
                              steps=settings.steps, batch=settings.batch, rng=key_train)
 

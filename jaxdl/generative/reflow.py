@@ -36,6 +36,7 @@ import optax
 from jaxdl.config import parse_section
 from jaxdl.generative import paths as paths_lib
 from jaxdl.generative import samplers
+from jaxdl.optim import parse_optim
 
 
 def make_pairs(apply_fn: Callable, variables, rng, num: int, *, sample_shape, steps: int = 100,
@@ -95,6 +96,14 @@ def scan_updates(step: Callable, params, tx: optax.GradientTransformation, data,
     return params, losses
 
   return run(params, data)
+
+
+def student_optimizer(config, lr: float, steps: int) -> optax.GradientTransformation:
+  """The run's optimizer rule (`config.optim`) at peak `lr` over `steps` updates: the optax
+  transformation of the few-step students (reflow and distillation) trained from a run."""
+  optim = config.optim.to_dict()
+  optim["lr"] = lr
+  return parse_optim(optim).build(steps)[0]
 
 
 def train_reflow(apply_fn: Callable, params, tx: optax.GradientTransformation, eps_N, x1_N, *,
