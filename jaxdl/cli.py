@@ -259,7 +259,10 @@ def cmd_train(args) -> int:
     if failure is not None:  # a full disk or a permission error: one line, no traceback wall
       during = hasattr(module, "run") or _in_training_loop(e)
       print(f"jaxdl: error: {failure}" + ("; the run stopped, its last good checkpoint is kept "
-            "(fix it and rerun the same command to resume)" if during else ""), file=sys.stderr)
+            "(fix it and rerun the same command to resume)" if during else ""), file=sys.stderr,
+            flush=True)
+      if args.as_program:
+        _silence_stderr()
       return 1 if during else 2
     if isinstance(e, OSError):
       raise
@@ -330,6 +333,17 @@ def _disk_failure(e: BaseException, workdir: str | None = None) -> str | None:
   return None
 
 
+def _silence_stderr() -> None:
+  """Points this process's stderr at /dev/null once a full disk or a permission error has been
+  reported. What is left to run is library threads and exit hooks (orbax's save threads,
+  tensorboardX's event writer) retrying writes to the same full disk, each failure a traceback
+  whose timing depends on the machine's load; the one line already said what happened. Only
+  for the `jaxdl` program: an in-process `main` call keeps its caller's stderr."""
+  devnull = os.open(os.devnull, os.O_WRONLY)
+  os.dup2(devnull, sys.stderr.fileno())
+  os.close(devnull)
+
+
 def _in_training_loop(e: BaseException) -> bool:
   """Whether `e` came out of the training loop (steps, logs, saves, the plot) rather than the
   run's setup (config, workdir, restore): a failed run exits 1, a setup failure 2."""
@@ -379,13 +393,16 @@ def cmd_list(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+  as_program = argv is None  # `jaxdl ...` / `python -m jaxdl`, not a call from Python code
   argv = _split_config_flags(list(sys.argv[1:] if argv is None else argv))
   parser = build_parser()
   args = parser.parse_args(argv)
+  args.as_program = as_program
   _setup_logging()
   if args.command in (None, "train"):
     if args.command is None:
       args = parser.parse_args(["train", *argv])
+      args.as_program = as_program
     return cmd_train(args)
   if args.command == "list":
     return cmd_list(args)

@@ -257,6 +257,30 @@ def test_closed_event_loop_noise_from_failed_saves_is_dropped_and_nothing_else()
   assert seen == [other]
 
 
+def test_stopping_closes_everything_even_when_a_closer_fails():
+  """The loop's teardown calls every closer (an unclosed checkpoint manager or event writer
+  keeps writing from its threads during interpreter shutdown). After a failed loop the closers'
+  errors become notes on its error; after a clean loop the first one is raised."""
+  from jaxdl.train.loop import _close_all
+  called = []
+
+  def ok(name):
+    return lambda: called.append(name)
+
+  def full_disk():
+    called.append("ckpt")
+    raise OSError(28, "No space left on device")
+
+  loop_error = ValueError("the step failed")
+  _close_all((ok("profiler"), full_disk, ok("writer")), failed=loop_error)
+  assert called == ["profiler", "ckpt", "writer"]
+  assert len(loop_error.__notes__) == 1 and "No space left" in loop_error.__notes__[0]
+  called.clear()
+  with pytest.raises(OSError, match="No space left"):
+    _close_all((full_disk, ok("writer")), failed=None)
+  assert called == ["ckpt", "writer"]
+
+
 @pytest.fixture
 def small_tmpfs(tmp_path):
   """A 300 KiB tmpfs (needs root and mount rights; skipped elsewhere, where the patched-write

@@ -202,8 +202,10 @@ class Checkpointer:
     self._seal()
 
   def close(self) -> None:
-    self._seal()
-    self.manager.close()
+    try:
+      self._seal()
+    finally:  # a failed save (a full disk) must still stop orbax's save threads
+      self.manager.close()
 
 
 def restorable(directory, abstract_state) -> bool:
