@@ -175,3 +175,20 @@ def test_lr_range_gives_a_plot_and_a_suggestion(tmp_path):
   assert lo < r.suggested < hi
   assert (tmp_path / "lr.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert r.check().status in ("pass", "warn")
+
+
+def _first_losses(spec: str, grad_accum: int) -> np.ndarray:
+  from jaxdl.doctor.fitting import check_first_steps
+  config, _ = load_config(spec, [f"train.grad_accum={grad_accum}"])
+  return np.array(check_first_steps(prepare(config, steps=3))[0].values["losses"])
+
+
+def test_first_steps_split_the_batch_as_the_experiment_does():
+  """The doctor's real steps use train.grad_accum (a batch that fits in memory only as
+  microbatches fits in the doctor too). Without BatchNorm or dropout the mean of 2 microbatch
+  gradients is the full-batch gradient, so the losses agree; with BatchNorm each microbatch is
+  normalized by its own statistics, so they differ, which shows the split happened."""
+  np.testing.assert_allclose(_first_losses("moons_mlp", 2), _first_losses("moons_mlp", 1),
+                             rtol=1e-5)
+  split, whole = _first_losses("moons_mlp:bn", 2), _first_losses("moons_mlp:bn", 1)
+  assert np.max(np.abs(split - whole)) > 1e-4, (split, whole)

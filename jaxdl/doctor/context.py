@@ -32,6 +32,7 @@ class Context:
   batches: list             # the first S batches of the training stream (host arrays)
   eval_batch: dict | None
   num_classes: int | None   # K (V for an LM); None when the task has no such head
+  grad_accum: int = 1       # train.grad_accum: the experiment's batches are split this way
   cache: dict = dataclasses.field(default_factory=dict)
 
   @property
@@ -51,7 +52,7 @@ def prepare(config, steps: int = 20) -> Context:
   k = {"classification": info.get("num_classes"), "lm": info.get("vocab_size"),
        "binary": 2}.get(task.kind)
   return Context(config, ds, task, r.model, r.tx, r.schedule, r.policy, r.base_key, state,
-                 batches, eval_batch, k)
+                 batches, eval_batch, k, r.train.grad_accum)
 
 
 def loss(ctx, params, model_state, batch, train: bool, step: int = 0, apply_fn=None):

@@ -18,6 +18,7 @@ import optax
 from jaxdl.doctor import probes
 from jaxdl.doctor.context import Context, loss as _loss
 from jaxdl.doctor.report import Check
+from jaxdl.train import accumulate
 from jaxdl.train.step import make_train_step, step_rngs
 
 REF_LR = 3e-3
@@ -27,7 +28,8 @@ SUPERVISED = ("classification", "binary", "lm", "regression")
 def check_first_steps(ctx: Context) -> list[Check]:
   """S real train steps: stability, recompilation count, and units that stay identical."""
   traces = [0]
-  step_fn = make_train_step(ctx.model.apply, ctx.task.loss_fn, ctx.tx, ctx.schedule, ctx.base_key)
+  step_fn = make_train_step(ctx.model.apply, ctx.task.loss_fn, ctx.tx, ctx.schedule, ctx.base_key,
+                           grad_accum=ctx.grad_accum)
 
   def counted(state, batch):
     traces[0] += 1  # runs once per trace, never when a compiled version is reused
@@ -89,23 +91,26 @@ def check_first_steps(ctx: Context) -> list[Check]:
 CHUNK = 20  # scan length per call: the overfit and learnability fits share one compiled chunk
 
 
-def _fit_chunk(ctx: Context):
+def _fit_chunk(ctx: Context, grad_accum: int):
   """Jitted `(params, model_state, opt_state, batches, steps) -> (..., losses)`: Adam(REF_LR)
-  over CHUNK stacked batches in one scan, built once per context."""
-  if "fit" in ctx.cache:
-    return ctx.cache["fit"]
+  over CHUNK stacked batches in one scan, each batch split into `grad_accum` microbatches (the
+  experiment's train.grad_accum for its own batches, so a batch that only fits in memory that
+  way fits here too); built once per context and split."""
+  if ("fit", grad_accum) in ctx.cache:
+    return ctx.cache["fit", grad_accum]
   tx = optax.adam(REF_LR)
+
+  def objective(p, model_state, batch, rngs):
+    loss, (metrics, new_state) = ctx.task.loss_fn(ctx.model.apply, p, model_state, batch, rngs,
+                                                  True)
+    return loss, (loss, metrics, new_state)
 
   def one(carry, xs):
     params, model_state, opt_state = carry
     batch, s = xs
-
-    def objective(p):
-      loss, (_, new_state) = ctx.task.loss_fn(ctx.model.apply, p, model_state, batch,
-                                              step_rngs(ctx.base_key, s), True)
-      return loss, new_state
-
-    (loss, new_state), g = jax.value_and_grad(objective, has_aux=True)(params)
+    g, (loss, _, new_state) = accumulate.accumulate_gradients(
+        jax.grad(objective, has_aux=True), params, model_state, batch,
+        step_rngs(ctx.base_key, s), grad_accum)
     updates, opt_state = tx.update(g, opt_state, params)
     return (optax.apply_updates(params, updates), new_state, opt_state), loss
 
@@ -115,14 +120,15 @@ def _fit_chunk(ctx: Context):
         one, (params, model_state, opt_state), (batches, steps))
     return params, model_state, opt_state, losses
 
-  ctx.cache["fit"] = (tx, chunk)
-  return ctx.cache["fit"]
+  ctx.cache["fit", grad_accum] = (tx, chunk)
+  return ctx.cache["fit", grad_accum]
 
 
-def _fit(ctx: Context, params, model_state, batches, steps: int, stop_below: float = -1.0):
+def _fit(ctx: Context, params, model_state, batches, steps: int, stop_below: float = -1.0,
+         grad_accum: int = 1):
   """Fits `batches(i) -> batch` for `steps` steps (whole chunks), stopping after the chunk in
   which the loss first falls to `stop_below`; returns (params, model_state, losses)."""
-  tx, chunk = _fit_chunk(ctx)
+  tx, chunk = _fit_chunk(ctx, grad_accum)
   opt_state = tx.init(params)
   losses = []
   for c0 in range(0, steps, CHUNK):
@@ -186,7 +192,8 @@ def check_learnable(ctx: Context, steps: int = 100, overfit: Check | None = None
   it = ctx.ds.train_iter()
   before = heldout_loss(ctx, ctx.state.params, ctx.state.model_state)
   params, model_state, losses = _fit(ctx, ctx.state.params, ctx.state.model_state,
-                                     lambda i: next(it), steps)
+                                     lambda i: next(it), steps,
+                                     grad_accum=ctx.grad_accum)
   after = heldout_loss(ctx, params, model_state)
   base = ctx.ln_k if ctx.ln_k is not None else before
   tail = float(np.mean(losses[-10:]))

@@ -79,7 +79,8 @@ def lr_range_test(config, *, steps: int = 100, lr_min: float = 1e-6, lr_max: flo
     return lr_min * jnp.exp(ratio * t / max(steps - 1, 1))
 
   tx = optax.chain(unit_tx, optax.scale_by_schedule(lr_at))
-  step_fn = jax.jit(make_train_step(ctx.model.apply, ctx.task.loss_fn, tx, lr_at, ctx.base_key))
+  step_fn = jax.jit(make_train_step(ctx.model.apply, ctx.task.loss_fn, tx, lr_at, ctx.base_key,
+                                    grad_accum=ctx.grad_accum))
   state = ctx.state.replace(opt_state=tx.init(ctx.state.params))
   it = ctx.ds.train_iter()
   lrs, losses, best, diverged = [], [], math.inf, None
