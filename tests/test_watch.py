@@ -138,3 +138,39 @@ def test_dead_relu_fraction_per_layer_on_a_planted_mlp():
   assert found["dead_relus"].step == 10 and "dense_1 100%" in found["dead_relus"].evidence
   watched[-1]["dead_relu/dense_1"] = watched[-1]["dead_relu/dense_0"] = 0.25
   assert "dead_relus" not in {d.symptom for d in diagnose_history(train, watch=watched)}
+
+
+def test_the_probe_under_pmap_reads_the_whole_batch_not_device_0():
+  """The detailed probe pmapped over 4 devices (B / 4 rows each) gives the whole batch's signals,
+  as one jitted call on all B rows does. Planted so that device 0's rows differ: a unit that
+  fires only on the last device's rows is not dead, the largest logit is on that device, and
+  the logits' std is the whole batch's."""
+  from jaxdl.models.mlp import MLP
+  from jaxdl.train.parallel import PmapStrategy
+  devices = jax.local_devices()[:4]
+  assert len(devices) == 4
+  model = MLP(hidden=(6,), out=3)
+  x_BxD = np.random.default_rng(0).normal(size=(16, 5)).astype(np.float32)
+  x_BxD[:12, 0] = -1.0
+  x_BxD[12:, 0] = 5.0                       # the last device's 4 rows only
+  params = jax.tree.map(np.array, model.init(jax.random.PRNGKey(0), x_BxD, train=False))["params"]
+  params["dense_0"]["kernel"][:, 0] = 0.0
+  params["dense_0"]["kernel"][0, 0] = 1.0   # unit 0 fires on x[:, 0] > 1: the last device only
+  params["dense_0"]["bias"][0] = -1.0
+  params["dense_0"]["bias"][1:] = -100.0    # units 1-5 never fire
+  task = SimpleNamespace(init_input=lambda batch: batch["x"])
+
+  def probe_of(axis_name=None):
+    probe = watch.make_probe(model, task, axis_name)
+    return lambda p, b: probe(SimpleNamespace(params=p, model_state={}), b)
+
+  whole = jax.jit(probe_of())(params, {"x": x_BxD})
+  strategy = PmapStrategy(devices)
+  pmapped = strategy.compile_eval(probe_of(strategy.axis_name), None)
+  stacked = jax.tree.map(lambda v: np.broadcast_to(v, (4, *v.shape)), params)
+  sharded = strategy.first(pmapped(stacked, strategy.shard_batch({"x": x_BxD})))
+  assert float(whole["dead_relu/dense_0"]) == pytest.approx(5 / 6)
+  for k in whole:
+    np.testing.assert_allclose(float(sharded[k]), float(whole[k]), rtol=1e-5, err_msg=k)
+  alone = jax.jit(probe_of())(params, {"x": x_BxD[:4]})
+  assert float(alone["dead_relu/dense_0"]) == 1.0   # device 0's rows alone would say all dead

@@ -151,14 +151,27 @@ def with_relu_inputs(fn: Callable, *args, top: str = "") -> tuple[Any, list[tupl
   return jax.tree.unflatten(jax.tree.structure(out_shape), flat[:n]), list(zip(names, flat[n:]))
 
 
-def dead_fraction(h: jax.Array) -> jax.Array:
-  """Fraction of units (last axis) with h <= 0, i.e. relu(h) = 0, at every other index."""
-  dead_C = jnp.all(h.reshape(-1, h.shape[-1]) <= 0, axis=0)
-  return jnp.mean(dead_C.astype(jnp.float32))
+def dead_fraction(h: jax.Array, axis_name: str | None = None) -> jax.Array:
+  """Fraction of units (last axis) with h <= 0, i.e. relu(h) = 0, at every other index (and on
+  every device's rows of the batch under `axis_name`)."""
+  dead_C = jnp.all(h.reshape(-1, h.shape[-1]) <= 0, axis=0).astype(jnp.float32)
+  if axis_name is not None:
+    dead_C = jax.lax.pmin(dead_C, axis_name)
+  return jnp.mean(dead_C)
 
 
-def make_probe(model, task) -> Callable:
-  """`probe(state, batch) -> {name: scalar}`: one eval-mode forward with 'watch' mutable."""
+def make_probe(model, task, axis_name: str | None = None) -> Callable:
+  """`probe(state, batch) -> {name: scalar}`: one eval-mode forward with 'watch' mutable.
+
+  Every signal is over the whole batch: under pmap (`axis_name`) each device sees B / D rows,
+  so the maxima are `pmax`ed, the logits' std comes from the pmean of E z and E z^2 (equal
+  shares), and a unit is dead only where it is dead on every device."""
+
+  def pmax(x):
+    return x if axis_name is None else jax.lax.pmax(x, axis_name)
+
+  def pmean(x):
+    return x if axis_name is None else jax.lax.pmean(x, axis_name)
 
   def forward(variables, x):
     return model.apply(variables, x, train=False, mutable=[COLLECTION])
@@ -168,12 +181,14 @@ def make_probe(model, task) -> Callable:
     (logits, sown), relus = with_relu_inputs(forward, variables, task.init_input(batch),
                                              top=type(model).__name__)
     logits = jnp.asarray(logits, jnp.float32)
-    out = {"logit_max": jnp.max(logits), "logit_std": jnp.std(logits)}
-    out.update({f"dead_relu/{layer}": dead_fraction(h) for layer, h in relus})
+    mean, mean_sq = pmean(jnp.mean(logits)), pmean(jnp.mean(logits**2))
+    out = {"logit_max": pmax(jnp.max(logits)),
+           "logit_std": jnp.sqrt(jnp.maximum(mean_sq - mean**2, 0.0))}
+    out.update({f"dead_relu/{layer}": dead_fraction(h, axis_name) for layer, h in relus})
     for name, value in _sown(sown.get(COLLECTION, {})):
       # 'h/attn/attn_max_logit/3' (scanned) or 'h_3/attn/attn_max_logit' -> 'h/3', 'h_3'
       layer = name.replace("/attn/attn_max_logit", "").replace("attn_max_logit", "attn")
-      out[f"attn_max_logit/{layer}"] = value
+      out[f"attn_max_logit/{layer}"] = pmax(value)
     return out
 
   return probe
@@ -193,7 +208,7 @@ class Watcher:
     self.names, self.health = make_health(abstract_state.params, r.model, self.every)
     if self.mode == "detailed":
       if r.task.kind in PROBED_TASKS:
-        self.probe = make_probe(r.model, r.task)
+        self.probe = make_probe(r.model, r.task, r.strategy.axis_name)
       else:
         log.info("train.watch='detailed': no logit probe for task kind %r; cheap signals only",
                  r.task.kind)
