@@ -108,7 +108,8 @@ def make_run_sampler(config, model, *, sampler=None, steps=None, guidance=None, 
                      sample_shape=None, return_trajectory=False):
   """`make_sampler` for a trained run: the path, prediction and classes come from its config.
 
-  Arguments left None take the config's `gen.*` defaults (guidance: None = no guidance).
+  Arguments left None take the config's `gen.*` defaults, guidance too: to sample a guided run
+  without guidance, pass a copy of its config with `gen.guidance = None`.
   """
   gen = config.gen
   if sample_shape is None:
