@@ -37,12 +37,3 @@ def interleaved(runs: dict[str, Callable[[int], Clock]], *, steps: int,
       best[k]["cpu"] = min(best[k]["cpu"], c.cpu / steps)
   return best
 
-
-def linear_fit(xs, ys) -> tuple[float, float, float]:
-  """Least squares y = a + b x; returns (a, b, max relative residual)."""
-  n = len(xs)
-  mx, my = sum(xs) / n, sum(ys) / n
-  b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-  a = my - b * mx
-  worst = max(abs(a + b * x - y) / y for x, y in zip(xs, ys))
-  return a, b, worst
