@@ -73,6 +73,7 @@ def few_step_teacher(config, workdir):
   """
   from jaxdl.config import load_config
   from jaxdl.generative import evaluation
+  from jaxdl.train import load_run
   from jaxdl.train import run
   smoke = config.train.steps < 1000
   teacher = config.copy_and_resolve_references()
@@ -84,7 +85,7 @@ def few_step_teacher(config, workdir):
   teacher.name, teacher.description = reference.name, reference.description
   teacher_dir = pathlib.Path(workdir) / "teacher"
   run(teacher, teacher_dir, progress=False)
-  _, model, variables, _ = evaluation.load_run(teacher_dir, teacher)
+  _, model, variables, _ = load_run(teacher_dir, teacher)
   judge = evaluation.classifier_outputs(
       train_classifier(workdir, "digits_cnn:smoke" if smoke else "digits_cnn"))
   return model, variables, judge

@@ -118,7 +118,7 @@ def train(config, workdir):
   """Writes <workdir>/tokens.npz, trains (or reuses) the GPT in <workdir>/gpt; returns
   (model, params, step, (train_x, train_y), (test_x, test_y))."""
   from jaxdl.data.sources import digits_split
-  from jaxdl.generative import evaluation
+  from jaxdl.train import load_run
   from jaxdl.train import run as train_run
   workdir = pathlib.Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
@@ -128,7 +128,7 @@ def train(config, workdir):
            y_eval=test_xy[1])
   config.data.path = str(workdir / "tokens.npz")
   train_run(config, workdir / "gpt", progress=False)
-  _, model, variables, step = evaluation.load_run(workdir / "gpt", config)
+  _, model, variables, step = load_run(workdir / "gpt", config)
   return model, variables["params"], step, train_xy, test_xy
 
 

@@ -67,8 +67,9 @@ def get_config(arg=None):
 def after_training(config, workdir, summary):
   """Samples the final checkpoint (one generator call) and judges it like vae_digits does."""
   import jax
-  from jaxdl.generative import evaluation, gan
-  _, model, variables, step = evaluation.load_run(workdir)
+  from jaxdl.generative import gan
+  from jaxdl.train import load_run
+  _, model, variables, step = load_run(workdir)
   x = gan.make_run_sampler(config, model)(variables, jax.random.PRNGKey(0), config.gen.eval_num)
   out = {"step": int(step)}
   if config.train.steps >= 1000:  # the smoke run skips training the judge

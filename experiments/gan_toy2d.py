@@ -99,8 +99,9 @@ def after_training(config, workdir, summary):
   """Samples the final checkpoint once per point and measures mode coverage and distance."""
   import jax
   from jaxdl.data import sample_toy2d
-  from jaxdl.generative import cli, evaluation, gan, metrics
-  _, model, variables, step = evaluation.load_run(workdir)
+  from jaxdl.generative import cli, gan, metrics
+  from jaxdl.train import load_run
+  _, model, variables, step = load_run(workdir)
   num = config.gen.eval_num
   x = np.asarray(gan.make_run_sampler(config, model)(variables, jax.random.PRNGKey(0), num))
   centres, mean_dist = mode_centres()

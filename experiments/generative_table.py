@@ -92,14 +92,14 @@ def _best_time(fn, *args):
 
 
 def _train(spec, overrides, smoke, workdir):
-  from jaxdl.generative import evaluation
+  from jaxdl.train import load_run
   from jaxdl.train import run as train_run
   config, _ = load_config(spec + (":smoke" if smoke else ""), list(overrides))
   if spec == "ar_digits":
     model, params, _, _, test_xy = ar_digits.train(config, workdir)
     return config, model, {"params": params}, test_xy
   train_run(config, workdir, progress=False)
-  _, model, variables, _ = evaluation.load_run(workdir, config)
+  _, model, variables, _ = load_run(workdir, config)
   return config, model, variables, None
 
 

@@ -34,6 +34,7 @@ import jax
 
 from jaxdl.course.generative_configs import toy2d_config
 from jaxdl.generative import evaluation, reflow
+from jaxdl.train import load_run
 
 
 def get_config(arg=None):
@@ -65,7 +66,7 @@ def run(config, workdir):
   settings = reflow.parse_reflow(config)
   teacher_dir = pathlib.Path(workdir) / "teacher"
   train_run(config, teacher_dir, progress=False)
-  _, model, variables, _ = evaluation.load_run(teacher_dir, config)
+  _, model, variables, _ = load_run(teacher_dir, config)
   params, losses = reflow_student(config, model, variables)
   num = config.gen.get("eval_num", 2000)
   repeats = 8 if num >= 1000 else 2

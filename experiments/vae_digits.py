@@ -86,8 +86,8 @@ def judge_samples(x_Nx8x8x1, classifier_dir, scale: str = "symmetric") -> dict:
   how many samples each class gets."""
   import jax
   import numpy as np
-  from jaxdl.generative import evaluation
-  config, model, variables, _ = evaluation.load_run(classifier_dir)
+  from jaxdl.train import load_run
+  config, model, variables, _ = load_run(classifier_dir)
   x = np.asarray(x_Nx8x8x1)
   x = (np.clip(x, -1, 1) + 1) / 2 if scale == "symmetric" else np.clip(x, 0, 1)  # to 'unit'
   shape = tuple(config.model.get("image_shape", (8, 8, 1)))
@@ -100,8 +100,9 @@ def judge_samples(x_Nx8x8x1, classifier_dir, scale: str = "symmetric") -> dict:
 def after_training(config, workdir, summary):
   """Samples the final checkpoint (one decoder call) and judges it; writes generative_eval.json."""
   import jax
-  from jaxdl.generative import evaluation, vae
-  _, model, variables, step = evaluation.load_run(workdir)
+  from jaxdl.generative import vae
+  from jaxdl.train import load_run
+  _, model, variables, step = load_run(workdir)
   x = vae.make_run_sampler(config, model)(variables, jax.random.PRNGKey(0), config.gen.eval_num)
   out = {"step": int(step), "eval": {k: v for k, v in (summary or {}).get("eval", {}).items()}}
   if config.train.steps >= 1000:  # the smoke run skips training the judge

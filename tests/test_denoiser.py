@@ -182,6 +182,7 @@ def test_fm_toy2d_smoke_trains_on_the_engine_and_evaluates(tmp_path):
   """End to end: experiments/fm_toy2d.py:smoke through jaxdl.train.run, then the evaluation."""
   from jaxdl.config import load_config
   from jaxdl.generative import evaluation
+  from jaxdl.train import load_run
   from jaxdl.train import run
   config, _ = load_config("experiments/fm_toy2d.py:smoke",
                           ["train.steps=30", "train.eval_every=30", "train.ckpt_every=30",
@@ -190,8 +191,8 @@ def test_fm_toy2d_smoke_trains_on_the_engine_and_evaluates(tmp_path):
   summary = run(config, tmp_path, progress=False)
   assert summary["step"] == 30 and np.isfinite(summary["eval"]["loss"])
   # sampling reads the parameter average from the checkpoint; ema=False gives the last iterate
-  _, _, averaged, _ = evaluation.load_run(tmp_path)
-  _, _, last, _ = evaluation.load_run(tmp_path, ema=False)
+  _, _, averaged, _ = load_run(tmp_path)
+  _, _, last, _ = load_run(tmp_path, ema=False)
   gaps = jax.tree.leaves(jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))),
                                       averaged["params"], last["params"]))
   assert jax.tree.structure(averaged) == jax.tree.structure(last) and max(gaps) > 1e-4

@@ -40,8 +40,9 @@ def sample_run(workdir, *, sampler=None, steps=None, guidance=None, eta=None, cl
   parameter average when it kept one and `ema`, else from its last parameters."""
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from jaxdl.generative import evaluation, tasks  # pylint: disable=g-import-not-at-top
-  config, model, variables, _ = evaluation.load_run(workdir, ema=ema)
+  from jaxdl.generative import tasks  # pylint: disable=g-import-not-at-top
+  from jaxdl.train import load_run
+  config, model, variables, _ = load_run(workdir, ema=ema)
   if config.task in ONE_CALL_TASKS:
     return config, _sample_one_call(config, model, variables, num, seed, sampler=sampler,
                                     steps=steps, guidance=guidance, eta=eta, cls=cls)

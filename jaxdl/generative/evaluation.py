@@ -24,31 +24,12 @@ import pathlib
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 
-from jaxdl import models as jmodels
 from jaxdl.generative import metrics, tasks as gtasks
+from jaxdl.train.checkpoint import load_run
 
 TOY_SEED_A, TOY_SEED_B = 10_000, 10_001  # fresh target draws, never the training seeds
-
-
-def load_run(workdir, config=None, *, ema: bool = True):
-  """(config, model, variables, step) of a trained run, from its latest checkpoint.
-
-  With `ema` (the default) the parameters are the run's moving average when it kept one
-  (`optim.ema_decay`), else the last iterate.
-  """
-  from jaxdl.optim import find_ema  # pylint: disable=g-import-not-at-top
-  from jaxdl.train.checkpoint import load_state  # pylint: disable=g-import-not-at-top
-  workdir = pathlib.Path(workdir)
-  if config is None:
-    config = ml_collections.ConfigDict(json.loads((workdir / "config.json").read_text()))
-  step, state = load_state(workdir)
-  averaged = find_ema(state.get("opt_state")) if ema else None
-  params = state["params"] if averaged is None else averaged
-  variables = {"params": params, **(state.get("model_state") or {})}
-  return config, jmodels.build_model(config.model), variables, step
 
 
 def save_run(workdir, config, params, *, step: int, **gen) -> pathlib.Path:

@@ -257,6 +257,27 @@ def load_state(workdir, step: int | None = None) -> tuple[int, dict]:
   return step, restored["state"]
 
 
+
+def load_run(workdir, config=None, *, ema: bool = True):
+  """(config, model, variables, step) of a trained run of any task, from its latest checkpoint:
+  the model built from the config (the run's config.json unless `config` is given) and its
+  variables {'params', **model_state}, ready for `model.apply`.
+
+  With `ema` (the default) the parameters are the run's moving average when it kept one
+  (`optim.ema_decay`), else the last iterate.
+  """
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  from jaxdl import models  # pylint: disable=g-import-not-at-top
+  from jaxdl.optim import find_ema  # pylint: disable=g-import-not-at-top
+  workdir = pathlib.Path(workdir)
+  if config is None:
+    config = ml_collections.ConfigDict(json.loads((workdir / "config.json").read_text()))
+  step, state = load_state(workdir)
+  averaged = find_ema(state.get("opt_state")) if ema else None
+  params = state["params"] if averaged is None else averaged
+  variables = {"params": params, **(state.get("model_state") or {})}
+  return config, models.build_model(config.model), variables, step
+
 def manifest(strategy, config) -> dict:
   """What a checkpoint was written by: library versions, devices, processes, mesh, strategy."""
   versions = {name: importlib.metadata.version(dist) for name, dist in (
