@@ -114,6 +114,18 @@ def digit_sampler(model):
   return f
 
 
+def _moved(config, gpt_dir) -> bool:
+  """Whether the run in `gpt_dir` differs from `config` only by data.path: a workdir copied or
+  moved elsewhere, whose tokens.npz `train` has just rewritten (the same bytes: the split is
+  fixed), so it may resume there; any other difference is refused as usual."""
+  from jaxdl.config import diff_configs
+  stored = pathlib.Path(gpt_dir) / "config.json"
+  if not stored.exists():
+    return False
+  diff = diff_configs(json.loads(stored.read_text()), json.loads(config.to_json_best_effort()))
+  return len(diff) == 1 and diff[0].startswith("data.path:")
+
+
 def train(config, workdir):
   """Writes <workdir>/tokens.npz, trains (or reuses) the GPT in <workdir>/gpt; returns
   (model, params, step, (train_x, train_y), (test_x, test_y))."""
@@ -127,7 +139,7 @@ def train(config, workdir):
   np.savez(workdir / "tokens.npz", x=train_xy[0], y=train_xy[1], x_eval=test_xy[0],
            y_eval=test_xy[1])
   config.data.path = str(workdir / "tokens.npz")
-  train_run(config, workdir / "gpt", progress=False)
+  train_run(config, workdir / "gpt", progress=False, force=_moved(config, workdir / "gpt"))
   _, model, variables, step = load_run(workdir / "gpt", config)
   return model, variables["params"], step, train_xy, test_xy
 

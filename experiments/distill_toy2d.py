@@ -15,15 +15,14 @@ and compared with 2,000 fresh target points (energy distance, 8 rounds, beside t
 floor; `evaluation.evaluate_toy2d`). Writes distill.json and each student as a run of its own in
 <workdir>/student<n> (Euler at its n steps), which `jaxdl sample` reads.
 
-Expected: at 1-2 Euler steps the students far nearer the floor than the teacher. Measured:
-only the smoke config so far (moons; teacher fm_toy2d:smoke, 300 steps; 1,000
-trajectories, 3 Heun substeps per quarter, 50 student updates; 300 points, 2 rounds, floor
-7.2e-3), Euler at 1 / 2 / 4 steps, energy distance over the floor:
-- teacher:   91.8x / 22.1x / 6.6x;
-- distilled:  4.0x /  3.1x / 3.0x (each student at its own step count).
-The default config (the 8,000-step teacher, 20,000 trajectories, 2,000 updates per student) was
-started on the shared 2-core machine and had not finished when this was written: measure it with
-`jaxdl train experiments/distill_toy2d.py` (reflow_toy2d's teacher gets 418x / 87x / 19x).
+Expected: at 1-2 Euler steps the students far nearer the floor than the teacher.
+Measured (default config, moons, seed 0; the teacher is the 8,000-step fm_toy2d run; 2,000
+points, 8 rounds, floor 2.0e-3), energy distance over the floor at Euler 1 / 2 / 4 steps:
+- teacher:   418x / 87.1x / 19.2x;
+- distilled: 0.94x / 0.92x / 0.92x (each student at its own step count): at the floor, within
+  the rounds' noise (single rounds of the floor itself range about 3x).
+The smoke config (teacher fm_toy2d:smoke, 300 steps; 1,000 trajectories, 50 student updates;
+300 points, 2 rounds): teacher 91.8x / 22.1x / 6.6x, distilled 4.0x / 3.1x / 3.0x.
 """
 
 import json
