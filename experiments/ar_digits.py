@@ -19,10 +19,11 @@ kind 'lm') into <workdir>/gpt. Then:
   penultimate features beside the real-vs-real floor). Writes ar_digits.json and digits_grid.png.
 
 Expected: under 4 bits/dim (a uniform model).
-Measured: only the smoke config so far (1 layer, d_model 32, 20 steps): 3.11 bits/dim on the
-test split (train 3.11; uniform over 16 levels: 4), no sample judged confident by the smoke
-judge. The default config was started on the shared 2-core machine at 0.1 steps/s under load
-and stopped; measure it with `jaxdl train experiments/ar_digits.py`.
+Measured (default config, seed 0, 3,000 steps in 15 min at 3.4 steps/s on the 2-core CPU,
+trained and judged by generative_table, which runs this experiment's `train`): 2.384 bits/dim on
+the test split (uniform: 4); of 500 samples (50 per class) 97.4% labelled as their class with
+confidence >= 0.9, Frechet distance 4.5 against the real-vs-real floor 5.8. The smoke config
+(1 layer, d_model 32, 20 steps): 3.11 bits/dim, no sample judged confident by the smoke judge.
 """
 
 import json
