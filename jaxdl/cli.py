@@ -1,4 +1,4 @@
-"""The `jaxdl` command line: train | list | sample | doctor | reproduce | bench.
+"""The `jaxdl` command line: train, list, sample, likelihood, doctor, reproduce, bench, data, plot.
 
 Exit codes: 0 success (also after a SIGTERM checkpoint), 1 a run that failed (non-finite loss),
 2 bad input (unknown experiment, key, type or value; a workdir of another run). Bad input is one
@@ -58,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # Commands provided by other packages: each module defines HELP, add_arguments(parser), main(args).
-_EXTENSIONS = {"sample": "jaxdl.generative.cli", "doctor": "jaxdl.doctor",
+_EXTENSIONS = {"sample": "jaxdl.generative.cli", "likelihood": "jaxdl.generative.likelihood_cli",
+               "doctor": "jaxdl.doctor",
                "reproduce": "jaxdl.course.reproduce", "bench": "jaxdl.bench",
                "data": "jaxdl.data.cli", "plot": "jaxdl.train.plots"}
 

@@ -124,6 +124,10 @@ CASES = {
     "sample_out_missing_folder": (lambda r: ["sample", str(r / "moons_run"), "--out",
                                              str(r / "missing" / "s.png")], "missing",
                                   "moons_run"),
+    "likelihood_classification_run": (lambda r: ["likelihood", str(r / "moons_run")],
+                                      "moons_run", "moons_run"),
+    "likelihood_steps_zero": (lambda r: ["likelihood", str(r / "moons_run"), "--steps", "0"],
+                              "--steps", "moons_run"),
     "locate_missing_workdir": (lambda r: ["doctor", "moons_mlp:smoke", "--workdir", "{W}",
                                           "--locate", "5"], "{W}", "fresh"),
 }

@@ -1,5 +1,6 @@
 """Tests for jaxdl.models.denoiser and the generative tasks on the training engine."""
 
+import json
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -178,7 +179,7 @@ def test_guided_sampling_with_a_real_unet(unet):
 
 
 @pytest.mark.slow
-def test_fm_toy2d_smoke_trains_on_the_engine_and_evaluates(tmp_path):
+def test_fm_toy2d_smoke_trains_on_the_engine_and_evaluates(tmp_path, capsys):
   """End to end: experiments/fm_toy2d.py:smoke through jaxdl.train.run, then the evaluation."""
   from jaxdl.config import load_config
   from jaxdl.generative import evaluation
@@ -204,6 +205,18 @@ def test_fm_toy2d_smoke_trains_on_the_engine_and_evaluates(tmp_path):
   x_ema, x_last = np.load(tmp_path / "ema.npy"), np.load(tmp_path / "last.npy")
   assert x_ema.shape == x_last.shape == (8, 2) and np.abs(x_ema - x_last).max() > 1e-4
   assert cli.main([*base, "--class", "3"]) == 2  # an unconditional run: one clear error
+  # `jaxdl likelihood`: the PF-ODE log-likelihood of the first 64 points of the eval split
+  # (data_seed + 1 = 1), with the exact trace in 2-D and the parameter average
+  from jaxdl.data import sample_toy2d
+  from jaxdl.generative import likelihood
+  capsys.readouterr()
+  assert cli.main(["likelihood", str(tmp_path), "--num", "64", "--steps", "4"]) == 0
+  printed = json.loads(capsys.readouterr().out)
+  direct = likelihood.run_log_likelihood(config, load_run(tmp_path)[1], averaged,
+                                         sample_toy2d("moons", 256, 1)[:64], steps=4)
+  assert printed["num"] == 64 and printed["divergence"] == "exact"
+  np.testing.assert_allclose(printed["nats"], float(np.mean(direct["logp"])), rtol=1e-5)
+  np.testing.assert_allclose(printed["bits_per_dim"], float(np.mean(direct["bpd"])), rtol=1e-5)
   out = evaluation.evaluate(config, tmp_path, steps_list=(1, 4), num=200, repeats=2, figure=False)
   assert out["step"] == 30 and set(out["results"]) == {"euler@1", "euler@4", "heun@1", "heun@4"}
   assert out["floor"]["energy"] > 0 and len(out["floor"]["energy_rounds"]) == 2

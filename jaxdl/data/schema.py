@@ -174,7 +174,9 @@ def parse_data(data_cfg) -> DataSource:
   if unknown:
     raise ValueError(f"data.{unknown[0]}: unknown key for dataset {cls.name!r}; expected one "
                      f"of {', '.join(sorted([*fields, 'name']))}")
-  kwargs = {k: v for k, v in section.items() if k != "name"}
+  # A section read back from a run's config.json holds JSON arrays where tuples were written.
+  kwargs = {k: tuple(v) if fields.get(k, (None,))[0] is tuple and isinstance(v, list) else v
+            for k, v in section.items() if k != "name"}
   for key, value in kwargs.items():
     _check_type(key, value, *fields[key])
   return cls(**kwargs)

@@ -205,6 +205,15 @@ def network_velocity(apply_fn, variables, path, prediction: str, y=None) -> Call
   return velocity_fn
 
 
+def check_task(task) -> None:
+  """Refuses a task without a probability-flow likelihood, saying what it has instead."""
+  if task not in LIKELIHOOD_TASKS:
+    instead = {"vae": "its ELBO, a lower bound", "gan": "none: a GAN defines no density"}
+    raise ValueError(f"task {task!r} has no probability-flow likelihood (it needs a "
+                     f"{' or '.join(LIKELIHOOD_TASKS)} run); it has "
+                     f"{instead.get(task, 'no likelihood jaxdl can compute')}")
+
+
 def run_log_likelihood(config, model, variables, x, *, steps: int = 100, divergence: str = "exact",
                        probes: int = 1, rng=None, y=None):
   """`log_likelihood` of data x_B... under a trained 'flow_matching' or 'ddpm' run.
@@ -213,12 +222,7 @@ def run_log_likelihood(config, model, variables, x, *, steps: int = 100, diverge
   t = 0. DDPM: from tau = 1 / T to tau = 1 on the cosine grid (`time_grid`). Any other
   task is refused with what it has instead.
   """
-  task = config.task
-  if task not in LIKELIHOOD_TASKS:
-    instead = {"vae": "its ELBO, a lower bound", "gan": "none: a GAN defines no density"}
-    raise ValueError(f"task {task!r} has no probability-flow likelihood (it needs a "
-                     f"{' or '.join(LIKELIHOOD_TASKS)} run); it has "
-                     f"{instead.get(task, 'no likelihood jaxdl can compute')}")
+  check_task(config.task)
   path = path_from_config(config)
   if path.continuous:
     t_data, t_noise = (1.0 if config.gen.prediction == "velocity" else 1.0 - 1e-3), 0.0
