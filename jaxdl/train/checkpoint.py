@@ -257,7 +257,6 @@ def load_state(workdir, step: int | None = None) -> tuple[int, dict]:
   return step, restored["state"]
 
 
-
 def load_run(workdir, config=None, *, ema: bool = True):
   """(config, model, variables, step) of a trained run of any task, from its latest checkpoint:
   the model built from the config (the run's config.json unless `config` is given) and its
@@ -277,6 +276,7 @@ def load_run(workdir, config=None, *, ema: bool = True):
   params = state["params"] if averaged is None else averaged
   variables = {"params": params, **(state.get("model_state") or {})}
   return config, models.build_model(config.model), variables, step
+
 
 def manifest(strategy, config) -> dict:
   """What a checkpoint was written by: library versions, devices, processes, mesh, strategy."""
