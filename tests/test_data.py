@@ -325,6 +325,11 @@ def test_sources_are_typed_and_check_themselves():
     data.register_source("loose")(type("Loose", (data.DataSource,), {}))  # no @dataclass
   with pytest.raises(ValueError, match="'moons' is registered twice"):
     data.register_source("moons")(data.sources.Moons)
+  # A section read back from a run's config.json has JSON arrays for tuple fields.
+  section = json.loads(json.dumps({"name": "digits", "augment": ("flip",)}))
+  assert data.parse_data(section).augment == ("flip",)
+  with pytest.raises(ValueError, match="^data.augment: expected tuple"):
+    data.parse_data({"name": "digits", "augment": "flip"})
 
 
 # --- extending: a new source is one registered class ------------------------------------------
