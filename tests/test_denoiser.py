@@ -217,6 +217,11 @@ def test_fm_toy2d_smoke_trains_on_the_engine_and_evaluates(tmp_path, capsys):
   assert printed["num"] == 64 and printed["divergence"] == "exact"
   np.testing.assert_allclose(printed["nats"], float(np.mean(direct["logp"])), rtol=1e-5)
   np.testing.assert_allclose(printed["bits_per_dim"], float(np.mean(direct["bpd"])), rtol=1e-5)
+  # solved 24 at a time (24, 24, 16): the same per-example values, so the same mean
+  assert cli.main(["likelihood", str(tmp_path), "--num", "64", "--steps", "4",
+                   "--batch-size", "24"]) == 0
+  np.testing.assert_allclose(json.loads(capsys.readouterr().out)["nats"], printed["nats"],
+                             rtol=1e-5)
   out = evaluation.evaluate(config, tmp_path, steps_list=(1, 4), num=200, repeats=2, figure=False)
   assert out["step"] == 30 and set(out["results"]) == {"euler@1", "euler@4", "heun@1", "heun@4"}
   assert out["floor"]["energy"] > 0 and len(out["floor"]["energy_rounds"]) == 2

@@ -31,16 +31,19 @@ def add_arguments(parser) -> None:
   parser.add_argument("--divergence", default="auto", choices=("auto", "exact", "hutchinson"),
                       help=f"trace of dv/dx: exact up to {EXACT_MAX_DIMS} dims under 'auto'")
   parser.add_argument("--probes", type=int, default=1, help="Hutchinson probes (default 1)")
+  parser.add_argument("--batch-size", type=int, default=256,
+                      help="examples per ODE solve (bounds memory; default 256)")
   parser.add_argument("--seed", type=int, default=0, help="seed of the Hutchinson probes")
   parser.add_argument("--no-ema", dest="ema", action="store_false",
                       help="use the last parameters rather than the run's average")
 
 
-def check_request(workdir, num: int, steps: int, probes: int) -> None:
+def check_request(workdir, num: int, steps: int, probes: int, batch_size: int = 1) -> None:
   """Refuses, before anything is loaded, counts below 1 and a workdir that holds no run or a run
   without a probability-flow likelihood (one line naming the option or the run)."""
   from jaxdl.generative import likelihood  # pylint: disable=g-import-not-at-top
-  for flag, value in (("--num", num), ("--steps", steps), ("--probes", probes)):
+  for flag, value in (("--num", num), ("--steps", steps), ("--probes", probes),
+                      ("--batch-size", batch_size)):
     if value < 1:
       raise ValueError(f"{flag}: must be >= 1, got {value}")
   config_json = pathlib.Path(workdir) / "config.json"
@@ -72,8 +75,10 @@ def eval_examples(config, num: int) -> dict:
 
 
 def run_likelihood(workdir, *, num: int = 256, steps: int = 100, divergence: str = "auto",
-                   probes: int = 1, seed: int = 0, ema: bool = True) -> dict:
-  """What `jaxdl likelihood` prints, as a dict."""
+                   probes: int = 1, seed: int = 0, ema: bool = True,
+                   batch_size: int = 256) -> dict:
+  """What `jaxdl likelihood` prints, as a dict. The examples are solved `batch_size` at a time
+  (the Hutchinson probes of batch i drawn from fold_in(PRNGKey(seed), i))."""
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from jaxdl.generative import likelihood  # pylint: disable=g-import-not-at-top
@@ -85,22 +90,27 @@ def run_likelihood(workdir, *, num: int = 256, steps: int = 100, divergence: str
   if divergence == "auto":
     divergence = "exact" if dims <= EXACT_MAX_DIMS else "hutchinson"
   y = examples.get("y") if config.gen.get("num_classes", 0) else None
-  out = likelihood.run_log_likelihood(config, model, variables, x, steps=steps,
-                                      divergence=divergence, probes=probes,
-                                      rng=jax.random.PRNGKey(seed), y=y)
+  logp, bpd = [], []
+  for i, lo in enumerate(range(0, len(x), batch_size)):
+    out = likelihood.run_log_likelihood(
+        config, model, variables, x[lo:lo + batch_size], steps=steps, divergence=divergence,
+        probes=probes, rng=jax.random.fold_in(jax.random.PRNGKey(seed), i),
+        y=None if y is None else y[lo:lo + batch_size])
+    logp.append(np.asarray(out["logp"]))
+    bpd.append(np.asarray(out["bpd"]))
   return {"workdir": str(workdir), "step": int(step), "task": config.task, "num": len(x),
           "dims": dims, "conditional": y is not None,
-          "nats": float(np.mean(np.asarray(out["logp"]))),
-          "bits_per_dim": float(np.mean(np.asarray(out["bpd"]))), "steps": steps,
+          "nats": float(np.mean(np.concatenate(logp))),
+          "bits_per_dim": float(np.mean(np.concatenate(bpd))), "steps": steps,
           "divergence": divergence, "probes": probes if divergence == "hutchinson" else None}
 
 
 def main(args) -> int:
   try:
-    check_request(args.workdir, args.num, args.steps, args.probes)
+    check_request(args.workdir, args.num, args.steps, args.probes, args.batch_size)
     result = run_likelihood(args.workdir, num=args.num, steps=args.steps,
                             divergence=args.divergence, probes=args.probes, seed=args.seed,
-                            ema=args.ema)
+                            ema=args.ema, batch_size=args.batch_size)
   except (ValueError, FileNotFoundError) as e:
     print(f"jaxdl: error: {str(e).splitlines()[0]}", file=sys.stderr)
     return 2
