@@ -31,7 +31,8 @@ Writes table.json and table.md.
 
 Expected: the families ordered as the course's table says.
 Measured (default configs, seed 0, one run each; `runs/generative_table/table.md`; ms per
-sample on the 2-core CPU, ratio to the one-call family of the same data):
+sample on the 2-core CPU shared with one other job, ratio to the one-call family of the same
+data; a second such run gave ratios within 25% of these):
 
 | data | family | calls | ms/sample (ratio) | bits/dim | quality | failure |
 |---|---|---|---|---|---|---|
@@ -40,9 +41,9 @@ sample on the 2-core CPU, ratio to the one-call family of the same data):
 | toy | + distill | 1 | 0.003 (10.7x) | 1.624 PF-ODE | ED 1.09x floor | |
 | toy | diffusion | 50 | 0.154 (516x) | 1.312 PF-ODE | ED 1.15x floor | |
 | toy | GAN | 1 | 0.0003 (1x) | none | ED 2.68x floor | 8/8 modes |
-| digits | VAE | 1 | 0.001 (1x) | 0.222 bound | 90%; FD 31.1 | 2 / 2 active |
-| digits | flow matching | 100 | 8.36 (7433x) | -2.264 PF-ODE | 100%; FD 9.7 | |
-| digits | diffusion | 100 | 7.05 (6267x) | -1.552 PF-ODE | 99.8%; FD 7.3 | |
+| digits | VAE | 1 | 0.001 (1x) | 0.222 bound [0.256] | 90%; FD 31.1 | 2 / 2 active |
+| digits | flow matching | 100 | 8.36 (7433x) | -2.264 PF-ODE [-0.724] | 100%; FD 9.7 | |
+| digits | diffusion | 100 | 7.05 (6267x) | -1.552 PF-ODE [-0.401] | 99.8%; FD 7.3 | |
 | digits | autoregressive | 64 | 5.41 (4807x) | 2.384 exact [-0.528] | 97.4%; FD 4.5 | |
 
 Toy: energy distance over the floor 1.91e-3 (2,000 points, 16 rounds; one round of the floor
@@ -53,11 +54,11 @@ the one-call families per sample, and reflow or distillation brings the flow to 
 same energy distance; the GAN samples in one call but sits furthest from the toy (2.7x the floor;
 its collapse config covers 2/8 modes, see gan_toy2d); the VAE's samples are the blurriest by
 Frechet distance (31 vs 4.5-9.7) while still mostly recognizable; AR is the only exact discrete
-likelihood. The continuous bits/dim are densities at the 17-level lattice points, not of
-dequantized data, so they are not a like-for-like ranking: there, the AR's dequantized -0.528 is
-the comparable figure, and the flow's -2.26 shows a density concentrated on the lattice. The
-distilled one-step map samples as well as the reflowed one but is a different map with a worse
-PF-ODE likelihood (1.62 vs 1.29 bits/dim): distillation matches endpoints, not the flow.
+likelihood. At the lattice points the flow's -2.26 shows a density concentrated on the
+lattice; on dequantized digits (the brackets, like for like) the flow is best at -0.72, then the
+AR -0.53, diffusion -0.40 and the VAE's bound 0.26 (the AR's bins are 17/128 wide, the others'
+1/8). The distilled one-step map samples as well as the reflowed one but is a different map with
+a worse PF-ODE likelihood (1.62 vs 1.29 bits/dim): distillation matches endpoints, not the flow.
 Full run: about 26 min on the 2-core CPU shared with other jobs (ar_digits' 3,000 steps take 15
 of them); the measuring alone, with every run reused, about 8 min. The smoke table (`:smoke`,
 every run a few steps old) shows the columns, not the families' quality.
