@@ -8,15 +8,15 @@ line on stderr and leaves the workdir untouched.
 from __future__ import annotations
 
 import argparse
-import errno
 import importlib
 import json
 import logging
 import math
 import os
-import re
 import sys
 import traceback
+
+from jaxdl import disk_errors
 
 DEFAULT_EXPERIMENT = "char_gpt"
 
@@ -118,13 +118,13 @@ def _setup_logging() -> None:
     logger.addHandler(handler)
   logger.setLevel(logging.INFO)
   logger.propagate = False
-  if not isinstance(sys.unraisablehook, _QuietClosedLoop):
-    sys.unraisablehook = _QuietClosedLoop(sys.unraisablehook)
+  if not isinstance(sys.unraisablehook, disk_errors.QuietClosedLoop):
+    sys.unraisablehook = disk_errors.QuietClosedLoop(sys.unraisablehook)
   for noisy in ("absl", "orbax", "jax._src", "etils", "asyncio"):
     noisy = logging.getLogger(noisy)
     noisy.setLevel(logging.WARNING)
-    if not any(isinstance(f, _DiskErrorFilter) for f in noisy.filters):
-      noisy.addFilter(_DiskErrorFilter())
+    if not any(isinstance(f, disk_errors.DiskErrorFilter) for f in noisy.filters):
+      noisy.addFilter(disk_errors.DiskErrorFilter())
   try:
     from absl import logging as absl_logging
     absl_logging.set_verbosity(absl_logging.WARNING)
@@ -256,14 +256,14 @@ def cmd_train(args) -> int:
       if hasattr(module, "after_training"):  # e.g. print a sample from the trained model
         summary.update(module.after_training(config, workdir, summary) or {})
   except (OSError, ValueError) as e:
-    failure = _disk_failure(e, workdir)
+    failure = disk_errors.disk_failure(e, workdir)
     if failure is not None:  # a full disk or a permission error: one line, no traceback wall
       during = hasattr(module, "run") or _in_training_loop(e)
       print(f"jaxdl: error: {failure}" + ("; the run stopped, its last good checkpoint is kept "
             "(fix it and rerun the same command to resume)" if during else ""), file=sys.stderr,
             flush=True)
       if args.as_program:
-        _silence_stderr()
+        disk_errors.silence_stderr()
       return 1 if during else 2
     if isinstance(e, OSError):
       raise
@@ -305,82 +305,12 @@ def _jsonable(x):
   return x if math.isfinite(x) else None
 
 
-# What a full disk or a permission problem is called, by errno.
-_DISK_ERRNOS = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
-                errno.EACCES: "permission denied", errno.EPERM: "operation not permitted",
-                errno.EROFS: "read-only file system"}
-# tensorstore (orbax's array writer) reports an OS error inside a ValueError's message, e.g.
-# 'Failed writing: "/w/checkpoints/5.orbax-checkpoint-tmp/...": ... [os_error_code='28']'.
-_TS_OS_ERROR = re.compile(r"\[os_error_code='(\d+)'\]")
-_TS_PATH = re.compile(r'"(/[^"]+)"')
-
-
-def _disk_failure(e: BaseException, workdir: str | None = None) -> str | None:
-  """'<what happened>: <path>' when `e` (or an exception it wraps) is a full disk or a
-  permission error, else None. An error that names no file (a write of an already open file)
-  is placed in `workdir`."""
-  seen = set()
-  while e is not None and id(e) not in seen:
-    seen.add(id(e))
-    if isinstance(e, OSError) and e.errno in _DISK_ERRNOS:
-      where = e.filename if e.filename is not None else (
-          f"a file in {workdir}" if workdir else "a file of the run")
-      return f"{_DISK_ERRNOS[e.errno]}: {where}"
-    code = _TS_OS_ERROR.search(str(e))
-    if code and int(code.group(1)) in _DISK_ERRNOS:
-      paths = _TS_PATH.findall(str(e))
-      return f"{_DISK_ERRNOS[int(code.group(1))]}: {paths[-1] if paths else '(a checkpoint)'}"
-    e = e.__cause__ or e.__context__
-  return None
-
-
-def _silence_stderr() -> None:
-  """Points this process's stderr at /dev/null once a full disk or a permission error has been
-  reported. What is left to run is library threads and exit hooks (orbax's save threads,
-  tensorboardX's event writer) retrying writes to the same full disk, each failure a traceback
-  whose timing depends on the machine's load; the one line already said what happened. Only
-  for the `jaxdl` program: an in-process `main` call keeps its caller's stderr."""
-  devnull = os.open(os.devnull, os.O_WRONLY)
-  os.dup2(devnull, sys.stderr.fileno())
-  os.close(devnull)
-
-
 def _in_training_loop(e: BaseException) -> bool:
   """Whether `e` came out of the training loop (steps, logs, saves, the plot) rather than the
   run's setup (config, workdir, restore): a failed run exits 1, a setup failure 2."""
   from jaxdl.train import loop
   code = loop._Loop.train.__code__  # noqa: SLF001 -- the loop's one entry point
   return any(frame.f_code is code for frame, _ in traceback.walk_tb(e.__traceback__))
-
-
-class _DiskErrorFilter(logging.Filter):
-  """Drops log records (with their tracebacks) about a full disk or a permission error: orbax's
-  save threads log each one several times, and the CLI reports it once, in one line."""
-
-  def filter(self, record: logging.LogRecord) -> bool:
-    exc = record.exc_info[1] if record.exc_info else None
-    return not (_disk_failure(exc) if exc is not None else None) and not (
-        _disk_failure(RuntimeError(record.getMessage())))
-
-
-class _QuietClosedLoop:
-  """An unraisable-exception hook that drops "Event loop is closed" from orbax's save threads.
-
-  When a checkpoint write fails (a full disk), orbax closes its asyncio loop while tensorstore
-  still completes the other pending writes; each completion's callback then raises from a C++
-  thread, which reaches this hook as a bare traceback (a dozen or more per failure, measured on a
-  300 KiB tmpfs). The failure itself is reported once, in one line; anything else goes on to the
-  previous hook.
-  """
-
-  def __init__(self, previous):
-    self.previous = previous
-
-  def __call__(self, unraisable) -> None:
-    exc = unraisable.exc_value
-    if isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed":
-      return
-    self.previous(unraisable)
 
 
 def cmd_list(args) -> int:

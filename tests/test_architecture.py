@@ -2,7 +2,7 @@
 
 Layers (a module may import its own package and the layers below, never one above):
 
-  0  jaxdl.config
+  0  jaxdl.config, jaxdl.disk_errors
   1  jaxdl.data, jaxdl.models, jaxdl.optim        (not each other)
   2  jaxdl.train
   3  jaxdl.generative, jaxdl.doctor               (not each other)
@@ -21,8 +21,9 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "jaxdl"
-LAYERS = {"config": 0, "data": 1, "models": 1, "optim": 1, "train": 2, "generative": 3,
-          "doctor": 3, "course": 4, "bench": 4, "cli": 5, "__main__": 6, "__init__": 6}
+LAYERS = {"config": 0, "disk_errors": 0, "data": 1, "models": 1, "optim": 1, "train": 2,
+          "generative": 3, "doctor": 3, "course": 4, "bench": 4, "cli": 5, "__main__": 6,
+          "__init__": 6}
 
 
 def _module_name(path: pathlib.Path) -> str:

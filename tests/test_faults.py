@@ -23,6 +23,7 @@ import pytest
 from jaxdl import cli
 from jaxdl.config import load_config
 from jaxdl.train import checkpoint as jckpt
+from jaxdl import disk_errors
 from jaxdl.train import run, workdir as jworkdir
 from jaxdl.train.checkpoint import load_state
 
@@ -249,7 +250,7 @@ def test_closed_event_loop_noise_from_failed_saves_is_dropped_and_nothing_else()
   traceback each. The CLI's hook drops exactly those and passes anything else on."""
   import types
   seen = []
-  hook = cli._QuietClosedLoop(seen.append)
+  hook = disk_errors.QuietClosedLoop(seen.append)
   noise = types.SimpleNamespace(exc_value=RuntimeError("Event loop is closed"))
   other = types.SimpleNamespace(exc_value=RuntimeError("something else"))
   hook(noise)
@@ -261,7 +262,7 @@ def test_stopping_closes_everything_even_when_a_closer_fails():
   """The loop's teardown calls every closer (an unclosed checkpoint manager or event writer
   keeps writing from its threads during interpreter shutdown). After a failed loop the closers'
   errors become notes on its error; after a clean loop the first one is raised."""
-  from jaxdl.train.loop import _close_all
+  from jaxdl.train.guards import close_all
   called = []
 
   def ok(name):
@@ -272,12 +273,12 @@ def test_stopping_closes_everything_even_when_a_closer_fails():
     raise OSError(28, "No space left on device")
 
   loop_error = ValueError("the step failed")
-  _close_all((ok("profiler"), full_disk, ok("writer")), failed=loop_error)
+  close_all((ok("profiler"), full_disk, ok("writer")), failed=loop_error)
   assert called == ["profiler", "ckpt", "writer"]
   assert len(loop_error.__notes__) == 1 and "No space left" in loop_error.__notes__[0]
   called.clear()
   with pytest.raises(OSError, match="No space left"):
-    _close_all((full_disk, ok("writer")), failed=None)
+    close_all((full_disk, ok("writer")), failed=None)
   assert called == ["ckpt", "writer"]
 
 

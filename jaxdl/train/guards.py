@@ -1,4 +1,5 @@
-"""In-run guards: loss / gradient-norm spike detection for rewinding, and SIGTERM as a flag.
+"""In-run guards: loss / gradient-norm spike detection for rewinding, SIGTERM as a flag, and a
+teardown that closes every resource of a run even when one fails.
 
 A step is a spike when its value exceeds `factor` times the median of the previous `window`
 finite values of the same metric (after at least `window // 2` of them have been seen). The median
@@ -62,3 +63,22 @@ class Preemption:
   def __exit__(self, *exc):
     if self._old is not None:
       signal.signal(signal.SIGTERM, self._old)
+
+
+def close_all(closers, failed: BaseException | None) -> None:
+  """Calls every closer, each even when an earlier one raised: a checkpoint manager or a log
+  writer left open keeps writing from its threads while the interpreter shuts down. After the
+  loop failed with `failed`, their errors become notes on it (a full disk fails the checkpoint
+  and the log alike, and the loop's error is the one to report); otherwise the first is raised
+  once all have run."""
+  first = None
+  for close in closers:
+    try:
+      close()
+    except Exception as e:  # noqa: BLE001 -- the others must still close
+      if failed is not None:
+        failed.add_note(f"while stopping, {getattr(close, '__qualname__', close)} failed too "
+                        f"({type(e).__name__}: {e})")
+      first = first or e
+  if first is not None and failed is None:
+    raise first

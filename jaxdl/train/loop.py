@@ -206,25 +206,6 @@ class _EarlyStopping:
     return self.since_best >= self.patience
 
 
-def _close_all(closers, failed: BaseException | None) -> None:
-  """Calls every closer, each even when an earlier one raised: a checkpoint manager or a log
-  writer left open keeps writing from its threads while the interpreter shuts down. After the
-  loop failed with `failed`, their errors become notes on it (a full disk fails the checkpoint
-  and the log alike, and the loop's error is the one to report); otherwise the first is raised
-  once all have run."""
-  first = None
-  for close in closers:
-    try:
-      close()
-    except Exception as e:  # noqa: BLE001 -- the others must still close
-      if failed is not None:
-        failed.add_note(f"while stopping, {getattr(close, '__qualname__', close)} failed too "
-                        f"({type(e).__name__}: {e})")
-      first = first or e
-  if first is not None and failed is None:
-    raise first
-
-
 class _Loop:
   """The mutable side of a run: current state, data position, writers, checkpoints."""
 
@@ -336,9 +317,9 @@ class _Loop:
         if self.pending is not None:
           self.last_train = self.check(self.pending, None)
       except BaseException as e:
-        _close_all(closers, failed=e)
+        guards.close_all(closers, failed=e)
         raise
-      _close_all(closers, failed=None)
+      guards.close_all(closers, failed=None)
     if self.is_main and self.settings.plot:
       plots.plot_run(self.workdir, title=self.config.name)
     step = self.strategy.first(self.state.step)
