@@ -164,8 +164,8 @@ def make_probe(model, task, axis_name: str | None = None) -> Callable:
   """`probe(state, batch) -> {name: scalar}`: one eval-mode forward with 'watch' mutable.
 
   Every signal is over the whole batch: under pmap (`axis_name`) each device sees B / D rows,
-  so the maxima are `pmax`ed, the logits' std comes from the pmean of E z and E z^2 (equal
-  shares), and a unit is dead only where it is dead on every device."""
+  so the maxima are `pmax`ed, the logits' std comes from pmeans of E z, then of E (z - mean)^2
+  (equal shares), and a unit is dead only where it is dead on every device."""
 
   def pmax(x):
     return x if axis_name is None else jax.lax.pmax(x, axis_name)
@@ -181,9 +181,9 @@ def make_probe(model, task, axis_name: str | None = None) -> Callable:
     (logits, sown), relus = with_relu_inputs(forward, variables, task.init_input(batch),
                                              top=type(model).__name__)
     logits = jnp.asarray(logits, jnp.float32)
-    mean, mean_sq = pmean(jnp.mean(logits)), pmean(jnp.mean(logits**2))
+    mean = pmean(jnp.mean(logits))  # two passes: E z^2 - (E z)^2 cancels when |E z| >> std
     out = {"logit_max": pmax(jnp.max(logits)),
-           "logit_std": jnp.sqrt(jnp.maximum(mean_sq - mean**2, 0.0))}
+           "logit_std": jnp.sqrt(pmean(jnp.mean((logits - mean) ** 2)))}
     out.update({f"dead_relu/{layer}": dead_fraction(h, axis_name) for layer, h in relus})
     for name, value in _sown(sown.get(COLLECTION, {})):
       # 'h/attn/attn_max_logit/3' (scanned) or 'h_3/attn/attn_max_logit' -> 'h/3', 'h_3'
