@@ -164,21 +164,10 @@ def _pf_ode_bpd(config, model, variables, x, y, steps, divergence):
   return float(np.mean(np.asarray(res["bpd"])))
 
 
-def _vae_bpd(config, model, variables, x):
-  """The VAE's -ELBO / (D ln 2) on x (one z per example, the task's evaluation draw)."""
-  from jaxdl.train import make_task
-  loss_fn = make_task(config).loss_fn
-  params = variables["params"]
-  state = {k: v for k, v in variables.items() if k != "params"}
-  _, (metrics, _) = jax.jit(lambda p, m, b: loss_fn(model.apply, p, m, b, None, False))(
-      params, state, {"x": x})
-  return float(metrics["bpd"])
-
-
 def _digits_row(row, family, config, model, variables, test_xy, judge, t):
   """calls, seconds/sample, bits/dim, quality (and the VAE's active units) of a digits run."""
   from jaxdl.data.sources import digits_split
-  from jaxdl.generative import evaluation
+  from jaxdl.generative import evaluation, vae
   labels = np.arange(t.num) % ar_digits.CLASSES
   if family == "autoregressive":
     params, sample = variables["params"], ar_digits.digit_sampler(model)
@@ -204,7 +193,7 @@ def _digits_row(row, family, config, model, variables, test_xy, judge, t):
     if family == "VAE":
       summary = json.loads(pathlib.Path(row, "summary.json").read_text())
       out.update(bits_per_dim=summary["eval"]["bpd"], bits_per_dim_kind="bound (-ELBO)",
-                 bits_per_dim_dequantized=_vae_bpd(config, model, variables, x_deq),
+                 bits_per_dim_dequantized=vae.run_elbo(config, model, variables, x_deq)["bpd"],
                  active_units=summary["eval"].get("active_units"))
     else:
       y_ll = y_te[:t.ll_num] if conditional else None

@@ -1,6 +1,8 @@
 """Tests for jaxdl.generative.vae: closed-form KL, a linear-Gaussian VAE's ELBO against its
 exact log-likelihood, and the KL warmup's beta ramp."""
 
+import json
+
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -159,3 +161,12 @@ def test_vae_digits_smoke_trains_on_the_engine_and_samples_in_one_call(tmp_path,
   assert cli.main(["sample", str(tmp_path), "--guidance", "2", "--out", str(out)]) == 2
   err = capsys.readouterr().err.strip()
   assert err.startswith("jaxdl: error: --guidance") and "\n" not in err
+  # `jaxdl likelihood` reports the bound on the whole eval split as the run's own evaluation did
+  # (one batch, the same fixed z draw), in one chunk or in chunks of 100 (other z draws).
+  assert cli.main(["likelihood", str(tmp_path), "--num", "1000", "--batch-size", "512"]) == 0
+  whole = json.loads(capsys.readouterr().out)
+  assert whole["kind"].startswith("bound") and whole["num"] == 360
+  np.testing.assert_allclose([whole["nats"], whole["bits_per_dim"]], [ev["elbo"], ev["bpd"]],
+                             rtol=1e-5)
+  assert cli.main(["likelihood", str(tmp_path), "--num", "1000", "--batch-size", "100"]) == 0
+  np.testing.assert_allclose(json.loads(capsys.readouterr().out)["nats"], ev["elbo"], rtol=0.05)

@@ -39,7 +39,7 @@ import ml_collections
 
 from jaxdl.config import parse_section
 from jaxdl.models import layers, register_model
-from jaxdl.train.tasks import Task, masked_mean, register_task
+from jaxdl.train.tasks import Task, make_task, masked_mean, register_task
 
 DECODERS = ("gaussian", "bernoulli")
 _EVAL_KEY = 20260102
@@ -225,3 +225,14 @@ def make_run_sampler(config, model):
     return model.apply(variables, z_BxZ, method=VAE.mean)
 
   return sample
+
+
+def run_elbo(config, model, variables, x) -> dict:
+  """The beta = 1 evaluation of a trained 'vae' run on data x_B...: 'elbo' (nats per example,
+  mean over x) and 'bpd' = -ELBO / (D ln 2), one z per example from the fixed evaluation draw
+  (an unbiased estimate of the bound)."""
+  loss_fn = make_task(config).loss_fn
+  state = {k: v for k, v in variables.items() if k != "params"}
+  _, (metrics, _) = jax.jit(lambda p, m, b: loss_fn(model.apply, p, m, b, None, False))(
+      variables["params"], state, {"x": jnp.asarray(x, jnp.float32)})
+  return {"elbo": float(metrics["elbo"]), "bpd": float(metrics["bpd"])}
