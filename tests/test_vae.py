@@ -170,3 +170,6 @@ def test_vae_digits_smoke_trains_on_the_engine_and_samples_in_one_call(tmp_path,
                              rtol=1e-5)
   assert cli.main(["likelihood", str(tmp_path), "--num", "1000", "--batch-size", "100"]) == 0
   np.testing.assert_allclose(json.loads(capsys.readouterr().out)["nats"], ev["elbo"], rtol=0.05)
+  assert cli.main(["likelihood", str(tmp_path), "--steps", "10"]) == 2  # no ODE to step
+  err = capsys.readouterr().err.strip()
+  assert err.startswith("jaxdl: error: --steps: a 'vae' run's likelihood is its ELBO bound")

@@ -30,10 +30,10 @@ def add_arguments(parser) -> None:
   parser.add_argument("workdir", help="the run's workdir (config.json + checkpoints/)")
   parser.add_argument("--num", type=int, default=256,
                       help="evaluation examples (the first NUM of the split; default 256)")
-  parser.add_argument("--steps", type=int, default=100, help="RK4 steps (default 100)")
-  parser.add_argument("--divergence", default="auto", choices=("auto", "exact", "hutchinson"),
-                      help=f"trace of dv/dx: exact up to {EXACT_MAX_DIMS} dims under 'auto'")
-  parser.add_argument("--probes", type=int, default=1, help="Hutchinson probes (default 1)")
+  parser.add_argument("--steps", type=int, default=None, help="RK4 steps (default 100)")
+  parser.add_argument("--divergence", default=None, choices=("auto", "exact", "hutchinson"),
+                      help=f"trace of dv/dx (default auto: exact up to {EXACT_MAX_DIMS} dims)")
+  parser.add_argument("--probes", type=int, default=None, help="Hutchinson probes (default 1)")
   parser.add_argument("--batch-size", type=int, default=256,
                       help="examples per ODE solve (bounds memory; default 256)")
   parser.add_argument("--seed", type=int, default=0, help="seed of the Hutchinson probes")
@@ -41,13 +41,15 @@ def add_arguments(parser) -> None:
                       help="use the last parameters rather than the run's average")
 
 
-def check_request(workdir, num: int, steps: int, probes: int, batch_size: int = 1) -> None:
-  """Refuses, before anything is loaded, counts below 1 and a workdir that holds no run or a run
-  without a probability-flow likelihood (one line naming the option or the run)."""
+def check_request(workdir, num: int, batch_size: int = 1, **ode_options) -> None:
+  """Refuses, before anything is loaded, counts below 1, a workdir that holds no run or a run
+  without a likelihood (a GAN, a classifier), and ODE options (`steps`, `divergence`, `probes`:
+  None when not given) for a VAE, whose bound takes none; one line naming the option or run."""
   from jaxdl.generative import likelihood  # pylint: disable=g-import-not-at-top
-  for flag, value in (("--num", num), ("--steps", steps), ("--probes", probes),
-                      ("--batch-size", batch_size)):
-    if value < 1:
+  counts = {"--num": num, "--batch-size": batch_size, "--steps": ode_options.get("steps"),
+            "--probes": ode_options.get("probes")}
+  for flag, value in counts.items():
+    if value is not None and value < 1:
       raise ValueError(f"{flag}: must be >= 1, got {value}")
   config_json = pathlib.Path(workdir) / "config.json"
   if not config_json.is_file():
@@ -56,9 +58,14 @@ def check_request(workdir, num: int, steps: int, probes: int, batch_size: int = 
     task = json.loads(config_json.read_text(encoding="utf-8")).get("task")
   except (OSError, ValueError, AttributeError) as e:
     raise ValueError(f"{config_json}: unreadable ({type(e).__name__}: {e})") from None
+  if task == "vae":  # its bound, one decoder pass: no ODE
+    given = [name for name, value in ode_options.items() if value is not None]
+    if given:
+      raise ValueError(f"--{given[0]}: a 'vae' run's likelihood is its ELBO bound, which takes "
+                       f"no --{given[0]} (an option of flow_matching / ddpm runs)")
+    return
   try:
-    if task != "vae":  # the VAE has its bound
-      likelihood.check_task(task)
+    likelihood.check_task(task)
   except ValueError as e:
     raise ValueError(f"{workdir}: {e}") from None
 
@@ -75,19 +82,20 @@ def eval_examples(config, num: int) -> dict:
     have += int(keep.sum())
     if have >= num:
       break
+  if not have:
+    raise ValueError(f"data: the run's evaluation split ({config.data.name}) is empty")
   return {k: np.concatenate([p[k] for p in parts])[:num] for k in parts[0]}
 
 
-def run_likelihood(workdir, *, num: int = 256, steps: int = 100, divergence: str = "auto",
-                   probes: int = 1, seed: int = 0, ema: bool = True,
-                   batch_size: int = 256) -> dict:
+def run_likelihood(workdir, *, num: int = 256, steps: int | None = None,
+                   divergence: str | None = None, probes: int | None = None, seed: int = 0,
+                   ema: bool = True, batch_size: int = 256) -> dict:
   """What `jaxdl likelihood` prints, as a dict. The examples are solved `batch_size` at a time
   (the Hutchinson probes of batch i drawn from fold_in(PRNGKey(seed), i))."""
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from jaxdl.generative import likelihood  # pylint: disable=g-import-not-at-top
+  from jaxdl.generative import likelihood, vae  # pylint: disable=g-import-not-at-top
   from jaxdl.train import load_run  # pylint: disable=g-import-not-at-top
-  from jaxdl.generative import vae  # pylint: disable=g-import-not-at-top
   config, model, variables, step = load_run(workdir, ema=ema)
   examples = eval_examples(config, num)
   x = examples["x"]
@@ -101,7 +109,8 @@ def run_likelihood(workdir, *, num: int = 256, steps: int = 100, divergence: str
     return {**head, "kind": "bound (-ELBO, one z per example)",
             "nats": sum(n * r["elbo"] for n, r in parts) / len(x),
             "bits_per_dim": sum(n * r["bpd"] for n, r in parts) / len(x)}
-  if divergence == "auto":
+  steps, probes = steps or 100, probes or 1
+  if divergence in (None, "auto"):
     divergence = "exact" if dims <= EXACT_MAX_DIMS else "hutchinson"
   y = examples.get("y") if config.gen.get("num_classes", 0) else None
   logp, bpd = [], []
@@ -120,7 +129,8 @@ def run_likelihood(workdir, *, num: int = 256, steps: int = 100, divergence: str
 
 def main(args) -> int:
   try:
-    check_request(args.workdir, args.num, args.steps, args.probes, args.batch_size)
+    check_request(args.workdir, args.num, args.batch_size, steps=args.steps,
+                  divergence=args.divergence, probes=args.probes)
     result = run_likelihood(args.workdir, num=args.num, steps=args.steps,
                             divergence=args.divergence, probes=args.probes, seed=args.seed,
                             ema=args.ema, batch_size=args.batch_size)
