@@ -227,12 +227,23 @@ def make_run_sampler(config, model):
   return sample
 
 
-def run_elbo(config, model, variables, x) -> dict:
+def run_elbo(config, model, variables, x, *, batch_size: int | None = None) -> dict:
   """The beta = 1 evaluation of a trained 'vae' run on data x_B...: 'elbo' (nats per example,
   mean over x) and 'bpd' = -ELBO / (D ln 2), one z per example from the fixed evaluation draw
-  (an unbiased estimate of the bound)."""
+  (an unbiased estimate of the bound); `batch_size` examples per call of one compiled program
+  (the last batch padded and masked out), None: all at once."""
   loss_fn = make_task(config).loss_fn
+  params = variables["params"]
   state = {k: v for k, v in variables.items() if k != "params"}
-  _, (metrics, _) = jax.jit(lambda p, m, b: loss_fn(model.apply, p, m, b, None, False))(
-      variables["params"], state, {"x": jnp.asarray(x, jnp.float32)})
-  return {"elbo": float(metrics["elbo"]), "bpd": float(metrics["bpd"])}
+  evaluate = jax.jit(lambda p, m, b: loss_fn(model.apply, p, m, b, None, False)[1][0])
+  x = jnp.asarray(x, jnp.float32)
+  num = x.shape[0]
+  rows = num if batch_size is None else min(batch_size, num)
+  total = {"elbo": 0.0, "bpd": 0.0}
+  for lo in range(0, num, rows):
+    n = min(rows, num - lo)
+    x_pad = jnp.pad(x[lo:lo + n], [(0, rows - n)] + [(0, 0)] * (x.ndim - 1), mode="edge")
+    metrics = evaluate(params, state, {"x": x_pad, "mask": jnp.arange(rows) < n})
+    for k in total:
+      total[k] += n * float(metrics[k])
+  return {k: v / num for k, v in total.items()}
