@@ -192,3 +192,13 @@ def test_first_steps_split_the_batch_as_the_experiment_does():
                              rtol=1e-5)
   split, whole = _first_losses("moons_mlp:bn", 2), _first_losses("moons_mlp:bn", 1)
   assert np.max(np.abs(split - whole)) > 1e-4, (split, whole)
+
+
+def test_lr_range_splits_the_batch_as_the_experiment_does():
+  """As the first steps: equal losses without BatchNorm, different with it."""
+  def losses(spec, grad_accum):
+    config, _ = load_config(spec, [f"train.grad_accum={grad_accum}"])
+    return lr_range_test(config, steps=4, lr_min=1e-4, lr_max=1e-2).losses
+
+  np.testing.assert_allclose(losses("moons_mlp", 2), losses("moons_mlp", 1), rtol=1e-5)
+  assert np.max(np.abs(losses("moons_mlp:bn", 2) - losses("moons_mlp:bn", 1))) > 1e-4
