@@ -27,8 +27,7 @@ from typing import Any, Sequence
 import ml_collections
 
 
-class ConfigError(ValueError):
-  """A bad experiment name, key or value; the message is one line naming it."""
+from jaxdl.schema import ConfigError  # noqa: E402 -- re-exported: the CLI's bad-input error
 
 
 def experiments_dir() -> pathlib.Path:
@@ -371,6 +370,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.description = ""
   c.seed = 0
   c.task = "classification"
+  # The `smoke` arg of every experiment sets it: the procedures of multi-stage experiments (the
+  # teacher, the digits judge, evaluation sizes) read it, never a step count.
+  c.smoke = False
   c.train = ml_collections.ConfigDict(dataclasses.asdict(TrainSettings()))
   c.parallel = ml_collections.ConfigDict(dataclasses.asdict(ParallelSettings()))
   return c

@@ -49,6 +49,49 @@ def model_keys(builder) -> list[str] | None:
   return keys
 
 
+def model_config(name: str, **overrides):
+  """The `model` section of model `name`: every field of its class at its default, so any field
+  can be `--set`; `overrides` replace some (an unknown one is a ConfigError naming it).
+
+  A field whose default is None becomes a typed placeholder; dtypes are written by name.
+  """
+  import ml_collections
+  from ml_collections import config_dict
+
+  from jaxdl.schema import ConfigError
+  if name not in MODELS:
+    raise ConfigError(f"model.name: unknown model {name!r}; expected one of {sorted(MODELS)}")
+  builder = MODELS[name]
+  cls = builder if isinstance(builder, type) else getattr(builder, "model_class", None)
+  keys = model_keys(builder)
+  if keys is None or cls is None:
+    raise ConfigError(f"model.name: model {name!r} reads its section itself; write the section")
+  unknown = sorted(set(overrides) - set(keys))
+  if unknown:
+    raise ConfigError(f"model.{unknown[0]}: unknown key for model {name!r}; expected one of "
+                      f"{sorted(keys)}")
+  fields = {f.name: f for f in dataclasses.fields(cls)}
+  cfg = ml_collections.ConfigDict()
+  cfg.name = name
+  for key in keys:
+    if key in overrides:
+      value = overrides[key]
+    elif key in fields and fields[key].default is not dataclasses.MISSING:
+      value = fields[key].default
+    else:
+      value = inspect.signature(builder).parameters[key].default
+    if key in ("dtype", "param_dtype") and value is not None and not isinstance(value, str):
+      import numpy as np
+      value = np.dtype(value).name
+    if value is None:
+      hint = fields[key].type if key in fields else None
+      hint = hint if isinstance(hint, type) else str
+      cfg[key] = config_dict.placeholder(hint)
+    else:
+      cfg[key] = value
+  return cfg
+
+
 def _field_value(key: str, value):
   from jaxdl.models.layers import to_dtype
   if key in ("dtype", "param_dtype") and value is not None:
