@@ -27,20 +27,14 @@ from jaxdl.config import parse_arg
 
 def get_config(arg=None):
   smoke = parse_arg(arg, smoke=False).smoke
-  c = ml_collections.ConfigDict()
-  c.name = "adamw_vs_l2"
-  c.description = "Adam+L2 vs AdamW on noisy/quiet weight groups (group means after 1,000 steps)"
-  c.seed = 0
+  c = ml_collections.ConfigDict(dict(
+      name="adamw_vs_l2", seed=0, smoke=smoke, rules=("adam_l2", "adamw"),
+      description="Adam+L2 vs AdamW on noisy/quiet weight groups (group means after 1,000 steps)"))
   c.toy = ml_collections.ConfigDict(dict(n=1000, steps=1000, rms_noisy=10.0, rms_quiet=0.01))
-  c.rules = ("adam_l2", "adamw")
-  c.optim = default_optim_config()
-  c.optim.lr = 1e-3
-  c.optim.weight_decay = 0.1
-  c.optim.b1, c.optim.b2, c.optim.eps = 0.9, 0.999, 1e-8
-  c.optim.clip_norm = None
-  c.optim.decay_mask = [".*"]  # the toy's weights are plain vectors, not kernels
-  c.optim.schedule.name = "constant"
-  c.optim.schedule.warmup_frac = 0.0
+  # decay_mask: every weight, the toy's weights being plain vectors, not kernels
+  c.optim = default_optim_config(lr=1e-3, weight_decay=0.1, b1=0.9, b2=0.999, eps=1e-8,
+                                 clip_norm=None, decay_mask=[".*"], schedule="constant",
+                                 warmup_frac=0.0)
   if smoke:
     c.toy.n, c.toy.steps = 100, 100
   return c

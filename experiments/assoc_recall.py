@@ -12,9 +12,11 @@ as one token (k, v) (vocabulary 8 + 8 + 64), then Q = 8 queries, each one of the
 1/8). GPT d 64, 2 layers, 4 heads, RoPE, block_size P + Q; the SSM variant replaces each block's
 attention by `jaxdl.models.ssm` with expand 1, state N = 8 and its width-4 causal conv, which
 gives it about the parameters of attention (108,672 vs 105,216 in all, `gpt_costs`). AdamW 3e-3
-(decay 0.1), batch 32, warmup then cosine, 1,500 steps per run, seed 0; each run in
-<workdir>/P<P>_<mixer>. Writes results.json (eval accuracy at the queries, eval loss, parameter
-count).
+(decay 0.1), batch 32, warmup then cosine, 1,500 steps per run, seed 0. The experiment's own run
+is P = 8 with the first mixer, in <workdir>; its after_training
+(`jaxdl.course.studies.recall_sweep`) trains the others into <workdir>/P<P>_<mixer> (before issue
+24 every run was a subdirectory; same configs) and writes results.json (eval accuracy at the
+queries, eval loss, parameter count).
 
 Expected (measured on the shared 2-core CPU, seed 0; eval accuracy at the queries, eval loss):
 
@@ -33,65 +35,34 @@ attention took 3,000 steps to leave the ln 16 plateau (0.48 at P = 8 after 6,000
 stayed at chance.
 """
 
-import json
-import os
-
-from jaxdl.config import base_config, parse_arg
+from jaxdl.config import base_config, parse_arg, smoke
+from jaxdl.course import studies
 from jaxdl.data import default_data_config
-from jaxdl.models.gpt import gpt_config
+from jaxdl.models import model_config
 from jaxdl.optim import default_optim_config
-
-MIXERS = ("attention", "ssm")
 
 
 def get_config(arg=None):
   args = parse_arg(arg, smoke=False, attn=False, ssm=False)
   c = base_config()
-  c.name = "assoc_recall"
+  c.name, c.task = "assoc_recall", "lm_masked"
   c.description = "Associative recall vs context length: attention vs a selective SSM"
-  c.task = "lm_masked"
   c.data = default_data_config("assoc_recall")
-  c.data.update(queries=8, keys=8, values=8, batch_size=32, fused=True)
-  c.model = gpt_config(vocab_size=8 + 8 + 8 * 8, block_size=8 + 8, n_layer=2, n_head=4, d_model=64,
-                       pos="rope", ssm_state=8, ssm_expand=1)
-  c.optim = default_optim_config()
-  c.optim.name = "adamw"
-  c.optim.lr = 3e-3
-  c.optim.weight_decay = 0.1
-  c.optim.schedule.name = "warmup_cosine"
-  c.train.steps = 1500
-  c.train.eval_every = 500
-  c.train.log_every = 50
-  c.train.ckpt_every = 1500
-  c.train.plot = False
+  c.data.update(queries=8, keys=8, values=8, batch_size=32, fused=True, pairs=8)
+  c.mixers = ("attention",) if args.attn else ("ssm",) if args.ssm else ("attention", "ssm")
+  c.model = model_config("gpt", vocab_size=8 + 8 + 8 * 8, block_size=8 + 8, n_layer=2,
+                         d_model=64, pos="rope", ssm_state=8, ssm_expand=1, mixer=c.mixers[0])
+  c.optim = default_optim_config("adamw", lr=3e-3, weight_decay=0.1)
+  c.train.update(steps=1500, eval_every=500, log_every=50, ckpt_every=1500, plot=False)
   c.pairs = (2, 4, 8)
-  c.mixers = ("attention",) if args.attn else ("ssm",) if args.ssm else MIXERS
   if args.smoke:
-    c.data.n, c.data.n_eval = 256, 64
+    c.data.update(n=256, n_eval=64, pairs=4)
+    c.model.block_size = 4 + 8
     c.pairs = (4,)
-    c.train.steps = 10
-    c.train.eval_every = 5
-    c.train.ckpt_every = 10
+    smoke(c, steps=10, eval_every=5, ckpt_every=10)
   return c
 
 
-def run(config, workdir):
-  """Trains one GPT per (P, mixer); returns eval accuracy, loss and parameters of each."""
-  from jaxdl.models import build_model
-  from jaxdl.models.gpt import gpt_costs
-  from jaxdl.train import run as train
-  results = {}
-  for pairs in config.pairs:
-    for mixer in config.mixers:
-      c = config.copy_and_resolve_references()
-      c.data.pairs = pairs
-      c.model.block_size = pairs + c.data.queries
-      c.model.mixer = mixer
-      name = f"P{pairs}_{mixer}"
-      summary = train(c, os.path.join(workdir, name), progress=False)
-      results[name] = {"eval_accuracy": summary["eval"]["accuracy"],
-                       "eval_loss": summary["eval"]["loss"],
-                       "params": gpt_costs(build_model(c.model))["params"]}
-  with open(os.path.join(workdir, "results.json"), "w") as f:
-    json.dump(results, f, indent=2)
-  return results
+def after_training(config, workdir, summary):
+  """The other (pairs, mixer) runs: accuracy at the queries, loss, parameters (results.json)."""
+  return studies.recall_sweep(config, workdir, summary)

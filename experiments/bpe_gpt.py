@@ -39,7 +39,8 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from jaxdl.config import load_config, parse_arg
+from jaxdl.config import parse_arg, smoke
+from jaxdl.course.supervised_configs import stdlib_gpt
 from jaxdl.data import default_data_config, parse_data
 from jaxdl.data.tokenize import get_tokenizer
 from jaxdl.models import build_model
@@ -49,23 +50,21 @@ from jaxdl.train.checkpoint import load_state
 
 def get_config(arg=None):
   args = parse_arg(arg, smoke=False, data="")
-  smoke = args.smoke
   # char_gpt's model, optimizer and schedule; only the data and the vocabulary differ.
-  c, _ = load_config("char_gpt:smoke" if smoke else "char_gpt")
-  c.unlock()
-  c.name = "bpe_gpt"
-  c.description = "Small GPT on the stdlib's sources with a jaxdl-trained BPE, packed documents"
+  c = stdlib_gpt("bpe_gpt",
+                 "Small GPT on the stdlib's sources with a jaxdl-trained BPE, packed documents")
   c.data = default_data_config("stdlib_bpe")
-  c.data.vocab = 512 if smoke else 4096
-  c.data.max_bytes = 200_000 if smoke else 2_000_000
+  c.data.vocab = 512 if args.smoke else 4096
+  c.data.max_bytes = 200_000 if args.smoke else 2_000_000
   if args.data:  # a user's prepared text: the model's vocabulary is its tokenizer's
     c.data = default_data_config("arrayrecord")
     c.data.path = args.data
   c.data.update(context_length=64, batch_size=32, eval_batch_size=64,
-                max_eval_windows=64 if smoke else 0, segment_ids=True)
+                max_eval_windows=64 if args.smoke else 0, segment_ids=True)
   c.model.vocab_size = _prepared_vocab(args.data) if args.data else c.data.vocab
-  c.sample.max_new_tokens = 8 if smoke else 40
-  return c
+  c.sample = dict(prompt="def ", max_new_tokens=8 if args.smoke else 40, temperature=0.8,
+                  top_k=40, seed=0)
+  return smoke(c, steps=10, eval_every=5, ckpt_every=5) if args.smoke else c
 
 
 def _prepared_vocab(directory: str) -> int:

@@ -23,8 +23,7 @@ from jaxdl.config import parse_arg
 def get_config(arg=None):
   c = planted.digits_experiment(
       "bug_eval_in_train_mode", "Planted bug: BatchNorm uses batch statistics in eval (digits, "
-      "eval batches of 2)", norm="batch", eval_batch_stats=True)
+      "eval batches of 2)", smoke=parse_arg(arg, smoke=False).smoke, norm="batch",
+      eval_batch_stats=True)
   c.data.eval_batch_size = 2
-  if parse_arg(arg, smoke=False).smoke:
-    c.train.steps = 20
   return c

@@ -16,9 +16,6 @@ from jaxdl.config import parse_arg
 
 
 def get_config(arg=None):
-  c = planted.digits_experiment(
+  return planted.digits_experiment(
       "bug_last_layer_x100", "Planted bug: last layer init x100 on digits (first loss ~55 vs "
-      "ln 10)", head_scale=100.0)
-  if parse_arg(arg, smoke=False).smoke:
-    c.train.steps = 20
-  return c
+      "ln 10)", smoke=parse_arg(arg, smoke=False).smoke, head_scale=100.0)

@@ -18,10 +18,7 @@ from jaxdl.config import parse_arg
 
 def get_config(arg=None):
   c = planted.digits_experiment(
-      "bug_lr_too_high", "Planted bug: SGD at lr 1000 on digits (loss NaN within 20 steps)")
-  c.optim.name = "sgd"
-  c.optim.lr = 1000.0
-  c.optim.clip_norm = None
-  if parse_arg(arg, smoke=False).smoke:
-    c.train.steps = 20
+      "bug_lr_too_high", "Planted bug: SGD at lr 1000 on digits (loss NaN within 20 steps)",
+      smoke=parse_arg(arg, smoke=False).smoke)
+  c.optim.update(name="sgd", lr=1000.0, clip_norm=None)
   return c

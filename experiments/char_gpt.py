@@ -32,49 +32,25 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdl.config import base_config, parse_arg
-from jaxdl.data import decode, default_data_config
+from jaxdl.config import parse_arg, smoke
+from jaxdl.course.supervised_configs import stdlib_gpt
+from jaxdl.data import decode
 from jaxdl.models import build_model
 from jaxdl.models.decoding import make_sampler
-from jaxdl.models.gpt import gpt_config
-from jaxdl.optim import default_optim_config
 from jaxdl.train.checkpoint import load_state
 
 
 def get_config(arg=None):
-  c = base_config()
-  c.name = "char_gpt"
-  c.description = "Small byte-level GPT on the Python standard library's sources (bits per byte)"
-  c.task = "lm"
-  c.data = default_data_config("text")
-  c.data.context_length = 64
-  c.data.batch_size = 32
-  c.data.eval_batch_size = 64
-  c.data.max_eval_windows = 256
-  # scan_unroll=4: the 4 layers unrolled inside one scan step (faster on CPU; params still stacked)
-  c.model = gpt_config(vocab_size=256, block_size=64, n_layer=4, n_head=4, d_model=128,
-                       scan_unroll=4)
-  c.optim = default_optim_config()
-  c.optim.name = "adamw"
-  c.optim.lr = 3e-3
-  c.optim.weight_decay = 0.1
-  c.optim.schedule.name = "warmup_cosine"
-  c.train.steps = 800
-  c.train.eval_every = 200
-  c.train.log_every = 10
-  c.train.ckpt_every = 200
-  c.train.best_metric = "eval/loss"
-  c.train.best_mode = "min"
-  c.sample = dict(prompt="def ", max_new_tokens=60, temperature=0.8, top_k=40, seed=0)
   args = parse_arg(arg, smoke=False, ssm=False, moe=False)
+  c = stdlib_gpt("char_gpt",
+                 "Small byte-level GPT on the Python standard library's sources (bits per byte)")
+  c.sample = dict(prompt="def ", max_new_tokens=60, temperature=0.8, top_k=40, seed=0)
   if args.ssm:
     c.model.mixer = "ssm"
   if args.moe:
     c.model.update(moe_experts=8, moe_top_k=2)
   if args.smoke:
-    c.train.steps = 10
-    c.train.eval_every = 5
-    c.train.ckpt_every = 5
+    smoke(c, steps=10, eval_every=5, ckpt_every=5)
     c.data.max_eval_windows = 64
     c.sample.max_new_tokens = 16
   return c

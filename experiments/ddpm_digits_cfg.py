@@ -13,19 +13,17 @@ Expected: class_accuracy >= 0.90 at the default guidance w = 2 (measured on 500 
 0.998 with a trained digits_cnn run as the classifier, 1.00 with the SVM).
 """
 
-from _digits import generative_after_training
+from jaxdl.course import digits_judge
 from jaxdl.course.generative_configs import digits_config
 
 
 def get_config(arg=None):
   c = digits_config("ddpm", "ddpm_digits_cfg", arg)
-  if arg is None:
+  if not c.smoke:
     c.train.steps = 2000
   c.description = ("Class-conditional DDPM on digits with guidance (DDIM 50 steps); "
                    "classifier >= 90%")
   return c
 
 
-def after_training(config, workdir, summary):
-  """Trains the judge (gen.classifier), then samples the final checkpoint and measures it."""
-  return generative_after_training(config, workdir, summary)
+after_training = digits_judge.class_check  # `jaxdl train` calls it once trained

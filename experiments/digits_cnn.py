@@ -8,7 +8,8 @@ Run:
   jaxdl train digits_cnn:data=DIR     # the same CNN on your images, prepared into DIR by
                                       # `jaxdl data prepare root --out DIR` (root/<class>/*.png)
 
-Setup: experiments/_digits.py (batch 128, AdamW 2e-3, warmup + cosine), 1500 steps.
+Setup: `jaxdl.course.supervised_configs.digits_classifier` (batch 128, AdamW 2e-3, warmup +
+cosine), 1500 steps; the `cnn` model at its defaults but dropout 0.1.
 `subset`: the first 160 training digits, batch 32, 600 steps (120 epochs), no dropout, and the
 final model also evaluated on its training digits (un-augmented, eval mode): `train_split` and
 `gap` (test minus train loss; train minus test accuracy) in the summary. `aug`:
@@ -31,34 +32,31 @@ process from one initial state and one compiled step, gaps 0.3079 and 0.1778 as 
 CPU-seconds with a cold XLA cache, ~10 with a warm one (measured on the 2-core CPU under load).
 """
 
-from _digits import digits_config
-
-from jaxdl.config import parse_arg
+from jaxdl.config import parse_arg, smoke
+from jaxdl.course.supervised_configs import digits_classifier
 from jaxdl.data import default_data_config, records
+from jaxdl.models import model_config
 
 SUBSET = 160
 
 
 def get_config(arg=None):
   args = parse_arg(arg, smoke=False, subset=False, aug=False, data="")
-  model = dict(name="cnn", features=(32, 64), kernel=3, pool=2, hidden=128, out=10, norm="none",
-               dropout=0.1, init_name="he")
-  c = digits_config(
+  c = digits_classifier(
       "digits_cnn", "Digits classification with a CNN (two conv-ReLU-pool blocks, dense head)",
-      model=model, steps=1500, arg="smoke" if args.smoke else None)
+      model_config("cnn", dropout=0.1), steps=1500)
   if args.subset:
     c.data.n_train = SUBSET
     c.data.batch_size = 32  # 5 steps an epoch; divides over 1, 2, 4, 8, ... devices
     c.model.dropout = 0.0  # the one regularizer compared is the augmentation
-    if not args.smoke:
-      c.train.steps, c.train.eval_every, c.train.ckpt_every = 600, 600, 600
+    c.train.update(steps=600, eval_every=600, ckpt_every=600)
   if args.aug:
     c.data.augment = ("crop=1",)
   if args.data:  # a user's prepared images: one output per class of its manifest
     c.data = default_data_config("arrayrecord")
     c.data.update(path=args.data, batch_size=128)
     c.model.out = _prepared_classes(args.data)
-  return c
+  return smoke(c) if args.smoke else c
 
 
 def _prepared_classes(directory: str) -> int:

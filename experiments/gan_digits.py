@@ -21,58 +21,28 @@ which `jaxdl sample` and the judge then read) 76.2% at 6,000 steps and 87.0% / 8
 no better than the last iterate.
 """
 
-import json
-import pathlib
-
-from _digits import train_classifier
-from vae_digits import judge_samples
-from jaxdl.config import base_config, parse_arg
-from jaxdl.data import default_data_config
-from jaxdl.generative.gan import default_gan_config
-from jaxdl.optim import default_optim_config
+from jaxdl.config import parse_arg, smoke
+from jaxdl.course import digits_judge
+from jaxdl.course.generative_configs import gan_optim, generative_base
+from jaxdl.generative.settings import default_gen_config
+from jaxdl.models import model_config
 
 
 def get_config(arg=None):
-  smoke = parse_arg(arg, smoke=False).smoke
-  c = base_config()
-  c.name = "gan_digits"
+  c = generative_base("gan", "gan_digits", "digits", batch_size=128, steps=20_000, every=5000,
+                      log_every=200)
   c.description = "GAN on digits: one-call samples judged by a CNN"
-  c.task = "gan"
-  c.data = default_data_config("digits")
-  c.data.scale = "symmetric"
-  c.data.batch_size = 128
-  c.model = dict(name="gan", data_shape=(8, 8, 1), latent=32, hidden=(256, 256))
-  c.gen = default_gan_config()
+  c.model = model_config("gan", data_shape=(8, 8, 1), latent=32, hidden=(256, 256))
+  c.gen = default_gen_config("gan")
   c.gen.r1 = 1.0
   c.gen.sample_shape = (8, 8, 1)
   c.gen.eval_num = 500
-  c.optim = default_optim_config()
-  c.optim.name = "adam"
-  c.optim.lr = 5e-4
-  c.optim.b1 = 0.5
-  c.optim.clip_norm = None
-  c.train.steps = 20_000
-  c.train.eval_every = 5000
-  c.train.log_every = 200
-  c.train.ckpt_every = 5000
-  if smoke:
+  c.optim = gan_optim(5e-4)
+  if parse_arg(arg, smoke=False).smoke:
+    smoke(c)
     c.model.hidden = (32,)
     c.gen.eval_num = 20
-    c.train.steps = 20
-    c.train.eval_every = 10
-    c.train.ckpt_every = 10
   return c
 
 
-def after_training(config, workdir, summary):
-  """Samples the final checkpoint (one generator call) and judges it like vae_digits does."""
-  import jax
-  from jaxdl.generative import gan
-  from jaxdl.train import load_run
-  _, model, variables, step = load_run(workdir)
-  x = gan.make_run_sampler(config, model)(variables, jax.random.PRNGKey(0), config.gen.eval_num)
-  out = {"step": int(step)}
-  if config.train.steps >= 1000:  # the smoke run skips training the judge
-    out.update(judge_samples(x, train_classifier(workdir), config.data.scale))
-  pathlib.Path(workdir, "generative_eval.json").write_text(json.dumps(out, indent=2))
-  return {"generative": out}
+after_training = digits_judge.one_call_check  # `jaxdl train` calls it once trained

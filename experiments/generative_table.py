@@ -4,11 +4,15 @@ Run:
   jaxdl train experiments/generative_table.py   # workdir runs/generative_table
   jaxdl train generative_table:smoke            # every run at its smoke size, for tests
 
-Setup: each family is its own experiment, trained through the engine into <workdir>/<row>
-(a finished run there is reused; copy a workdir in to skip its training): moons with fm_toy2d,
-ddpm_toy2d and gan_toy2d (data.distribution=moons), the fm_toy2d run reflowed
-(reflow_toy2d's student) and step-distilled (distill_toy2d's 1-step student); digits with
-vae_digits, fm_digits_cfg, ddpm_digits_cfg and ar_digits. Failures where the course names one:
+Setup: the table's own training run, in <workdir>, is the moons flow (fm_toy2d's config;
+`--set` overrides apply to it). After it, `jaxdl.course.generative_table.build_table` trains each
+other family's experiment through the engine into <workdir>/<row> (a finished run there is
+reused; copy a workdir in to skip its training): ddpm_toy2d and gan_toy2d on moons
+(data.distribution=moons), the moons flow reflowed (reflow_toy2d's student) and step-distilled
+(distill_toy2d's 1-step student); digits with vae_digits, fm_digits_cfg, ddpm_digits_cfg and
+ar_digits, judged by a digits_cnn run in <workdir>/classifier. (Before issue 24 the moons flow
+was trained into <workdir>/toy_fm and ar_digits' GPT into <workdir>/digits_ar/gpt; the configs,
+and so the numbers below, are the same.) Failures where the course names one:
 posterior collapse (the VAE's active latent units, of its 2) and mode collapse (gan_toy2d at
 its default config on 8 Gaussians: modes covered of 8). Columns:
 - calls: network calls per sample (Heun: 2 per step; classifier-free guidance doubles them);
@@ -64,230 +68,20 @@ of them); the measuring alone, with every run reused, about 8 min. The smoke tab
 every run a few steps old) shows the columns, not the families' quality.
 """
 
-import json
-import math
-import pathlib
-import time
-
-import ar_digits
-import jax
-import ml_collections
-import numpy as np
-from _digits import train_classifier
-from distill_toy2d import distill_students
-from gan_toy2d import mode_centres
-from reflow_toy2d import reflow_student
-
-from jaxdl.config import load_config, parse_arg
-
-# row, data, family, experiment, overrides
-RUNS = (
-    ("toy_fm", "toy", "flow matching", "fm_toy2d", ()),
-    ("toy_ddpm", "toy", "diffusion", "ddpm_toy2d", ()),
-    ("toy_gan", "toy", "GAN", "gan_toy2d", ("data.distribution='moons'",)),
-    ("toy_gan_8g", None, "GAN", "gan_toy2d", ()),
-    ("digits_vae", "digits", "VAE", "vae_digits", ()),
-    ("digits_fm", "digits", "flow matching", "fm_digits_cfg", ()),
-    ("digits_ddpm", "digits", "diffusion", "ddpm_digits_cfg", ()),
-    ("digits_ar", "digits", "autoregressive", "ar_digits", ()),
-)
+from jaxdl.config import parse_arg
+from jaxdl.course import generative_table
+from jaxdl.course.generative_configs import toy2d_config
 
 
 def get_config(arg=None):
   smoke = parse_arg(arg, smoke=False).smoke
-  c = ml_collections.ConfigDict()
-  c.name = "generative_table"
+  # The table's own run is its moons flow (fm_toy2d's config), the teacher of the few-step rows.
+  c = toy2d_config("flow_matching", "generative_table", "smoke" if smoke else None)
   c.description = "The generative-model table: calls, time, bits/dim, quality, failure per family"
-  c.seed = 0
-  c.smoke = smoke
-  c.table = dict(num=64 if smoke else 500, toy_num=300 if smoke else 2000,
-                 rounds=2 if smoke else 16, ll_num=64 if smoke else 360,
-                 ll_steps=8 if smoke else 100, classifier="digits_cnn:smoke" if smoke else
-                 "digits_cnn")
+  c.table = dict(num=500, toy_num=2000, rounds=16, ll_num=360, ll_steps=100)
+  if c.smoke:
+    c.table.update(num=64, toy_num=300, rounds=2, ll_num=64, ll_steps=8)
   return c
 
 
-def _best_time(fn, *args):
-  """Best of 3 wall times of a compiled call (after one warm-up call)."""
-  jax.block_until_ready(fn(*args))
-  times = []
-  for _ in range(3):
-    t0 = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    times.append(time.perf_counter() - t0)
-  return min(times)
-
-
-def _train(spec, overrides, smoke, workdir):
-  from jaxdl.train import load_run
-  from jaxdl.train import run as train_run
-  config, _ = load_config(spec + (":smoke" if smoke else ""), list(overrides))
-  if spec == "ar_digits":
-    model, params, _, _, test_xy = ar_digits.train(config, workdir)
-    return config, model, {"params": params}, test_xy
-  train_run(config, workdir, progress=False)
-  _, model, variables, _ = load_run(workdir, config)
-  return config, model, variables, None
-
-
-def _sampler(family, config, model, *, sampler=None, steps=None):
-  """(sample(variables, rng, num, y=None), network calls per sample) of a trained run."""
-  from jaxdl.generative import gan, tasks, vae
-  if family in ("VAE", "GAN"):
-    one = (vae if family == "VAE" else gan).make_run_sampler(config, model)
-    return (lambda v, rng, num, y=None: one(v, rng, num)), 1
-  gen = config.gen
-  sampler, steps = sampler or gen.sampler, int(steps or gen.steps)
-  sample = tasks.make_run_sampler(config, model, sampler=sampler, steps=steps)
-  return sample, steps * (2 if sampler == "heun" else 1) * (2 if gen.guidance else 1)
-
-
-def _toy_quality(sample, variables, config, num, rounds):
-  from jaxdl.data import sample_toy2d
-  from jaxdl.generative import metrics
-  dist = config.data.distribution
-  d, floor = [], []
-  for r in range(rounds):
-    a, b = sample_toy2d(dist, num, 10_000 + 2 * r), sample_toy2d(dist, num, 10_001 + 2 * r)
-    d.append(metrics.energy_distance(np.asarray(sample(variables, jax.random.PRNGKey(r), num)), a))
-    floor.append(metrics.energy_distance(b, a))
-  return {"energy": float(np.mean(d)), "floor": float(np.mean(floor)),
-          "energy_ratio": float(np.mean(d) / np.mean(floor))}
-
-
-def _pf_ode_bpd(config, model, variables, x, y, steps, divergence):
-  """-log2 p(x) / D by the probability-flow ODE, averaged over x."""
-  from jaxdl.generative import likelihood
-  res = likelihood.run_log_likelihood(config, model, variables, x, steps=steps,
-                                      divergence=divergence, probes=1, rng=jax.random.PRNGKey(7),
-                                      y=y)
-  return float(np.mean(np.asarray(res["bpd"])))
-
-
-def _digits_row(row, family, config, model, variables, test_xy, judge, t):
-  """calls, seconds/sample, bits/dim, quality (and the VAE's active units) of a digits run."""
-  from jaxdl.data.sources import digits_split
-  from jaxdl.generative import evaluation, vae
-  labels = np.arange(t.num) % ar_digits.CLASSES
-  if family == "autoregressive":
-    params, sample = variables["params"], ar_digits.digit_sampler(model)
-    seconds = _best_time(lambda: sample(params, labels)) / t.num
-    pix = ar_digits.dequantize(sample(params, labels))
-    exact = ar_digits.bits_per_dim(model, params, *test_xy)
-    out = {"calls": ar_digits.PIXELS, "bits_per_dim": exact,
-           "bits_per_dim_kind": "exact (discrete, 16 levels)",
-           "bits_per_dim_dequantized": exact + math.log2(17 / 128)}
-  else:
-    conditional = bool(config.gen.get("num_classes", 0))
-    sample, calls = _sampler(family, config, model)
-    y = labels if conditional else None
-    key = jax.random.PRNGKey(0)
-    seconds = _best_time(lambda: sample(variables, key, t.num, y=y)) / t.num
-    pix = evaluation._to_pixels16(sample(variables, key, t.num, y=y),  # noqa: SLF001
-                                  config.data.scale)
-    out = {"calls": calls}
-    _, _, x_te, y_te = digits_split()
-    x = (x_te[:t.ll_num] / 8.0 - 1.0)[..., None].astype(np.float32)  # the [-1, 1] scale
-    # Uniformly dequantized: each of the 17 levels spread over its bin of width 1/8.
-    x_deq = x + np.random.default_rng(5).uniform(-1 / 16, 1 / 16, x.shape).astype(np.float32)
-    if family == "VAE":
-      summary = json.loads(pathlib.Path(row, "summary.json").read_text())
-      out.update(bits_per_dim=summary["eval"]["bpd"], bits_per_dim_kind="bound (-ELBO)",
-                 bits_per_dim_dequantized=vae.run_elbo(config, model, variables, x_deq)["bpd"],
-                 active_units=summary["eval"].get("active_units"))
-    else:
-      y_ll = y_te[:t.ll_num] if conditional else None
-      out.update(bits_per_dim=_pf_ode_bpd(config, model, variables, x, y_ll, t.ll_steps,
-                                          "hutchinson"),
-                 bits_per_dim_dequantized=_pf_ode_bpd(config, model, variables, x_deq, y_ll,
-                                                      t.ll_steps, "hutchinson"),
-                 bits_per_dim_kind="PF-ODE (Hutchinson, 1 probe)")
-    labels = y
-  out["seconds_per_sample"] = seconds
-  out["quality"] = evaluation.digits_quality(judge, pix, labels)
-  return out, pix
-
-
-def _toy_row(family, config, model, variables, t, *, sampler=None, steps=None):
-  sample, calls = _sampler(family, config, model, sampler=sampler, steps=steps)
-  key = jax.random.PRNGKey(0)
-  out = {"calls": calls,
-         "seconds_per_sample": _best_time(lambda: sample(variables, key, t.toy_num)) / t.toy_num,
-         "quality": _toy_quality(sample, variables, config, t.toy_num, t.rounds)}
-  if family in ("flow matching", "diffusion"):
-    from jaxdl.data import sample_toy2d
-    x = sample_toy2d(config.data.distribution, t.ll_num, 20_000).astype(np.float32)
-    out.update(bits_per_dim=_pf_ode_bpd(config, model, variables, x, None, t.ll_steps, "exact"),
-               bits_per_dim_kind="PF-ODE (exact divergence)")
-  return out, np.asarray(sample(variables, key, t.toy_num))
-
-
-def run(config, workdir):
-  """Trains or loads every run, measures it, writes table.json / table.md, returns the table."""
-  from jaxdl.generative import evaluation, gan
-  workdir = pathlib.Path(workdir)
-  t = config.table
-  judge = evaluation.classifier_outputs(train_classifier(workdir, t.classifier))
-  rows, samples = {}, {}
-  for name, data, family, spec, overrides in RUNS:
-    row_dir = workdir / name
-    cfg, model, variables, test_xy = _train(spec, overrides, config.smoke, row_dir)
-    if data is None:  # the mode-collapse run: modes covered on 8 Gaussians
-      sample, _ = _sampler(family, cfg, model)
-      x = np.asarray(sample(variables, jax.random.PRNGKey(0), t.toy_num))
-      centres, mean_dist = mode_centres()
-      rows["toy_gan"]["modes_covered"] = gan.modes_covered(
-          x, centres, radius=3 * mean_dist / np.sqrt(np.pi / 2))["covered"]
-      continue
-    if data == "digits":
-      rows[name], samples[name] = _digits_row(row_dir, family, cfg, model, variables, test_xy,
-                                              judge, t)
-    else:
-      rows[name], samples[name] = _toy_row(family, cfg, model, variables, t)
-    rows[name].update(data=data, family=family, experiment=spec)
-    if name == "toy_fm":  # few-step variants of the same flow: reflowed and distilled, 1 step
-      reflow_cfg, _ = load_config("reflow_toy2d" + (":smoke" if config.smoke else ""))
-      distill_cfg, _ = load_config("distill_toy2d" + (":smoke" if config.smoke else ""))
-      distill_cfg.distill.student_steps = (1,)
-      for variant, params in (("reflow", reflow_student(reflow_cfg, model, variables)[0]),
-                              ("distill", distill_students(distill_cfg, model,
-                                                           variables)[1][0])):
-        key = f"toy_fm_{variant}"
-        rows[key], samples[key] = _toy_row(family, cfg, model, {"params": params}, t,
-                                           sampler="euler", steps=1)
-        rows[key].update(data="toy", family=f"flow matching + {variant}",
-                         experiment=f"{variant}_toy2d")
-  for name, row in rows.items():
-    ref = rows["digits_vae" if row["data"] == "digits" else "toy_gan"]
-    row["time_ratio"] = row["seconds_per_sample"] / ref["seconds_per_sample"]
-  (workdir / "table.json").write_text(json.dumps(rows, indent=2))
-  (workdir / "table.md").write_text(markdown(rows))
-  np.savez(workdir / "samples.npz", **samples)
-  print(markdown(rows))
-  return {"table": str(workdir / "table.md"), "rows": len(rows)}
-
-
-def markdown(rows) -> str:
-  """The table as markdown, one line per (data, family)."""
-  lines = ["| data | family | calls | ms/sample (ratio) | bits/dim | quality | failure |",
-           "|---|---|---|---|---|---|---|"]
-  for row in rows.values():
-    bpd = row.get("bits_per_dim")
-    bpd = "none" if bpd is None else f"{bpd:.3f} {row['bits_per_dim_kind']}"
-    if "bits_per_dim_dequantized" in row:
-      bpd += f" [{row['bits_per_dim_dequantized']:.3f}]"
-    q = row["quality"]
-    if row["data"] == "toy":
-      quality = f"ED {q['energy_ratio']:.2f}x floor"
-    else:
-      quality = (f"{100 * q['confident']:.0f}% >= 0.9; FD {q['frechet']:.1f} "
-                 f"(floor {q['frechet_floor']:.1f})")
-    failure = ""
-    if "active_units" in row:
-      failure = f"active units {row['active_units']:.0f}"
-    if "modes_covered" in row:
-      failure = f"modes covered {row['modes_covered']}/8 (8 Gaussians)"
-    lines.append(f"| {row['data']} | {row['family']} | {row['calls']} | "
-                 f"{1e3 * row['seconds_per_sample']:.3f} ({row['time_ratio']:.1f}x) | {bpd} | "
-                 f"{quality} | {failure} |")
-  return "\n".join(lines) + "\n"
+after_training = generative_table.build_table  # `jaxdl train` calls it once trained

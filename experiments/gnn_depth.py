@@ -3,12 +3,15 @@
 Run:
   jaxdl train gnn_depth                 # depths 1, 2, 4, 8, 16, 32, 64; workdir runs/gnn_depth
   jaxdl train gnn_depth:gin             # the same sweep with the GIN layer
-  jaxdl train gnn_depth:smoke           # depths 1 and 4, 20 steps each, for tests
+  jaxdl train gnn_depth:smoke           # depths 1 and 2, 20 steps each, for tests
 
 Setup: karate_gnn (two labelled leaders, one-hot ids, width 16, AdamW 0.01, 200 steps, seed 0)
-trained at each depth L into <workdir>/depth_<L>. Spread is MAD (Chen et al., 2020), the mean
-cosine distance between the last layer's node embeddings (0: every member's embedding points
-the same way), at initialization and after training. Writes results.json.
+trained at each depth L. The experiment's own run is depth 2, in <workdir>; its after_training
+(`jaxdl.course.studies.depth_sweep`) trains the other depths into <workdir>/depth_<L> (before
+issue 24 depth 2 too was a subdirectory; same configs) and writes results.json, keyed depth_<L>.
+Spread is MAD (Chen et al., 2020), the mean cosine distance between the last layer's node
+embeddings (0: every member's embedding points the same way), at initialization and after
+training.
 
 Expected (measured, GCN, seed 0, one run per depth):
 
@@ -23,57 +26,21 @@ fits the two labelled leaders (train loss < 0.005) and labels the other 32 membe
 the course's over-smoothing with depth.
 """
 
-import json
-import os
-
-import jax
-import numpy as np
-
-from karate_gnn import get_config as karate_config
-
-from jaxdl.config import parse_arg
+from jaxdl.config import parse_arg, smoke
+from jaxdl.course import studies
+from jaxdl.course.supervised_configs import karate_gnn
 
 
 def get_config(arg=None):
   args = parse_arg(arg, gin=False, smoke=False)
-  c = karate_config(",".join(k for k in ("gin", "smoke") if args[k]))
-  c.name = "gnn_depth"
-  c.description = "Over-smoothing: karate accuracy and embedding spread (MAD) vs GNN depth"
-  c.depths = (1, 4) if args.smoke else (1, 2, 4, 8, 16, 32, 64)
+  c = karate_gnn("gnn_depth",
+                 "Over-smoothing: karate accuracy and embedding spread (MAD) vs GNN depth",
+                 conv="gin" if args.gin else "gcn")
   c.train.plot = False
-  return c
+  c.depths = (1, 2) if args.smoke else (1, 2, 4, 8, 16, 32, 64)
+  return smoke(c) if args.smoke else c
 
 
-def embedding_spread(config, params) -> float:
-  """MAD of the last layer's node embeddings on the karate graph under `params`."""
-  from jaxdl.data import parse_data
-  from jaxdl.models import build_model
-  from jaxdl.models.gnn import Graph, mean_average_distance
-  batch = parse_data(config.data).build().eval.gather(np.zeros(1, np.int64))
-  graph = Graph.from_batch(batch)
-  model = build_model(config.model)
-  if params is None:
-    params = model.init(jax.random.PRNGKey(config.seed), graph, train=False)["params"]
-  _, state = model.apply({"params": params}, graph, train=False, mutable=["intermediates"])
-  return float(mean_average_distance(state["intermediates"]["embeddings"][0],
-                                     graph.node_mask[0]))
-
-
-def run(config, workdir):
-  """Trains the GNN at each depth of `config.depths`; returns accuracy and MAD per depth."""
-  from jaxdl.train import run as train
-  from jaxdl.train.checkpoint import load_state
-  results = {}
-  for depth in config.depths:
-    c = config.copy_and_resolve_references()
-    c.model.num_layers = depth
-    directory = os.path.join(workdir, f"depth_{depth}")
-    summary = train(c, directory, progress=False)
-    _, state = load_state(directory)
-    results[str(depth)] = {"eval_accuracy": summary["eval"]["accuracy"],
-                           "train_loss": summary["train"]["loss"],
-                           "mad_init": embedding_spread(c, None),
-                           "mad_trained": embedding_spread(c, state["params"])}
-  with open(os.path.join(workdir, "results.json"), "w") as f:
-    json.dump(results, f, indent=2)
-  return results
+def after_training(config, workdir, summary):
+  """The other depths of `config.depths`, each run's accuracy and MAD (results.json)."""
+  return studies.depth_sweep(config, workdir, summary)

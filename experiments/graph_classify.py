@@ -27,35 +27,25 @@ keeps the degrees, and its mean readout (average degree 2 - 2/n for a tree, 2 wi
 suffices.
 """
 
-from jaxdl.config import base_config, parse_arg
+from jaxdl.config import base_config, parse_arg, smoke
 from jaxdl.data import default_data_config
+from jaxdl.models import model_config
 from jaxdl.optim import default_optim_config
 
 
 def get_config(arg=None):
   args = parse_arg(arg, gcn=False, smoke=False)
   c = base_config()
-  c.name = "graph_classify"
+  c.name, c.task = "graph_classify", "graph_classification"
   c.description = "GIN/GCN graph classification: random trees vs trees plus one cycle"
-  c.task = "graph_classification"
   c.data = default_data_config("cycles_trees")
-  c.model = dict(name="gnn", conv="gcn" if args.gcn else "gin", hidden=32, num_layers=3, out=2,
-                 readout="mean" if args.gcn else "sum")
-  c.optim = default_optim_config()
-  c.optim.name = "adam"
-  c.optim.lr = 3e-3
-  c.optim.clip_norm = None
-  c.optim.schedule.name = "constant"
-  c.optim.schedule.warmup_frac = 0.0
-  c.train.steps = 600
-  c.train.eval_every = 200
-  c.train.log_every = 20
-  c.train.ckpt_every = 600
-  c.train.best_metric = "eval/accuracy"
-  c.train.best_mode = "max"
+  c.model = model_config("gnn", conv="gcn" if args.gcn else "gin", hidden=32, num_layers=3,
+                         readout="mean" if args.gcn else "sum")
+  c.optim = default_optim_config("adam", lr=3e-3, clip_norm=None, schedule="constant",
+                                 warmup_frac=0.0)
+  c.train.update(steps=600, eval_every=200, log_every=20, ckpt_every=600,
+                 best_metric="eval/accuracy")
   if args.smoke:
     c.data.n, c.data.n_eval = 128, 64
-    c.train.steps = 20
-    c.train.eval_every = 10
-    c.train.ckpt_every = 10
+    smoke(c)
   return c

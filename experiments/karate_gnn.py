@@ -15,35 +15,12 @@ GCN and 0.969 with the GIN (chance 0.5); the train loss on the two leaders ends 
 Deeper stacks over-smooth: see gnn_depth.
 """
 
-from jaxdl.config import base_config, parse_arg
-from jaxdl.data import default_data_config
-from jaxdl.optim import default_optim_config
+from jaxdl.config import parse_arg, smoke
+from jaxdl.course.supervised_configs import karate_gnn
 
 
 def get_config(arg=None):
   args = parse_arg(arg, gin=False, smoke=False)
-  c = base_config()
-  c.name = "karate_gnn"
-  c.description = "GCN/GIN node classification on Zachary's karate club from two labels"
-  c.task = "node_classification"
-  c.data = default_data_config("karate")
-  c.model = dict(name="gnn", conv="gin" if args.gin else "gcn", hidden=16, num_layers=2, out=2,
-                 readout="none")
-  c.optim = default_optim_config()
-  c.optim.name = "adamw"
-  c.optim.lr = 0.01
-  c.optim.weight_decay = 5e-4
-  c.optim.clip_norm = None
-  c.optim.schedule.name = "constant"
-  c.optim.schedule.warmup_frac = 0.0
-  c.train.steps = 200
-  c.train.eval_every = 50
-  c.train.log_every = 10
-  c.train.ckpt_every = 200
-  c.train.best_metric = "eval/accuracy"
-  c.train.best_mode = "max"
-  if args.smoke:
-    c.train.steps = 20
-    c.train.eval_every = 10
-    c.train.ckpt_every = 10
-  return c
+  c = karate_gnn("karate_gnn", "GCN/GIN node classification on Zachary's karate club from two "
+                 "labels", conv="gin" if args.gin else "gcn")
+  return smoke(c) if args.smoke else c

@@ -14,8 +14,9 @@ Expected: the BCE training loss after 200 steps is lower with BatchNorm than wit
 course's figure); both reach about 0.9+ accuracy on a fresh moons draw.
 """
 
-from jaxdl.config import base_config, parse_arg
+from jaxdl.config import base_config, parse_arg, smoke
 from jaxdl.data import default_data_config
+from jaxdl.models import model_config
 from jaxdl.optim import default_optim_config
 
 
@@ -24,28 +25,13 @@ def get_config(arg=None):
   if args.bn and args.plain:
     raise ValueError("args 'bn' and 'plain' exclude each other")
   c = base_config()
-  c.name = "moons_mlp"
+  c.name, c.task = "moons_mlp", "binary"
   c.description = "BatchNorm vs plain 3x64 ReLU MLP on make_moons (BCE, Adam 0.01, full batch)"
-  c.task = "binary"
   c.data = default_data_config("moons")
   c.data.batch_size = 1000
-  c.model = dict(name="mlp", hidden=(64, 64, 64), out=1, activation="relu",
-                 norm="batch" if args.bn else "none", dropout=0.0, residual=False)
-  c.optim = default_optim_config()
-  c.optim.name = "adam"
-  c.optim.lr = 0.01
-  c.optim.weight_decay = 0.0
-  c.optim.clip_norm = None
-  c.optim.schedule.name = "constant"
-  c.optim.schedule.warmup_frac = 0.0
-  c.train.steps = 200
-  c.train.eval_every = 50
-  c.train.log_every = 1
-  c.train.ckpt_every = 100
-  c.train.best_metric = "eval/accuracy"
-  c.train.best_mode = "max"
-  if args.smoke:
-    c.train.steps = 20
-    c.train.eval_every = 10
-    c.train.ckpt_every = 10
-  return c
+  c.model = model_config("mlp", norm="batch" if args.bn else "none")  # 3 x 64 ReLU, 1 output
+  c.optim = default_optim_config("adam", lr=0.01, clip_norm=None, schedule="constant",
+                                 warmup_frac=0.0)
+  c.train.update(steps=200, eval_every=50, log_every=1, ckpt_every=100,
+                 best_metric="eval/accuracy")
+  return smoke(c) if args.smoke else c

@@ -28,79 +28,34 @@ Expected (measured on this project's 2-core CPU, seed 0):
   it. Warmup did not rescue post-LN at this lr and length: 10% gave the same 3.255. Single
   post-LN runs (evaluated on 128 windows instead of 256): 40% warmup 3.214; peak lr 1e-3 without
   warmup 2.979. At this scale post-LN needs a lower peak lr more than it needs warmup.
-Writes results.json.
+Layout: the experiment's own run is pre-LN without warmup, in <workdir>; its after_training
+(`jaxdl.course.studies.layernorm_study`) measures the gradient norms and trains the other three
+into <workdir>/<pre|post>_<warmup|no_warmup> (the numbers above were measured with all four in
+subdirectories, the same configs); results.json holds them all.
 """
 
-import json
-import os
-
-import ml_collections
-
-import char_gpt
-from jaxdl.config import parse_arg
-
-VARIANTS = (("pre", False), ("pre", True), ("post", False), ("post", True))  # (ln, warmup)
+from jaxdl.config import parse_arg, smoke
+from jaxdl.course import studies
+from jaxdl.course.supervised_configs import stdlib_gpt
 
 
 def get_config(arg=None):
-  c = char_gpt.get_config()
-  c.name = "prepost_ln"
-  c.description = "Pre-LN vs post-LN: block gradient norms at init, training with/without warmup"
+  c = stdlib_gpt("prepost_ln",
+                 "Pre-LN vs post-LN: block gradient norms at init, training with/without warmup")
   c.data.context_length = 32
   c.data.batch_size = 16
   c.model.update(block_size=32, n_layer=6, d_model=64, n_head=4, init_name="xavier")
   c.optim.lr = 5e-3
   c.optim.clip_norm = None
-  c.train.steps = 150
-  c.train.eval_every = 150
-  c.train.ckpt_every = 150
-  c.train.plot = False
-  c.warmup_frac = 0.1
+  c.optim.schedule.warmup_frac = 0.0  # the main run: pre-LN without warmup
+  c.train.update(steps=150, eval_every=150, ckpt_every=150, plot=False)
+  c.warmup_frac = 0.1  # the warmup of the runs with warmup
   if parse_arg(arg, smoke=False).smoke:
-    c.train.steps, c.train.eval_every, c.train.ckpt_every = 10, 10, 10
+    smoke(c, steps=10, eval_every=10, ckpt_every=10)
     c.data.max_eval_windows = 32
   return c
 
 
-def variant_config(config, ln: str, warmup_frac: float):
-  """The study's config with this block layout and warmup fraction (a plain training run)."""
-  c = ml_collections.ConfigDict(config.to_dict())
-  del c["warmup_frac"], c["sample"]
-  c.model.ln = ln
-  c.optim.schedule.warmup_frac = warmup_frac
-  return c
-
-
-def train_variant(config, workdir: str) -> dict:
-  """Trains one variant; a run stopped by a non-finite loss reports `diverged` at that step."""
-  from jaxdl.train import run
-  from jaxdl.train.loop import NonFiniteLossError
-  from jaxdl.train.writers import read_metrics
-  try:
-    summary = run(config, workdir, progress=False)
-    out = {"diverged": False, "eval_loss": summary["eval"]["loss"]}
-  except NonFiniteLossError as e:
-    out = {"diverged": True, "eval_loss": None, "error": str(e)}
-  losses = [r["loss"] for r in read_metrics(workdir, "train")]
-  out["train_loss_last"] = losses[-1] if losses else None
-  return out
-
-
-def run(config, workdir):
-  """Gradient norms per block at init (pre, post), then the four training runs."""
-  from jaxdl.course.measure import block_grad_norms
-  m = config.model
-  sizes = dict(n_layer=m.n_layer, d_model=m.d_model, n_head=m.n_head, vocab=m.vocab_size,
-               seq=m.block_size, init=m.init_name, seed=config.seed)
-  grads = {ln: [round(float(g), 4) for g in block_grad_norms(ln, **sizes)]
-           for ln in ("pre", "post")}
-  results = {"grad_norms_at_init": grads,
-             "post_over_pre": [round(b / a, 3) for a, b in zip(grads["pre"], grads["post"])]}
-  for ln, warmup in VARIANTS:
-    name = f"{ln}_{'warmup' if warmup else 'no_warmup'}"
-    cfg = variant_config(config, ln, config.warmup_frac if warmup else 0.0)
-    results[name] = train_variant(cfg, os.path.join(workdir, name))
-    print(f"{name}: {results[name]}", flush=True)
-  with open(os.path.join(workdir, "results.json"), "w") as f:
-    json.dump(results, f, indent=2)
-  return results
+def after_training(config, workdir, summary):
+  """The gradient norms at init, then the other three layout x warmup runs (results.json)."""
+  return studies.layernorm_study(config, workdir, summary)

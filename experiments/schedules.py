@@ -28,22 +28,14 @@ from jaxdl.config import parse_arg
 
 
 def _sched(name, **kw):
-  c = default_optim_config()
-  c.lr = 0.1
-  c.schedule.name = name
-  c.schedule.warmup_frac = 0.0
-  for k, v in kw.items():
-    c.schedule[k] = v
-  return c
+  return default_optim_config(lr=0.1, schedule=name, **{"warmup_frac": 0.0, **kw})
 
 
 def get_config(arg=None):
   smoke = parse_arg(arg, smoke=False).smoke
-  c = ml_collections.ConfigDict()
-  c.name = "schedules"
-  c.description = "Step decay, cosine, warmup+cosine; cosine vs WSD when a run is extended by 50%"
-  c.seed = 0
-  c.total_steps = 100 if smoke else 1000
+  c = ml_collections.ConfigDict(dict(
+      name="schedules", seed=0, smoke=smoke, total_steps=100 if smoke else 1000,
+      description="Step decay, cosine, warmup+cosine; cosine vs WSD when a run is extended by 50%"))
   c.extend_factor = 1.5
   c.restore_frac = 0.7
   c.step = _sched("step", step_every_frac=0.3, gamma=0.5)

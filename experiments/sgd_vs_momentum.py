@@ -25,19 +25,17 @@ from jaxdl.config import parse_arg
 
 
 def _rule(name, lr, momentum=None):
-  c = default_optim_config()
-  c.name, c.lr, c.momentum = name, lr, momentum  # plain sgd has no momentum: leave it unset
-  c.weight_decay, c.clip_norm = 0.0, None
-  c.schedule.name, c.schedule.warmup_frac = "constant", 0.0
-  return c
+  # plain sgd has no momentum: leave it unset (None)
+  return default_optim_config(name, lr=lr, momentum=momentum, weight_decay=0.0, clip_norm=None,
+                              schedule="constant", warmup_frac=0.0)
 
 
 def get_config(arg=None):
-  parse_arg(arg, smoke=False)  # the toy is already fast: smoke runs it whole
-  c = ml_collections.ConfigDict()
-  c.name = "sgd_vs_momentum"
-  c.description = "SGD vs heavy-ball momentum on theta1^2/20 + theta2^2, 16 steps from (-8.5, 1.8)"
-  c.seed = 0
+  smoke = parse_arg(arg, smoke=False).smoke  # the toy is already fast: smoke runs it whole
+  c = ml_collections.ConfigDict(dict(
+      name="sgd_vs_momentum", seed=0, smoke=smoke,
+      description="SGD vs heavy-ball momentum on theta1^2/20 + theta2^2, 16 steps from "
+                  "(-8.5, 1.8)"))
   c.toy = ml_collections.ConfigDict(dict(theta0=(-8.5, 1.8), coeffs=(1 / 20, 1.0), steps=16))
   c.sgd = _rule("sgd", 0.85)
   c.momentum = _rule("momentum", 0.14, 0.9)

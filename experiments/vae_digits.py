@@ -35,77 +35,29 @@ digits the judge will not call.
 The classes stay covered at every size (fewest draws of a class at latent 2: 343 of 5,000).
 """
 
-import json
-import pathlib
-
-from _digits import train_classifier
-from jaxdl.config import base_config, parse_arg
-from jaxdl.data import default_data_config
-from jaxdl.generative.vae import default_vae_config
+from jaxdl.config import parse_arg, smoke
+from jaxdl.course import digits_judge
+from jaxdl.course.generative_configs import generative_base
+from jaxdl.generative.settings import default_gen_config
+from jaxdl.models import model_config
 from jaxdl.optim import default_optim_config
-
-CONFIDENCE = 0.9
 
 
 def get_config(arg=None):
   args = parse_arg(arg, smoke=False, latent=2)
-  c = base_config()
-  c.name = "vae_digits"
+  c = generative_base("vae", "vae_digits", "digits", batch_size=128, steps=4000, every=1000,
+                      log_every=100)
   c.description = "VAE on digits: ELBO bits/dim, active units, one-call samples judged by a CNN"
-  c.task = "vae"
-  c.data = default_data_config("digits")
-  c.data.scale = "symmetric"
-  c.data.batch_size = 128
-  c.model = dict(name="vae", data_shape=(8, 8, 1), latent=args.latent, hidden=(256, 256),
-                 decoder="gaussian", sigma_min=0.01)
-  c.gen = default_vae_config()
+  c.model = model_config("vae", latent=args.latent)  # MLP 256-256, Gaussian decoder, sigma >= 0.01
+  c.gen = default_gen_config("vae")
   c.gen.sample_shape = (8, 8, 1)
   c.gen.eval_num = 500
-  c.optim = default_optim_config()
-  c.optim.name = "adamw"
-  c.optim.lr = 1e-3
-  c.optim.weight_decay = 0.0
-  c.optim.schedule.name = "warmup_cosine"
-  c.train.steps = 4000
-  c.train.eval_every = 1000
-  c.train.log_every = 100
-  c.train.ckpt_every = 1000
+  c.optim = default_optim_config("adamw", lr=1e-3, weight_decay=0.0)
   if args.smoke:
-    c.model.hidden = (32,)
-    c.model.latent = 4
+    smoke(c)
+    c.model.update(hidden=(32,), latent=4)
     c.gen.eval_num = 20
-    c.train.steps = 20
-    c.train.eval_every = 10
-    c.train.ckpt_every = 10
   return c
 
 
-def judge_samples(x_Nx8x8x1, classifier_dir, scale: str = "symmetric") -> dict:
-  """The digits_cnn run in `classifier_dir` on samples in the data's `scale` ([-1, 1] when
-  'symmetric', else [0, 1]): the fraction whose top class has probability >= CONFIDENCE, and
-  how many samples each class gets."""
-  import jax
-  import numpy as np
-  from jaxdl.train import load_run
-  config, model, variables, _ = load_run(classifier_dir)
-  x = np.asarray(x_Nx8x8x1)
-  x = (np.clip(x, -1, 1) + 1) / 2 if scale == "symmetric" else np.clip(x, 0, 1)  # to 'unit'
-  shape = tuple(config.model.get("image_shape", (8, 8, 1)))
-  probs_NxK = np.asarray(jax.nn.softmax(model.apply(variables, x.reshape((-1,) + shape),
-                                                    train=False)))
-  return {"confident_fraction": float(np.mean(probs_NxK.max(1) >= CONFIDENCE)),
-          "class_counts": np.bincount(probs_NxK.argmax(1), minlength=10).tolist()}
-
-
-def after_training(config, workdir, summary):
-  """Samples the final checkpoint (one decoder call) and judges it; writes generative_eval.json."""
-  import jax
-  from jaxdl.generative import vae
-  from jaxdl.train import load_run
-  _, model, variables, step = load_run(workdir)
-  x = vae.make_run_sampler(config, model)(variables, jax.random.PRNGKey(0), config.gen.eval_num)
-  out = {"step": int(step), "eval": {k: v for k, v in (summary or {}).get("eval", {}).items()}}
-  if config.train.steps >= 1000:  # the smoke run skips training the judge
-    out.update(judge_samples(x, train_classifier(workdir), config.data.scale))
-  pathlib.Path(workdir, "generative_eval.json").write_text(json.dumps(out, indent=2))
-  return {"generative": out}
+after_training = digits_judge.one_call_check  # `jaxdl train` calls it once trained

@@ -17,17 +17,20 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib.util
-import math
 import os
 import pathlib
-import sys
 import types
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import ml_collections
 
 
-from jaxdl.schema import ConfigError  # noqa: E402 -- re-exported: the CLI's bad-input error
+from jaxdl.schema import (NONNEG, POSITIVE, UNIT, ConfigError, Settings, at_least,
+                          default_section, greater_than, one_of, parse_section, setting,
+                          SWITCHABLE, switch_section)
+
+__all__ = ["ConfigError", "TrainSettings", "ParallelSettings", "base_config", "load_config",
+           "parse_arg", "parse_train", "parse_parallel", "validate"]
 
 
 def experiments_dir() -> pathlib.Path:
@@ -93,19 +96,15 @@ def default_workdir(spec: str, config) -> str:
 def load_module(path: pathlib.Path) -> types.ModuleType:
   """Imports an experiment file as a module.
 
-  The experiment's directory is on `sys.path` while it loads, so experiments can share setup
-  from `_name.py` helpers next to them (files starting with `_` are not experiments).
+  An experiment imports only jaxdl: shared setup lives in the library (`jaxdl.course`), never in
+  another experiment or a helper file beside it, so its directory is not put on `sys.path`.
   """
   spec = importlib.util.spec_from_file_location(f"jaxdl_experiment_{path.stem}", path)
   module = importlib.util.module_from_spec(spec)
-  folder = str(path.resolve().parent)
-  sys.path.insert(0, folder)
   try:
     spec.loader.exec_module(module)
   except Exception as e:  # noqa: BLE001 -- any error of the user's file is a bad input
     raise ConfigError(f"experiment: {path} cannot be loaded: {_one_line(e)}") from e
-  finally:
-    sys.path.remove(folder)
   if not hasattr(module, "get_config"):
     raise ConfigError(f"experiment: {path} defines no get_config(arg=None)")
   return module
@@ -175,7 +174,13 @@ def _parse_value(text: str) -> Any:
 
 
 def apply_overrides(config: ml_collections.ConfigDict, overrides: Sequence[str]) -> None:
-  """Applies `key.path=value` overrides in place; raises ConfigError naming the key."""
+  """Applies `key.path=value` overrides in place; raises ConfigError naming the key.
+
+  `data.name=KIND` comes first, whatever its place: it re-writes the data section for that
+  source (its own keys at their defaults, the experiment's batch size kept), so the source's
+  keys can be set after it (`--set data.name=parquet --set data.path=f.parquet`).
+  """
+  items = []
   for item in overrides:
     if "=" not in item:
       raise ConfigError(f"override: {item!r} is not of the form key.path=value")
@@ -183,161 +188,134 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: Sequence[str])
     key = key.strip()
     if key.startswith("config."):  # accept the `--config.x=` spelling too
       key = key[len("config."):]
-    *parents, leaf = key.split(".")
-    node = config
-    for i, part in enumerate(parents):
-      if not isinstance(node, ml_collections.ConfigDict) or part not in node:
-        raise ConfigError(f"{'.'.join(parents[:i + 1])}: unknown key")
-      node = node[part]
-    if not isinstance(node, ml_collections.ConfigDict) or leaf not in node:
-      raise ConfigError(f"{key}: unknown key")
-    value = _parse_value(text)
-    current = node[leaf]
-    expected = node.get_type(leaf)
-    if isinstance(current, ml_collections.ConfigDict):
-      raise ConfigError(f"{key}: is a section; set one of its keys instead")
-    if isinstance(value, list) and isinstance(current, tuple):
-      value = tuple(value)
-    if isinstance(value, tuple) and isinstance(current, list):
-      value = list(value)
-    if isinstance(value, str) and expected in (int, float, bool):
-      raise ConfigError(f"{key}: expected {expected.__name__}, got {text!r}")
-    try:
-      node[leaf] = value
-    except TypeError:
-      raise ConfigError(
-          f"{key}: expected {getattr(expected, '__name__', expected)}, got {text!r}") from None
+    items.append((key, text))
+  items.sort(key=lambda kv: not _switches_section(config, *kv))
+  for key, text in items:
+    if _switches_section(config, key, text):
+      section = key.rsplit(".", 1)[0]
+      switched = switch_section(section, config[section], _parse_value(text))
+      switched.lock()  # as locked as the section it replaces: a typo after it is still refused
+      with config.unlocked():
+        config[section] = switched
+      continue
+    _apply_override(config, key, text)
+
+
+def _switches_section(config, key: str, text: str) -> bool:
+  """Whether `key=text` names another class for a switchable section (`data.name=parquet`)."""
+  section, _, leaf = key.rpartition(".")
+  return (leaf == "name" and section in SWITCHABLE and section in config
+          and isinstance(config[section], ml_collections.ConfigDict)
+          and config[section].get("name") != _parse_value(text))
+
+
+def _apply_override(config: ml_collections.ConfigDict, key: str, text: str) -> None:
+  """Sets one `key.path` of the locked config to the literal `text`."""
+  *parents, leaf = key.split(".")
+  node = config
+  for i, part in enumerate(parents):
+    if not isinstance(node, ml_collections.ConfigDict) or part not in node:
+      raise ConfigError(f"{'.'.join(parents[:i + 1])}: unknown key")
+    node = node[part]
+  if not isinstance(node, ml_collections.ConfigDict) or leaf not in node:
+    raise ConfigError(f"{key}: unknown key")
+  value = _parse_value(text)
+  current = node[leaf]
+  expected = node.get_type(leaf)
+  if isinstance(current, ml_collections.ConfigDict):
+    raise ConfigError(f"{key}: is a section; set one of its keys instead")
+  if isinstance(value, list) and isinstance(current, tuple):
+    value = tuple(value)
+  if isinstance(value, tuple) and isinstance(current, list):
+    value = list(value)
+  if isinstance(value, str) and expected in (int, float, bool):
+    raise ConfigError(f"{key}: expected {expected.__name__}, got {text!r}")
+  try:
+    node[leaf] = value
+  except TypeError:
+    raise ConfigError(
+        f"{key}: expected {getattr(expected, '__name__', expected)}, got {text!r}") from None
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainSettings:
+class TrainSettings(Settings):
   """The `train` section: every key, its default and its check, written once.
 
   `base_config()` copies the defaults into the ConfigDict users override; `parse_train` turns the
-  overridden section back into this object (one-line ValueError naming the key when a value is
+  overridden section back into this object (one-line ConfigError naming the key when a value is
   out of range).
   """
-  steps: int = 1000
-  eval_every: int = 100          # 0 disables periodic evaluation (the last step always evaluates)
-  log_every: int = 10
-  ckpt_every: int = 100          # 0: only the final checkpoint
-  keep_ckpts: int = 3
+  prefix: ClassVar[str] = "train."
+
+  steps: int = setting(1000, POSITIVE)
+  # 0 disables periodic evaluation (the last step always evaluates)
+  eval_every: int = setting(100, NONNEG)
+  log_every: int = setting(10, NONNEG)
+  ckpt_every: int = setting(100, NONNEG)     # 0: only the final checkpoint
+  keep_ckpts: int = setting(3, at_least(1))
   best_metric: str = ""          # e.g. 'eval/accuracy'; '' keeps only the latest checkpoints
-  best_mode: str = "max"         # max | min
-  patience: int = 0              # early stopping after this many evals without improvement
-  precision: str = "fp32"        # fp32 | bf16 | fp16 (jaxdl.optim.precision)
-  label_smoothing: float = 0.0   # s in [0, 1): targets (1 - s) onehot(y) + s / K
-  z_loss: float = 0.0            # c >= 0: lm tasks add c * mean (log Z)^2 (PaLM); 0 off
-  grad_accum: int = 1            # N microbatches per update (jaxdl.train.accumulate)
+  best_mode: str = setting("max", one_of("max", "min"))
+  # early stopping after this many evals without improvement (0: never)
+  patience: int = setting(0, NONNEG)
+  # jaxdl.optim.precision
+  precision: str = setting("fp32", one_of("fp32", "bf16", "fp16"))
+  label_smoothing: float = setting(0.0, UNIT)  # s: targets (1 - s) onehot(y) + s / K
+  z_loss: float = setting(0.0, NONNEG)   # c: lm tasks add c * mean (log Z)^2 (PaLM); 0 off
+  grad_accum: int = setting(1, at_least(1))   # N microbatches per update
   async_checkpoint: bool = True
   plot: bool = True
   doctor: bool = False           # preflight before, history diagnosis after (jaxdl.doctor hooks)
   # Spike guard: on loss (or grad norm) > spike_factor x the rolling median of the last
   # spike_window steps, rewind to the last checkpoint and skip the offending batch.
   spike_guard: bool = False
-  spike_factor: float = 5.0
-  spike_window: int = 20
-  spike_watch: str = "loss"      # loss | grad_norm | either
-  max_rewinds: int = 3
+  spike_factor: float = setting(5.0, greater_than(1, "a multiple of the rolling median"))
+  spike_window: int = setting(20, at_least(1))
+  spike_watch: str = setting("loss", one_of("loss", "grad_norm", "either"))
+  max_rewinds: int = setting(3, NONNEG)
   # Seeing inside a run (jaxdl.train.throughput, jaxdl.train.profiling).
   count_flops: bool = True       # FLOPs per step and the device peak, for FLOP/s and MFU
-  peak_flops: float = 0.0        # per-device peak FLOP/s; 0: datasheet table or measured once
+  # per-device peak FLOP/s; 0: datasheet table or measured once
+  peak_flops: float = setting(0.0, NONNEG)
   profile_steps: tuple = (0, 0)  # (start, stop): jax.profiler trace of these steps; (0, 0) off
-  watch: str = "cheap"           # off | cheap | detailed: health signals (jaxdl.train.watch)
-  watch_every: int = 100         # K: the health signals of every K-th step
+  # health signals (jaxdl.train.watch)
+  watch: str = setting("cheap", one_of("off", "cheap", "detailed"))
+  # K: the health signals of every K-th step (train.watch='off' for none)
+  watch_every: int = setting(100, POSITIVE)
   loggers: tuple = ("tensorboard",)  # + 'wandb', 'mlflow' (extras); metrics.jsonl always
   eval_ema: bool = False         # also evaluate optim.ema_decay's average (eval_ema/...); the
                                  # best checkpoint and early stopping then judge the average
 
   def __post_init__(self):
-    require_finite(self, "train.")
-    _require(self.steps > 0, "train.steps", f"must be positive, got {self.steps}")
-    for key in ("eval_every", "log_every", "ckpt_every", "patience", "max_rewinds"):
-      _require(getattr(self, key) >= 0, f"train.{key}", f"must be >= 0, got {getattr(self, key)}")
-    _require(self.keep_ckpts >= 1, "train.keep_ckpts", f"must be >= 1, got {self.keep_ckpts}")
-    _require(self.grad_accum >= 1, "train.grad_accum", f"must be >= 1, got {self.grad_accum}")
-    _one_of(self.precision, ("fp32", "bf16", "fp16"), "train.precision")
-    _one_of(self.best_mode, ("min", "max"), "train.best_mode")
-    _one_of(self.spike_watch, ("loss", "grad_norm", "either"), "train.spike_watch")
-    _require(0.0 <= self.label_smoothing < 1.0, "train.label_smoothing",
-             f"must be in [0, 1), got {self.label_smoothing}")
-    _require(self.z_loss >= 0.0, "train.z_loss", f"must be >= 0, got {self.z_loss}")
-    _require(self.spike_factor > 1.0, "train.spike_factor",
-             f"must be > 1 (a multiple of the rolling median), got {self.spike_factor}")
-    _require(self.spike_window >= 1, "train.spike_window",
-             f"must be >= 1, got {self.spike_window}")
-    _one_of(self.watch, ("off", "cheap", "detailed"), "train.watch")
-    _require(self.watch_every > 0, "train.watch_every",
-             f"must be > 0 (watch every K steps; train.watch='off' for none), "
-             f"got {self.watch_every}")
-    _require(self.peak_flops >= 0, "train.peak_flops", f"must be >= 0, got {self.peak_flops}")
+    super().__post_init__()
     window = tuple(self.profile_steps)
-    _require(window == (0, 0) or len(window) == 2 and all(isinstance(s, int) for s in window)
-             and 1 <= window[0] <= window[1] <= self.steps, "train.profile_steps",
-             f"expected (start, stop) with 1 <= start <= stop <= train.steps ({self.steps}), "
-             f"or (0, 0) for none; got {tuple(self.profile_steps)}")
+    if not (window == (0, 0) or len(window) == 2 and all(isinstance(s, int) for s in window)
+            and 1 <= window[0] <= window[1] <= self.steps):
+      self.fail("profile_steps", f"expected (start, stop) with 1 <= start <= stop <= "
+                f"train.steps ({self.steps}), or (0, 0) for none; got {window}")
 
 
 @dataclasses.dataclass(frozen=True)
-class ParallelSettings:
+class ParallelSettings(Settings):
   """The `parallel` section (strategies in `jaxdl.train.strategies`)."""
-  strategy: str = "jit"   # jit | pmap | fsdp
-  devices: int = 0        # how many devices to use (0 = all); the global batch is split over them
-  fsdp: int = 0           # size of the fsdp mesh axis under strategy 'fsdp' (0 = all devices)
-  expert: int = 1         # size of the expert mesh axis (MoE experts split over it; 1 = none)
+  prefix: ClassVar[str] = "parallel."
 
-  def __post_init__(self):
-    _one_of(self.strategy, ("jit", "pmap", "fsdp"), "parallel.strategy")
-    _require(self.devices >= 0, "parallel.devices",
-             f"must be >= 0 (0 = all devices), got {self.devices}")
-    _require(self.fsdp >= 0, "parallel.fsdp", f"must be >= 0 (0 = all devices), got {self.fsdp}")
-    _require(self.expert >= 1, "parallel.expert", f"must be >= 1 (1 = none), got {self.expert}")
-
-
-def require_finite(obj, prefix: str) -> None:
-  """Refuses a non-finite float field of a dataclass (`1e400` parses as inf), naming the key.
-
-  Every schema (train, parallel, data, optim, models) calls it, so an overflowing literal is a
-  one-line error instead of a run that trains on inf or NaN.
-  """
-  for f in dataclasses.fields(obj):
-    value = getattr(obj, f.name)
-    if isinstance(value, (tuple, list)):
-      bad = [v for v in value if isinstance(v, float) and not math.isfinite(v)]
-    else:
-      bad = [value] if isinstance(value, float) and not math.isfinite(value) else []
-    if bad:
-      raise ConfigError(f"{prefix}{f.name}: must be a finite number, got {value!r}")
-
-
-def _require(cond: bool, key: str, message: str) -> None:
-  if not cond:
-    raise ConfigError(f"{key}: {message}")
-
-
-def _one_of(value, choices, key: str) -> None:
-  _require(value in choices, key,
-           f"expected one of {', '.join(map(repr, choices))}, got {value!r}")
-
-
-def parse_section(cls, section, prefix: str):
-  """`section` (a ConfigDict or dict) as the dataclass `cls`; a key `cls` lacks is one line
-  naming `prefix.key` and the known keys."""
-  given = section.to_dict() if hasattr(section, "to_dict") else dict(section)
-  known = {f.name for f in dataclasses.fields(cls)}
-  for key in given:
-    _require(key in known, f"{prefix}.{key}", f"unknown key; expected one of {sorted(known)}")
-  return cls(**given)
+  strategy: str = setting("jit", one_of("jit", "pmap", "fsdp"))
+  # how many devices to use (0 = all); the global batch is split over them
+  devices: int = setting(0, at_least(0, "0 = all devices"))
+  # size of the fsdp mesh axis under strategy 'fsdp' (0 = all devices)
+  fsdp: int = setting(0, at_least(0, "0 = all devices"))
+  # size of the expert mesh axis (MoE experts split over it; 1 = none)
+  expert: int = setting(1, at_least(1, "1 = none"))
 
 
 def parse_train(config) -> TrainSettings:
-  """`config.train` as a checked `TrainSettings`."""
-  return parse_section(TrainSettings, config.train, "train")
+  """`config.train` as a checked `TrainSettings` (defaults when the section is absent)."""
+  return parse_section(config.get("train"), TrainSettings)
 
 
 def parse_parallel(config) -> ParallelSettings:
   """`config.parallel` as a checked `ParallelSettings` (defaults when the section is absent)."""
-  return parse_section(ParallelSettings, config.get("parallel") or {}, "parallel")
+  return parse_section(config.get("parallel"), ParallelSettings)
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
@@ -363,6 +341,18 @@ def diff_configs(old: dict, new: dict, prefix: str = "") -> list[str]:
   return out
 
 
+def smoke(c: ml_collections.ConfigDict, steps: int = 20, eval_every: int = 10,
+          ckpt_every: int = 10) -> ml_collections.ConfigDict:
+  """`c` shrunk for the `smoke` arg: `c.smoke = True` (the flag procedures read) and a short
+  run of `steps` steps evaluated and checkpointed every `eval_every` / `ckpt_every`. Returns c.
+
+  The one place an experiment's smoke size is written, so no experiment repeats these lines.
+  """
+  c.smoke = True
+  c.train.steps, c.train.eval_every, c.train.ckpt_every = steps, eval_every, ckpt_every
+  return c
+
+
 def base_config() -> ml_collections.ConfigDict:
   """The engine's keys with their defaults; experiments start from this and fill in the rest."""
   c = ml_collections.ConfigDict()
@@ -373,6 +363,6 @@ def base_config() -> ml_collections.ConfigDict:
   # The `smoke` arg of every experiment sets it: the procedures of multi-stage experiments (the
   # teacher, the digits judge, evaluation sizes) read it, never a step count.
   c.smoke = False
-  c.train = ml_collections.ConfigDict(dataclasses.asdict(TrainSettings()))
-  c.parallel = ml_collections.ConfigDict(dataclasses.asdict(ParallelSettings()))
+  c.train = default_section(TrainSettings)
+  c.parallel = default_section(ParallelSettings)
   return c

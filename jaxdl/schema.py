@@ -26,6 +26,7 @@ This module is the bottom layer: it imports no other jaxdl module and no jax.
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import math
 import types
@@ -41,10 +42,14 @@ class ConfigError(ValueError):
 
 
 class Check(NamedTuple):
-  """A range check: `ok(value)` must hold, else `{prefix}{key}: {message}, got {value!r}`."""
+  """A range check: `ok(value)` must hold, else `{prefix}{key}: {message}, got {value!r}`.
+
+  `message` may instead be a function of the value returning the whole message (a check that
+  parses, like `data.augment`, says which part failed).
+  """
 
   ok: Callable[[Any], bool]
-  message: str
+  message: str | Callable[[Any], str]
 
 
 POSITIVE = Check(lambda v: v > 0, "must be > 0")
@@ -68,6 +73,12 @@ def one_of(*choices) -> Check:
   """`value in choices`."""
   return Check(lambda v: v in choices,
                f"expected one of {', '.join(map(repr, choices))}")
+
+
+def each(check: Check) -> Check:
+  """`check` on every item of a sequence (widths, channels, an image shape)."""
+  return Check(lambda v: isinstance(v, (tuple, list)) and all(check.ok(x) for x in v),
+               f"every item {check.message}")
 
 
 def setting(default, check: Check | None = None):
@@ -103,7 +114,8 @@ def check_fields(obj, prefix: str) -> None:
       fail(prefix, f.name, f"must be a finite number, got {value!r}")
     check = _check_of(type(obj), f.name)
     if check is not None and value is not None and not check.ok(value):
-      fail(prefix, f.name, f"{check.message}, got {value!r}")
+      message = check.message
+      fail(prefix, f.name, message(value) if callable(message) else f"{message}, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,12 +127,40 @@ class Settings:
   kind: ClassVar[str] = ""              # 'optimizer', 'dataset', ...: used in error messages
   off_values: ClassVar[dict] = {}       # key -> value meaning "off", for classes without it
   unset_hints: ClassVar[dict] = {}      # key -> what to do instead, for classes without it
+  # A registry whose sections hold the keys of all its classes (the optimizers' b1, b2, ...)
+  # writes them as None placeholders: there None means "this class's default", not "unset".
+  none_is_default: ClassVar[bool] = False
 
   def __post_init__(self):
     check_fields(self, self.prefix)
 
   def fail(self, key: str, message: str):
     fail(self.prefix, key, message)
+
+
+# Section path -> the registry whose `name` key picks the section's class, for the sections a
+# `--set PATH.name=...` may switch to another class with other keys (`switch_section`).
+SWITCHABLE: dict[str, dict] = {}
+
+
+def switchable_registry(path: str) -> dict:
+  """The registry of section `path` ('data'): filled by `registrar`, read by `switch_section`."""
+  return SWITCHABLE.setdefault(path, {})
+
+
+def switch_section(path: str, section, name: str):
+  """Section `path` re-written for class `name` of its registry: that class's keys at their
+  defaults, with the values of the keys every class has (the registry base's: a data section's
+  batch size) kept from `section`. None when `path` is not a switchable section."""
+  registry = SWITCHABLE.get(path)
+  if not registry:
+    return None
+  base = next(iter(registry.values()))
+  if name not in registry:
+    fail(base.prefix, "name", f"unknown {base.kind} {name!r}; expected one of "
+         f"{', '.join(registry)}")
+  shared = set.intersection(*(set(hints(c)) for c in registry.values()))
+  return default_section(registry[name], **{k: section[k] for k in shared if k in section})
 
 
 def registrar(registry: dict, kind: str, base: type | None = None) -> Callable:
@@ -150,7 +190,7 @@ def config_type(hint) -> type:
   if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
     hint = next(a for a in typing.get_args(hint) if a is not type(None))
   t = typing.get_origin(hint) or hint
-  return list if t is tuple else t
+  return list if t in (tuple, list, collections.abc.Sequence) else t
 
 
 def hints(cls) -> dict:
@@ -180,11 +220,11 @@ def coerce(key: str, value, hint):
   Refuses a bool where a number is expected and an int beyond int64 (`2**63`, `1e26` as int).
   """
   optional = type(None) in typing.get_args(hint)
+  t = config_type(hint)
   if value is None:
     if optional:
       return None
-    raise ConfigError(f"{key}: must be set, got None")
-  t = config_type(hint)
+    raise ConfigError(f"{key}: must be set (expected {getattr(t, '__name__', t)})")
   if t is Any or t is object:
     return tuple(value) if isinstance(value, list) else value
   if t is float and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -214,7 +254,9 @@ def parse_section(section, schema, *, default: str | None = None, strict: bool =
   `schema` is a `Settings` class, or a registry {name: class} from which `section['name']`
   (else `default`) picks one. A key is type-checked against its field (`coerce`) and a key the
   class lacks is refused in one line naming it; in a registry, a key that only other classes have
-  is accepted when it is None (unset) or the class's `off_values` entry (e.g. `weight_decay=0`).
+  is accepted when it is None (unset) or the class's `off_values` entry (e.g. `weight_decay=0`);
+  None for a key of the class is an error unless its field is optional or the class says
+  `none_is_default`.
   With `strict=False` such keys are dropped instead: for the record of a past run (its
   `config.json`), written before they were errors. A key left out takes the class default.
   """
@@ -238,8 +280,8 @@ def parse_section(section, schema, *, default: str | None = None, strict: bool =
     if key == "name" and registry is not None:
       continue
     if key in own:
-      if value is None and registry is not None:
-        continue  # a key every class of the registry has, left unset: the class's default
+      if value is None and cls.none_is_default:
+        continue  # a placeholder of the registry's section: the class's default
       kwargs[key] = coerce(cls.prefix + key, value, own[key])
     elif registry is not None and any(key in hints(c) for c in registry.values()):
       if strict and value is not None and cls.off_values.get(key, object()) != value:

@@ -2,12 +2,14 @@
 
 Layers (a module may import its own package and the layers below, never one above):
 
-  0  jaxdl.config, jaxdl.disk_errors
-  1  jaxdl.data, jaxdl.models, jaxdl.optim        (not each other)
-  2  jaxdl.train
-  3  jaxdl.generative, jaxdl.doctor               (not each other)
-  4  jaxdl.course, jaxdl.bench                    (not each other)
-  5  jaxdl.cli (6: jaxdl.__main__, which runs it)
+  0  jaxdl.schema                                 (the settings primitive)
+  1  jaxdl.config, jaxdl.disk_errors
+  2  jaxdl.data, jaxdl.models, jaxdl.optim        (not each other)
+  3  jaxdl.train
+  4  jaxdl.generative, jaxdl.doctor               (not each other)
+  5  jaxdl.course, jaxdl.bench                    (not each other)
+  6  jaxdl.cli, one module per command: the top layer, which nothing else imports
+     (7: jaxdl.__main__, which runs it)
 
 Every import counts, including ones inside functions: a lazy import of a higher layer is still a
 dependency pointing the wrong way.
@@ -21,9 +23,9 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "jaxdl"
-LAYERS = {"config": 0, "disk_errors": 0, "data": 1, "models": 1, "optim": 1, "train": 2,
-          "generative": 3, "doctor": 3, "course": 4, "bench": 4, "cli": 5, "__main__": 6,
-          "__init__": 6}
+LAYERS = {"schema": 0, "config": 1, "disk_errors": 1, "data": 2, "models": 2, "optim": 2,
+          "train": 3, "generative": 4, "doctor": 4, "course": 5, "bench": 5, "cli": 6,
+          "__main__": 7, "__init__": 7}
 
 
 def _module_name(path: pathlib.Path) -> str:

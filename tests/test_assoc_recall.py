@@ -48,7 +48,7 @@ def test_lm_masked_scores_only_the_masked_positions():
            "loss_mask": np.array([[0, 0, 1, 1], [0, 1, 0, 1]], np.float32),
            "mask": np.array([1.0, 1.0], np.float32)}
   identity = lambda variables, x, train: x  # noqa: E731  the logits are the input
-  loss, (metrics, _) = TASKS["lm_masked"](None).loss_fn(identity, {}, {}, batch, {}, False)
+  loss, (metrics, _) = TASKS["lm_masked"](None, None).loss_fn(identity, {}, {}, batch, {}, False)
   logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
   ce = -np.take_along_axis(logp, batch["y"][..., None], -1)[..., 0]
   w = batch["loss_mask"]

@@ -9,14 +9,15 @@ import jax.numpy as jnp
 import pytest
 
 from jaxdl import bench
+from jaxdl.cli import bench as bench_cli
 from jaxdl.bench import gpt as bgpt
 
 
 def test_only_accepts_lists_and_rejects_unknown_names():
-  assert bench.selected([]) == list(bench.BENCHES)
-  assert bench.selected(["loop,gpt", "data"]) == ["gpt", "loop", "data"]
+  assert bench_cli.selected([]) == list(bench.BENCHES)
+  assert bench_cli.selected(["loop,gpt", "data"]) == ["gpt", "loop", "data"]
   with pytest.raises(ValueError, match="--only: unknown benchmark 'gtp'"):
-    bench.selected(["gtp"])
+    bench_cli.selected(["gtp"])
 
 
 def test_baseline_and_jaxdl_gpt_have_the_same_parameters():
@@ -44,7 +45,7 @@ def test_flops_per_token_is_6n_plus_attention():
 def test_table_lists_every_row_with_its_verdict():
   rows = [bench._row("gpt", "tokens/s", 120.0, 100.0, 1.2, ">= 1.2", True),
           bench._row("loop", "steps/s", 9.0, 10.0, 0.9, "overhead <= 5%", False)]
-  lines = bench.format_table(rows).splitlines()
+  lines = bench_cli.format_table(rows).splitlines()
   assert lines[0].split() == ["bench", "measure", "jaxdl", "baseline", "ratio", "target", "met"]
   assert lines[2].split()[-1] == "yes" and lines[3].split()[-1] == "NO"
 

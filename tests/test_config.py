@@ -26,7 +26,7 @@ def test_int_accepted_for_float_and_arg_selects_variant():
     ("nosection.x=1", "nosection: unknown key"),
     ("optim.lr=abc", "optim.lr: expected float"),
     ("train.steps=1.5", "train.steps: expected int"),
-    ("train.steps=-5", "train.steps: must be positive"),
+    ("train.steps=-5", "train.steps: must be > 0, got -5"),
     ("train.precision='fp8'", "train.precision: expected one of"),
     ("parallel.strategy='tpu'", "parallel.strategy"),
     ("optim", "override: 'optim' is not of the form"),
@@ -92,3 +92,22 @@ def test_train_and_parallel_sections_check_their_values():
                             ("parallel.fsdp=-1", "parallel.fsdp: must be >= 0")]:
     with pytest.raises(ConfigError, match=message):
       load_config("moons_mlp", [override])
+
+
+def test_smoke_sets_the_flag_and_the_short_run():
+  """`jaxdl.config.smoke`: the one smoke shrink; procedures read `config.smoke`, never steps."""
+  from jaxdl.config import base_config, smoke
+  c = smoke(base_config(), steps=6, eval_every=3, ckpt_every=2)
+  assert c.smoke and (c.train.steps, c.train.eval_every, c.train.ckpt_every) == (6, 3, 2)
+  assert load_config("karate_gnn:smoke")[0].smoke and not load_config("karate_gnn")[0].smoke
+
+
+@pytest.mark.parametrize("value, message", [
+    ("True", "train.steps: expected int, got True"),
+    ("1e26", "train.steps: expected int, got '1e26'"),
+    ("9223372036854775808", "train.steps: 9223372036854775808 does not fit in a 64-bit integer"),
+])
+def test_a_bool_or_an_integer_beyond_int64_is_not_a_step_count(value, message):
+  with pytest.raises(ConfigError) as e:
+    load_config("moons_mlp", [f"train.steps={value}"])
+  assert str(e.value) == message

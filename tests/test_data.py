@@ -273,13 +273,13 @@ def test_default_config_lists_every_key_and_type_checks_overrides():
     (dict(name="mnist"), "data.name: unknown dataset 'mnist'"),
     (dict(bogus=1), "data.bogus: unknown key"),
     (dict(batch_size=1001), "data.batch_size: 1001 is larger than the training set"),
-    (dict(batch_size=0), "data.batch_size: must be positive"),
+    (dict(batch_size=0), "data.batch_size: must be > 0"),
     (dict(noise="x"), "data.noise: expected float"),
-    (dict(n=-5), "data.n: must be positive"),
+    (dict(n=-5), "data.n: must be > 0"),
     (dict(n="3"), "data.n: expected int, got '3'"),
     (dict(shuffle=1), "data.shuffle: expected bool, got 1"),
-    (dict(noise=-1), "data.noise: must be >= 0, got -1$"),
-    (dict(n_eval=0), "data.n_eval: must be positive, got 0"),
+    (dict(noise=-1), "data.noise: must be >= 0, got -1.0$"),
+    (dict(n_eval=0), "data.n_eval: must be > 0, got 0"),
     (dict(data_seed=None), r"data.data_seed: must be set \(expected int\)"),
     (dict(name=""), "data.name: must be set; expected one of moons, digits"),
 ])
@@ -297,7 +297,7 @@ def test_sharding_and_path_errors(tmp_path):
     ds.train_iter(0, 3)
   with pytest.raises(ValueError, match="^data.path: file not found"):
     data.make_dataset(make_config("npz", path=str(tmp_path / "missing.npz")))
-  with pytest.raises(ValueError, match="^data.distribution: 'spiral' is not one of"):
+  with pytest.raises(ValueError, match="^data.distribution: expected one of 'moons'"):
     data.make_dataset(make_config("toy2d", distribution="spiral"))
   it = ds.train_iter()
   state = it.get_state()
@@ -317,7 +317,7 @@ def test_sources_are_typed_and_check_themselves():
   # Built directly, a source refuses bad values as a parsed one does.
   with pytest.raises(ValueError, match="^data.scale: 'x' is not one of unit, symmetric$"):
     data.sources.Digits(scale="x")
-  with pytest.raises(ValueError, match="^data.batch_size: must be positive"):
+  with pytest.raises(ValueError, match="^data.batch_size: must be > 0"):
     data.sources.Text(batch_size=0)  # the base class's check holds under a new default
   cfg = data.default_data_config("text")
   assert (cfg.batch_size, cfg.eval_batch_size, cfg.max_bytes) == (32, 64, 2_000_000)
@@ -358,5 +358,5 @@ def test_a_new_source_is_one_registered_class():
   batch = next(ds.train_iter())
   assert batch["x"].shape == (16, 1) and set(batch["x"][:, 0]) <= set(range(64))
   cfg.n = 0
-  with pytest.raises(ValueError, match="^data.n: must be positive, got 0$"):
+  with pytest.raises(ValueError, match="^data.n: must be > 0, got 0$"):
     data.make_dataset(ml_collections.ConfigDict({"seed": 0, "data": cfg}))

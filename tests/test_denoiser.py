@@ -124,7 +124,7 @@ def test_task_loss_trains_a_denoiser_on_two_points(task):
   """A few hundred Adam steps on data {-1, +1} (repeated in 2-D) lower the task loss."""
   import optax
   config = _toy_config(task)
-  tk = TASKS[task](config)
+  tk = TASKS[task](config, None)
   model = build_model(config.model)
   x = jnp.sign(jax.random.normal(jax.random.PRNGKey(0), (256, 1))) * jnp.ones((256, 2))
   params = jax.jit(lambda k: model.init({"params": k}, tk.init_input({"x": x}), train=False))(
@@ -151,7 +151,7 @@ def test_task_loss_trains_a_denoiser_on_two_points(task):
 
 def test_task_honours_the_mask_and_checks_its_config():
   config = _toy_config("flow_matching")
-  tk = TASKS["flow_matching"](config)
+  tk = TASKS["flow_matching"](config, None)
   model = build_model(config.model)
   x = jnp.ones((8, 2))
   init = jax.jit(lambda k: model.init({"params": k}, x, train=False))
@@ -161,9 +161,9 @@ def test_task_honours_the_mask_and_checks_its_config():
   b = tk.loss_fn(model.apply, params, {}, {"x": x.at[4:].set(50.0), "mask": mask}, {}, False)[0]
   np.testing.assert_allclose(a, b, rtol=1e-6)
   with pytest.raises(ValueError, match="gen.prediction"):
-    TASKS["flow_matching"](_toy_config("flow_matching", prediction="eps"))
+    TASKS["flow_matching"](_toy_config("flow_matching", prediction="eps"), None)
   with pytest.raises(ValueError, match="num_classes"):
-    TASKS["ddpm"](_toy_config("ddpm", num_classes=10))
+    TASKS["ddpm"](_toy_config("ddpm", num_classes=10), None)
 
 
 def test_guided_sampling_with_a_real_unet(unet):

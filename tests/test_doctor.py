@@ -16,7 +16,7 @@ from jaxdl.course import planted
 from jaxdl.doctor import diagnose_history, lr_range_test, run_preflight
 from jaxdl.doctor.context import prepare
 from jaxdl.doctor.preflight import check_first_loss
-from jaxdl.doctor.report import Check, Report
+from jaxdl.doctor.report import Finding, Report
 
 BUDGET = dict(steps=5, overfit_steps=100, learn_steps=60)
 
@@ -108,12 +108,12 @@ def test_cli_bad_input(capsys):
 
 
 def test_report_counts_and_rejects_bad_status():
-  r = Report("x", [Check("a", "pass", ""), Check("b", "warn", "", cause="c1"),
-                   Check("c", "fail", "", cause="c2"), Check("d", "fail", "", cause="c2")])
+  r = Report("x", [Finding("a", "pass", ""), Finding("b", "warn", "", cause="c1"),
+                   Finding("c", "fail", "", cause="c2"), Finding("d", "fail", "", cause="c2")])
   assert not r.ok and [c.name for c in r.failed()] == ["c", "d"]
   assert r.causes() == ["c2", "c1"]                    # failures first, no repeats
   with pytest.raises(ValueError, match="check status"):
-    Check("e", "bad", "")
+    Finding("e", "bad", "")
 
 
 # --- diagnoses from a metrics history ------------------------------------------------------------

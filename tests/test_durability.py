@@ -21,7 +21,7 @@ from jaxdl.config import load_config
 from jaxdl.doctor.diagnoses import diagnose_workdir
 from jaxdl.train import loop, run, step as jstep, writers
 from jaxdl.train.checkpoint import Checkpointer, load_state
-from jaxdl.train.state import TrainState
+from jaxdl.train.step import TrainState
 
 TINY = ["train.steps=20", "train.plot=False", "data.batch_size=200"]
 

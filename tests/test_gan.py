@@ -146,7 +146,7 @@ def _max_diff(a, b):
 
 @pytest.mark.parametrize("key, value, match", [
     ("updates", "both", "gen.updates: expected one of"),
-    ("d_lr", -1.0, "gen.d_lr: must be a finite number >= 0"),
+    ("d_lr", -1.0, "gen.d_lr: must be >= 0, got -1.0$"),
     ("g_b2", 1.0, r"gen.g_b2: must be in \[0, 1\)"),
 ])
 def test_bad_player_settings_are_one_line_errors_naming_the_key(key, value, match):

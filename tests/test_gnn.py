@@ -11,7 +11,6 @@ from jaxdl import cli
 from jaxdl.data import graphs, parse_data
 from jaxdl.models import build_model
 from jaxdl.models.gnn import Graph, mean_average_distance
-from jaxdl.train import graph_tasks  # noqa: F401  (the tasks under test)
 from jaxdl.train.tasks import TASKS
 
 
@@ -150,7 +149,7 @@ def test_node_task_scores_labelled_nodes_only(models):
   rng = np.random.default_rng(0)
   batch = {**batch, "y": rng.integers(0, 3, (2, 8)).astype(np.int32),
            "label_mask": (rng.random((2, 8)) < 0.5) * batch["node_mask"]}
-  loss_fn = TASKS["node_classification"](None).loss_fn
+  loss_fn = TASKS["node_classification"](None, None).loss_fn
   loss, (metrics, _) = loss_fn(lambda v, g, train: apply(v, g), variables["params"], {}, batch,
                                {}, False)
   logits = np.asarray(apply(variables, Graph.from_batch(batch)), np.float64)

@@ -13,7 +13,7 @@ from jaxdl.config import load_config
 from jaxdl.models.mlp import MLP
 from jaxdl.optim import precision
 from jaxdl.train import build, create_train_state, make_task, make_train_step
-from jaxdl.train.accumulate import split_microbatches
+from jaxdl.train.step import split_microbatches
 
 STEPS = 3
 BATCH = 64  # 16 rows per device on 4 devices: N = 4 gives 4-row microbatches on every device

@@ -14,9 +14,9 @@ from jax.sharding import PartitionSpec as P
 
 from jaxdl import cli
 from jaxdl.models import build_model, gpt_config, moe
-from jaxdl.models.gpt import gpt_costs
+from jaxdl.models.gpt import GPT, gpt_costs
 from jaxdl.train import step, strategies, tasks
-from jaxdl.train.state import create_train_state
+from jaxdl.train.step import create_train_state
 
 TINY = dict(vocab_size=32, block_size=8, n_layer=2, n_head=2, d_model=16)
 ONE_LAYER = {**TINY, "n_layer": 1}  # the parallel test compiles three times: keep it small
@@ -46,8 +46,9 @@ def test_routing_by_hand_capacity_drops_later_choices():
 
 
 def test_index_dispatch_equals_every_expert_on_every_token():
-  spec = moe.MoeSpec(experts=4, top_k=2, capacity_factor=2.0)  # C = N: nothing dropped
-  layer = moe.MoeMlp(spec, hidden=24)
+  # C = N: nothing dropped
+  layer = moe.MoeMlp(GPT(d_model=8, n_head=2, mlp_hidden=24, moe_experts=4, moe_top_k=2,
+                         moe_capacity=2.0).block_spec)
   x = jax.random.normal(jax.random.PRNGKey(0), (2, 5, 8))
   params = jax.jit(layer.init)(jax.random.PRNGKey(1), x)["params"]
   y = jax.jit(layer.apply)({"params": params}, x)

@@ -8,8 +8,9 @@ import numpy as np
 import optax
 import pytest
 
+from jaxdl import schema
 from jaxdl.optim import (OPTIMIZERS, OptimConfig, default_optim_config,
-                         make_optimizer, parse_optim, rules, schema)
+                         make_optimizer, parse_optim, rules)
 
 from test_optim import LR, _assert_close, _cfg, _run_optax, _run_ref
 
@@ -53,7 +54,7 @@ def test_a_key_the_rule_does_not_use_is_refused(name, key, value, pattern):
 def test_a_rule_built_directly_checks_its_ranges():
   with pytest.raises(ValueError, match=r"^optim\.b2: must be in \[0, 1\), got 1\.5$"):
     rules.Adam(b2=1.5)
-  with pytest.raises(ValueError, match=r"^optim\.weight_decay: must be a number >= 0"):
+  with pytest.raises(ValueError, match=r"^optim\.weight_decay: must be >= 0, got -1.0$"):
     rules.Sgd(weight_decay=-1.0)
   with pytest.raises(ValueError, match=r"^optim\.clip_norm: must be > 0 or None"):
     OptimConfig(clip_norm=0.0)

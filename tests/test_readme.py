@@ -53,7 +53,7 @@ def skip_reason(command: str) -> str | None:
 
 def shrink_train(argv: list[str]) -> tuple[list[str], str]:
   """`jaxdl train ...` argv -> (smoke-sized argv with an explicit workdir, that workdir)."""
-  args = cli.build_parser().parse_args(cli._split_config_flags(argv))
+  args = cli.build_parser().parse_args(cli.split_config_flags(argv))
   spec = args.experiment
   overrides = [re.sub(r"^train\.steps=(\d+)$",
                       lambda m: f"train.steps={min(int(m.group(1)), SMOKE_STEPS)}", o)
@@ -94,7 +94,7 @@ def test_readme_commands_run_in_order(tmp_path, monkeypatch, capsys):
     argv = shlex.split(command)[1:]
     workdir = None
     if not argv or argv[0] == "train" or argv[0].startswith("-") or (
-        argv[0] not in ("list", *cli._EXTENSIONS)):
+        argv[0] not in cli.COMMANDS):
       argv, workdir = shrink_train(argv if argv and argv[0] == "train" else ["train", *argv])
     rc = run_cli(argv)
     captured = capsys.readouterr()
@@ -107,6 +107,7 @@ def test_readme_commands_run_in_order(tmp_path, monkeypatch, capsys):
   assert {"char_gpt", "moons_mlp", "moons_mlp-bn", "moons_mlp-smoke"} <= {
       p.name for p in (tmp_path / "runs").iterdir()}
   # The default experiment (`jaxdl train`) trained, evaluated and stored its summary.
-  default = json.loads((tmp_path / "runs" / cli.DEFAULT_EXPERIMENT / "summary.json").read_text())
+  default_run = tmp_path / "runs" / cli.train.DEFAULT_EXPERIMENT
+  default = json.loads((default_run / "summary.json").read_text())
   assert default["step"] > 0 and default["eval"]
-  assert (tmp_path / "runs" / cli.DEFAULT_EXPERIMENT / "metrics.jsonl").exists()
+  assert (default_run / "metrics.jsonl").exists()

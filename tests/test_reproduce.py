@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+from jaxdl.cli import reproduce as reproduce_cli
 from jaxdl.course import reproduce
 
 # Claims that compute more than they compile run in one subprocess without the suite's
@@ -60,7 +61,7 @@ def _args(**kw):
 
 def test_main_writes_the_json_format_and_the_table(tmp_path, capsys):
   out = tmp_path / "r.json"
-  code = reproduce.main(_args(only=["ddim_by_hand,label_smoothing"], json=str(out)))
+  code = reproduce_cli.main(_args(only=["ddim_by_hand,label_smoothing"], json=str(out)))
   assert code == 0
   rows = json.loads(out.read_text())
   assert [r["name"].split(".")[0] for r in rows] == ["ddim_by_hand", "label_smoothing",
@@ -80,14 +81,14 @@ def test_a_failing_claim_exits_1(monkeypatch, tmp_path):
   monkeypatch.setitem(reproduce.CLAIMS, "raises", reproduce.Claim(
       "raises", lambda: 1 / 0, False, "raises"))
   out = tmp_path / "r.json"
-  assert reproduce.main(_args(only=["broken", "raises"], json=str(out))) == 1
+  assert reproduce_cli.main(_args(only=["broken", "raises"], json=str(out))) == 1
   rows = json.loads(out.read_text())
   assert [r["ok"] for r in rows] == [False, False]
   assert "ZeroDivisionError" in rows[1]["measured"]
 
 
 def test_unknown_claim_is_a_usage_error(capsys):
-  assert reproduce.main(_args(only=["nope"])) == 2
+  assert reproduce_cli.main(_args(only=["nope"])) == 2
   assert "nope" in capsys.readouterr().err
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from jaxdl import cli
 from jaxdl.models import build_model
+from jaxdl.models.gpt import GPT
 from jaxdl.models.transformer import Block
 from jaxdl.train.tasks import TASKS
 
@@ -52,9 +53,9 @@ def test_mlp_input_dropout_is_inverted_dropout_on_x():
 
 def test_drop_path_drops_whole_residual_branches_per_example():
   x = jax.random.normal(jax.random.PRNGKey(0), (256, 2, 8))
-  block = Block(n_head=2, drop_path=0.5)
+  block = Block(GPT(n_head=2, d_model=8, drop_path=0.5).block_spec)
   v = block.init(jax.random.PRNGKey(1), x)
-  plain = Block(n_head=2).apply(v, x)[0]
+  plain = Block(GPT(n_head=2, d_model=8).block_spec).apply(v, x)[0]
   np.testing.assert_array_equal(block.apply(v, x)[0], plain)      # eval: the identity
   y = np.asarray(block.clone(train=True).apply(v, x, rngs={"dropout": jax.random.PRNGKey(2)})[0])
   # Both branches dropped (probability p^2 = 1/4): the example passes through unchanged.
@@ -68,7 +69,7 @@ def test_mae_and_huber_losses():
   identity = lambda variables, x, train: x  # noqa: E731  the prediction is x itself
   for task, want in (("regression", (9 + 0.25 + 0 + 4) / 4), ("regression_mae", 5.5 / 4),
                      ("regression_huber", (2.5 + 0.125 + 0 + 1.5) / 4)):
-    loss, _ = TASKS[task](None).loss_fn(identity, {}, {}, batch, {}, False)
+    loss, _ = TASKS[task](None, None).loss_fn(identity, {}, {}, batch, {}, False)
     np.testing.assert_allclose(loss, want, rtol=1e-6)
 
 

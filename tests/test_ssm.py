@@ -9,6 +9,7 @@ import pytest
 
 from jaxdl.models import build_model, gpt_config
 from jaxdl.models.decoding import init_cache
+from jaxdl.models.gpt import GPT
 from jaxdl.models.ssm import SelectiveSSM
 
 # Xavier init gives the mixer O(1) outputs, so a wrong state would show far above 1e-5.
@@ -17,7 +18,7 @@ TINY = dict(vocab_size=32, block_size=16, n_layer=2, n_head=2, d_model=16, mixer
 
 
 def test_scan_equals_step_by_step_recurrence():
-  layer = SelectiveSSM(8, state=4, init_name="xavier")
+  layer = SelectiveSSM(8, GPT(d_model=8, mixer="ssm", ssm_state=4, init_name="xavier").block_spec)
   x = jax.random.normal(jax.random.PRNGKey(0), (2, 12, 8))
   v = jax.jit(layer.init)(jax.random.PRNGKey(1), x)
   scan = jax.jit(layer.apply)

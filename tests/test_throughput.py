@@ -194,7 +194,7 @@ def test_a_run_counts_the_bench_gpts_flops_exactly():
                                        f"data.context_length={s.context}",
                                        f"data.batch_size={s.batch}"])
   r = SimpleNamespace(config=config, task=SimpleNamespace(kind="lm"),
-                      model=build_model(config.model))
+                      data=SimpleNamespace(batch_size=s.batch), model=build_model(config.model))
   flops, how = throughput.count_step_flops(r, None, None, {"x": np.zeros((s.batch, s.context))})
   state, _ = bench.jaxdl_step(s, abstract=True)
   n_matmul = sum(x.size for x in jax.tree.leaves(state.params)) - s.context * s.d_model

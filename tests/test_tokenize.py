@@ -46,6 +46,30 @@ def test_bpe_trains_round_trips_and_compresses(bpe, tmp_path):
   assert tokenize.get_tokenizer(str(path)).vocab_size == bpe.vocab_size
 
 
+ADVERSARIAL = ["<|endoftext|>", "a<|endoftext|>b", "<|endoftext|><|endoftext|>", "<|endo",
+               "emoji 😀👩‍👩‍👧 flags 🇫🇷", " " * 300 + "\t\n" * 50, "\r\n\x00\x7f",
+               "mixed: Кириллица 漢字 العربية हिन्दी ✓", ""]
+
+
+@pytest.mark.parametrize("name", ["bytes", "bpe", "bpe_loaded"])
+def test_text_round_trips_and_never_encodes_to_end_of_text(name, bpe, tmp_path):
+  """Only packing inserts end-of-text: the special token's own text is text, and decode(encode(s))
+  is s for adversarial strings (also for a tokenizer.json read back from disk)."""
+  tok = {"bytes": tokenize.bytes_tokenizer(), "bpe": bpe}.get(name)
+  if tok is None:
+    bpe.save(str(tmp_path / "tokenizer.json"))
+    tok = tokenize.get_tokenizer("bpe", str(tmp_path))
+  for text in ADVERSARIAL:
+    ids = tok.encode(text)
+    assert tok.eot_id not in ids, (name, text)
+    assert tok.decode(ids) == text, (name, text)
+  ids_a, ids_b = tok.encode_batch(["a<|endoftext|>b", "ab"])
+  assert len(ids_a) > len(ids_b)
+  with pytest.raises(ValueError, match=r"^text: not UTF-8 text \(surrogates not allowed at "
+                                       r"character 1, '\\ud800'\)$"):
+    tok.encode("a\ud800b")
+
+
 def test_bad_tokenizers_are_one_line_errors(bpe, tmp_path):
   with pytest.raises(ValueError, match=r"^data.tokenizer: tokenizer file not found: '.*nope"):
     tokenize.get_tokenizer(str(tmp_path / "nope.json"))

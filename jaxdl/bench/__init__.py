@@ -1,4 +1,5 @@
-"""`jaxdl bench [--only NAME[,NAME]] [--json FILE]`: jaxdl's speed as ratios to baselines.
+"""jaxdl's speed as ratios to baselines (`jaxdl bench [--only NAME[,NAME]] [--json FILE]`, in
+`jaxdl.cli.bench`).
 
 Every figure is a ratio of two timings from the same process and the same run (the machine may
 be shared and noisy; absolute numbers are printed but only ratios are judged):
@@ -34,12 +35,8 @@ The whole bench takes a few minutes on a 2-core CPU.
 
 from __future__ import annotations
 
-import json
-import sys
 import time
 from typing import Callable
-
-HELP = "measure throughput, MFU, compile time, loop/checkpoint/sampler/data costs vs baselines"
 
 # name -> fn(ctx) -> (raw result dict, table rows), in the order they run. `ctx` is shared by
 # the benches of one run: 'setup' (the GPT setup), 'on_gpu', and 'step_s' (the train step's
@@ -55,22 +52,6 @@ def register_bench(name: str):
     return fn
 
   return wrap
-
-
-def add_arguments(parser) -> None:
-  parser.add_argument("--only", action="append", default=[], metavar="NAME",
-                      help=f"run only these benchmarks (repeatable or comma-separated): "
-                           f"{', '.join(BENCHES)}")
-  parser.add_argument("--json", metavar="FILE", help="also write the results as JSON here")
-
-
-def selected(only: list[str]) -> list[str]:
-  names = [n.strip() for item in only for n in item.split(",") if n.strip()]
-  unknown = [n for n in names if n not in BENCHES]
-  if unknown:
-    raise ValueError(f"--only: unknown benchmark {unknown[0]!r}; expected some of "
-                     f"{', '.join(BENCHES)}")
-  return [n for n in BENCHES if n in names] if names else list(BENCHES)
 
 
 def _row(bench, measure, jaxdl, baseline, ratio, target, met, unit=""):
@@ -297,47 +278,3 @@ def run_benches(names: list[str], log=print) -> tuple[dict, list[dict]]:
     r["seconds"] = time.perf_counter() - t0
     results[name] = r
   return results, rows
-
-
-def _fmt(x) -> str:
-  if x is None:
-    return "-"
-  if isinstance(x, bool):
-    return "yes" if x else "NO"
-  if isinstance(x, float):
-    return f"{x:.3g}"
-  return str(x)
-
-
-def format_table(rows: list[dict]) -> str:
-  cols = ("bench", "measure", "jaxdl", "baseline", "ratio", "target", "met")
-  cells = [cols] + [tuple(_fmt(r[c]) for c in cols) for r in rows]
-  widths = [max(len(row[i]) for row in cells) for i in range(len(cols))]
-  lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in cells]
-  lines.insert(1, "  ".join("-" * w for w in widths))
-  return "\n".join(lines)
-
-
-def _jsonable(x):
-  if isinstance(x, dict):
-    return {str(k): _jsonable(v) for k, v in x.items()}
-  if isinstance(x, (list, tuple)):
-    return [_jsonable(v) for v in x]
-  if hasattr(x, "item"):
-    return x.item()
-  return x
-
-
-def main(args) -> int:
-  try:
-    names = selected(args.only)
-  except ValueError as e:
-    print(f"jaxdl: error: {e}", file=sys.stderr)
-    return 2
-  log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-  results, rows = run_benches(names, log)
-  print(format_table(rows))
-  if args.json:
-    with open(args.json, "w") as f:
-      json.dump(_jsonable({"results": results, "table": rows}), f, indent=2)
-  return 0

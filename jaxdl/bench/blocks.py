@@ -30,7 +30,7 @@ from jaxdl.models import moe
 from jaxdl.models.gpt import gpt_costs
 from jaxdl.train import step as jstep
 from jaxdl.train import tasks
-from jaxdl.train.state import create_train_state
+from jaxdl.train.step import create_train_state
 
 
 def _step_runner(model_cfg, batch: int, seq: int):

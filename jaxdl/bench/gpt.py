@@ -35,7 +35,7 @@ from jaxdl.config import base_config
 from jaxdl.models import gpt as jgpt
 from jaxdl.train import step as jstep
 from jaxdl.train import tasks
-from jaxdl.train.state import create_train_state
+from jaxdl.train.step import create_train_state
 from jaxdl.train.throughput import measure_peak, transformer_flops_per_token
 
 

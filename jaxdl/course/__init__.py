@@ -14,5 +14,13 @@ module you need:
                       noisy/quiet weight groups under weight decay
   planted             the planted-bug model 'planted_mlp' and task 'planted_shuffled_labels'
                       (registered on import) for the doctor's experiments
+  supervised_configs  shared configs of the supervised experiments (digits classifiers, the
+                      karate club GNN, the stdlib GPT)
+  studies             multi-run studies a study experiment's after_training hands its run to:
+                      GNN depth, seq2seq bottleneck, associative recall, pre-/post-LN
   generative_configs  shared configs of the generative experiments (toy 2-D, digits)
+  digits_judge        the digits_cnn judge of generated digits and the digits experiments' checks
+  few_step_digits     reflow_ / distill_digits' procedures: students of the guided digits flow
+  autoregressive_digits  ar_digits' procedure: exact bits/dim and judged samples of the GPT
+  generative_table    generative_table's procedure: every family trained and measured
 """

@@ -1,8 +1,10 @@
 """Planted bugs for testing the doctor: a model and a task with one switch per known failure.
 
 Registered names (importing this module registers them):
-  model 'planted_mlp'               the MLP of `jaxdl.models.mlp` (Dense -> [norm] -> act blocks
-                                    and a 'head'), plus these `model.*` keys, all off by default:
+  model 'planted_mlp'               `PlantedMLP`, the MLP of `jaxdl.models.mlp` (Dense -> [norm] ->
+                                    act blocks and a 'head'); its fields are its `model.*` keys
+                                    (`jaxdl.models.model_config('planted_mlp')`), these all off by
+                                    default:
       head_scale      float  last layer kernel multiplied by this at init (x100 bug)
       zero_init       bool   every kernel and bias starts at 0 (units of a layer stay identical)
       eval_batch_stats bool  norm='batch' normalizes with the batch statistics in eval too
@@ -26,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdl.models import register_model
+from jaxdl.models import model_config, register_model
 from jaxdl.train import tasks
 
 _ACTIVATIONS = {"relu": nn.relu, "gelu": nn.gelu, "tanh": jnp.tanh, "silu": nn.silu}
@@ -76,18 +78,23 @@ class PlantedMLP(nn.Module):
   head_scale: float = 1.0
   zero_init: bool = False
   eval_batch_stats: bool = False
-  poison_D: tuple | None = None
+  poison_row: int = -1
   poison_scale: float = 1.0
   inf_layer: int = -1
   dtype: jnp.dtype = jnp.float32
+
+  def __post_init__(self):
+    if self.poison_row >= 0:
+      digits_row(self.poison_row)  # a row outside the split is one line here, before any trace
+    super().__post_init__()
 
   @nn.compact
   def __call__(self, x, *, train: bool):
     x_BxD = x.reshape(x.shape[0], -1).astype(self.dtype)
     hit_B = jnp.zeros(x_BxD.shape[:1], bool)
-    if self.poison_D is not None:
+    if self.poison_row >= 0:
       # The poison row is found by exact value, so it follows its example through any shuffle.
-      poison_D = jnp.asarray(self.poison_D, self.dtype)
+      poison_D = jnp.asarray(digits_row(self.poison_row), self.dtype)
       hit_B = jnp.all(jnp.abs(x_BxD - poison_D) < 1e-6, axis=-1)
     kinit = nn.initializers.zeros if self.zero_init else nn.initializers.lecun_normal()
     act = _ACTIVATIONS[self.activation]
@@ -133,33 +140,12 @@ def poison_row_at_step(config, step: int) -> int:
   return int(rows[0])
 
 
-@register_model("planted_mlp")
-def build_planted_mlp(cfg) -> PlantedMLP:
-  row = int(cfg.get("poison_row", -1))
-  poison = tuple(float(v) for v in digits_row(row)) if row >= 0 else None
-  return PlantedMLP(hidden=tuple(cfg.hidden), out=cfg.out, activation=cfg.get("activation", "relu"),
-                    norm=cfg.get("norm", "none"), head_scale=float(cfg.get("head_scale", 1.0)),
-                    zero_init=bool(cfg.get("zero_init", False)),
-                    eval_batch_stats=bool(cfg.get("eval_batch_stats", False)),
-                    poison_D=poison, poison_scale=float(cfg.get("poison_scale", 1.0)),
-                    inf_layer=int(cfg.get("inf_layer", -1)))
-
-
-def planted_model_config(**overrides) -> dict:
-  """Every 'planted_mlp' key with its healthy default (a 64-64 ReLU MLP for 10 classes)."""
-  cfg = dict(name="planted_mlp", hidden=(64, 64), out=10, activation="relu", norm="none",
-             head_scale=1.0, zero_init=False, eval_batch_stats=False, poison_row=-1,
-             poison_scale=1.0, inf_layer=-1)
-  unknown = sorted(set(overrides) - set(cfg))
-  if unknown:
-    raise ValueError(f"model.{unknown[0]}: not a planted_mlp key; expected one of {sorted(cfg)}")
-  cfg.update(overrides)
-  return cfg
+register_model("planted_mlp")(PlantedMLP)
 
 
 @tasks.register_task("planted_shuffled_labels")
-def shuffled_labels(config) -> tasks.Task:
-  inner = tasks.TASKS["classification"](config)
+def shuffled_labels(config, train_settings) -> tasks.Task:
+  inner = tasks.TASKS["classification"](config, train_settings)
 
   def loss_fn(apply_fn, params, model_state, batch, rngs, train):
     # Rolling by one row pairs every input with another example's label: the data loader bug
@@ -171,29 +157,22 @@ def shuffled_labels(config) -> tasks.Task:
 
 
 def digits_experiment(name: str, description: str, *, task: str = "classification",
-                      steps: int = 300, **model_overrides):
-  """The base of the planted-bug experiments: a 64-64 MLP on 8x8 digits, Adam 1e-3, batch 32.
+                      steps: int = 300, smoke: bool = False, **model_overrides):
+  """The base of the planted-bug experiments: a 64-64 MLP on 8x8 digits, Adam 1e-3, batch 32;
+  `model_overrides` are `planted_mlp` fields, `smoke` the experiments' 20-step size.
 
   A healthy run reaches about 0.95 eval accuracy; each bug experiment changes one thing.
   """
-  from jaxdl.config import base_config
+  from jaxdl import config as jconfig
   from jaxdl.data import default_data_config
   from jaxdl.optim import default_optim_config
-  c = base_config()
+  c = jconfig.base_config()
   c.name = name
   c.description = description
   c.task = task
   c.data = default_data_config("digits")
   c.data.batch_size = 32
-  c.model = planted_model_config(**model_overrides)
-  c.optim = default_optim_config()
-  c.optim.name = "adam"
-  c.optim.lr = 1e-3
-  c.optim.weight_decay = 0.0
-  c.optim.schedule.name = "constant"
-  c.optim.schedule.warmup_frac = 0.0
-  c.train.steps = steps
-  c.train.eval_every = 100
-  c.train.log_every = 10
-  c.train.ckpt_every = 100
-  return c
+  c.model = model_config("planted_mlp", **model_overrides)
+  c.optim = default_optim_config("adam", schedule="constant", warmup_frac=0.0)
+  c.train.update(steps=steps, eval_every=100, log_every=10, ckpt_every=100)
+  return jconfig.smoke(c) if smoke else c

@@ -29,7 +29,7 @@ imported before the config is used:
         x = {"x": np.arange(self.n, dtype=np.float32)[:, None]}
         return arrays_source("generative", x, x)
 
-(`jaxdl.data.schema` holds the mechanism: `SOURCES`, checks, `parse_data`.)
+(`jaxdl.data.registry` holds `SOURCES` and `parse_data`; the checks are `jaxdl.schema`'s.)
 """
 
 from __future__ import annotations
@@ -38,9 +38,10 @@ import ml_collections
 
 from jaxdl.data.augment import augment_setting, augmentation
 from jaxdl.data.pipeline import Dataset, EvalBatches, TrainIterator
-from jaxdl.data.schema import (NONNEG, OPEN_UNIT, POSITIVE, SOURCES, DataSource, Source, Split,
-                               default_data_config, one_of, parse_data, register_source, setting)
-from jaxdl.data import assoc_recall, digit_strings, graphs  # noqa: F401  (generated datasets)
+from jaxdl.schema import NONNEG, OPEN_UNIT, POSITIVE, one_of, setting
+from jaxdl.data.registry import (SOURCES, DataSource, Source, Split, default_data_config,
+                                 parse_data, register_source)
+from jaxdl.data import assoc_recall, digit_strings, digit_tokens, graphs  # noqa: F401
 from jaxdl.data import disk, images  # noqa: F401  (register the on-disk datasets)
 from jaxdl.data.sources import KINDS, TOY2D, arrays_source, decode, digits_split, sample_toy2d
 
@@ -53,9 +54,10 @@ __all__ = ["make_dataset", "default_data_config", "parse_data", "register_source
 DATASETS = tuple(SOURCES)
 
 
-def make_dataset(config: ml_collections.ConfigDict) -> Dataset:
-  """Builds `config.data.name` with `config.data.*`; training order is seeded by `config.seed`."""
-  source = parse_data(config.data)
+def make_dataset(config: ml_collections.ConfigDict, source: DataSource | None = None) -> Dataset:
+  """Builds `config.data.name` with `config.data.*`; training order is seeded by `config.seed`.
+  `source`: the section already parsed (`jaxdl.train.Run.data`); None parses `config.data`."""
+  source = parse_data(config.data) if source is None else source
   seed = config.get("seed", 0) if hasattr(config, "get") else 0
   if not isinstance(seed, int) or isinstance(seed, bool):
     raise ValueError(f"seed: expected int, got {seed!r}")

@@ -21,7 +21,8 @@ import dataclasses
 
 import numpy as np
 
-from jaxdl.data.schema import NONNEG, POSITIVE, DataSource, Source, register_source, setting
+from jaxdl.schema import NONNEG, POSITIVE, setting
+from jaxdl.data.registry import DataSource, Source, register_source
 from jaxdl.data.sources import arrays_source
 
 

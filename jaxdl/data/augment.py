@@ -42,6 +42,8 @@ from typing import Callable
 import grain
 import numpy as np
 
+from jaxdl.schema import Check, setting
+
 SLOTS = 10
 DEFAULTS = {"crop": 4.0, "flip": None, "jitter": 0.4, "mixup": 0.2, "cutmix": 1.0}
 ORDER = tuple(DEFAULTS)
@@ -91,8 +93,8 @@ def parse_ops(spec) -> dict[str, float | None]:
   return ops
 
 
-def check_augment(spec) -> str | None:
-  """The `data.augment` field's check: None when every op parses, else the message."""
+def augment_problem(spec) -> str | None:
+  """None when every op of a `data.augment` spec parses, else the message."""
   try:
     parse_ops(spec)
   except ValueError as e:
@@ -102,7 +104,7 @@ def check_augment(spec) -> str | None:
 
 def augment_setting():
   """The `augment` field of an image source: `augment: tuple = augment_setting()`."""
-  return dataclasses.field(default=(), metadata={"check": check_augment})
+  return setting((), Check(lambda v: augment_problem(v) is None, augment_problem))
 
 
 def crop(x_BxHxWxC: np.ndarray, u_Bx2: np.ndarray, pad: int) -> np.ndarray:

@@ -14,7 +14,8 @@ import dataclasses
 
 import numpy as np
 
-from jaxdl.data.schema import NONNEG, POSITIVE, DataSource, Source, one_of, register_source, setting
+from jaxdl.schema import NONNEG, POSITIVE, one_of, setting
+from jaxdl.data.registry import DataSource, Source, register_source
 from jaxdl.data.sources import arrays_source
 
 START = 10  # the decoder's first input token

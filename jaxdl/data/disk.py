@@ -32,8 +32,8 @@ import numpy as np
 from jaxdl.data import packing, prepare, records
 from jaxdl.data.augment import augment_setting
 from jaxdl.data.prepare import import_pyarrow
-from jaxdl.data.schema import (NONNEG, OPEN_UNIT, POSITIVE, DataSource, Source, Split, one_of,
-                               register_source, setting)
+from jaxdl.schema import NONNEG, OPEN_UNIT, POSITIVE, one_of, setting
+from jaxdl.data.registry import DataSource, Source, Split, register_source
 from jaxdl.data.tokenize import Tokenizer, get_tokenizer
 
 

@@ -27,8 +27,8 @@ import dataclasses
 
 import numpy as np
 
-from jaxdl.data.schema import (NONNEG, POSITIVE, DataSource, Source, Split, register_source,
-                               setting)
+from jaxdl.schema import NONNEG, POSITIVE, setting
+from jaxdl.data.registry import DataSource, Source, Split, register_source
 from jaxdl.data.sources import _info, _read_path
 
 # Zachary's 78 friendships, members numbered 1..34 as in his table.

@@ -21,8 +21,8 @@ import numpy as np
 
 from jaxdl.data import records
 from jaxdl.data.augment import augment_setting
-from jaxdl.data.schema import (OPEN_UNIT, DataSource, Source, Split, one_of, register_source,
-                               setting)
+from jaxdl.schema import OPEN_UNIT, one_of, setting
+from jaxdl.data.registry import DataSource, Source, Split, register_source
 
 SUFFIXES = (".png", ".jpg", ".jpeg")
 

@@ -34,7 +34,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from jaxdl.data.schema import Source, Split
+from jaxdl.data.registry import Source, Split
 
 
 class TokenStream(Protocol):

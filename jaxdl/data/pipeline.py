@@ -30,7 +30,7 @@ import grain
 import numpy as np
 
 from jaxdl.data.augment import Augmentation
-from jaxdl.data.schema import Source, Split
+from jaxdl.data.registry import Source, Split
 
 # Everything is in memory and small: read in the calling thread so the order and the state are
 # exactly those of the index stream, with no background work racing a checkpoint.

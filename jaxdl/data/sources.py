@@ -1,6 +1,6 @@
 """Embedded and user datasets as in-memory arrays; nothing is downloaded.
 
-Each dataset is a registered `DataSource` dataclass (`jaxdl.data.schema`): its fields are its
+Each dataset is a registered `DataSource` dataclass (`jaxdl.data.registry`): its fields are its
 config keys with their defaults and checks, and `build()` returns a `Source`: a train `Split`,
 an eval `Split` and the `info` dict. A `Split` knows its size and gathers a batch of examples
 from an index array, so the pipeline only ever moves small integer indices around (the iterator
@@ -34,8 +34,8 @@ import zlib
 import numpy as np
 
 from jaxdl.data.augment import augment_setting
-from jaxdl.data.schema import (NONNEG, OPEN_UNIT, POSITIVE, DataSource, Source, Split, one_of,
-                               register_source, setting)
+from jaxdl.schema import NONNEG, OPEN_UNIT, POSITIVE, one_of, setting
+from jaxdl.data.registry import DataSource, Source, Split, register_source
 
 KINDS = ("classification", "binary", "lm", "regression", "generative")
 TOY2D = ("moons", "8gaussians", "checkerboard", "swissroll")

@@ -6,8 +6,9 @@ documents (`jaxdl.data.packing`):
   bytes  id = the UTF-8 byte (0..255); eot_id = 256, so V = 257.
   bpe    byte-level BPE (GPT-2's scheme): text -> UTF-8 bytes -> merges learned on the training
          split, most frequent pair first, until V ids; '<|endoftext|>' is a special token that
-         ordinary text never produces. Trained by `train_bpe` (`jaxdl data tokenizer`) or loaded
-         from any `tokenizer.json` that has '<|endoftext|>' (GPT-2's has it, id 50256).
+         text never produces (the literal string in a document is encoded as text). Trained by
+         `train_bpe` (`jaxdl data tokenizer`) or loaded from any `tokenizer.json` that has
+         '<|endoftext|>' (GPT-2's has it, id 50256).
 
 `tokenizer.token_bytes()` gives the UTF-8 bytes each id decodes to (0 for end-of-text), so a
 language model's loss can be stated per byte of text (`jaxdl.data.packing`).
@@ -41,9 +42,21 @@ class Tokenizer:
     return self.encode_batch([text])[0]
 
   def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
-    if self.hf is None:
-      return [np.frombuffer(t.encode("utf-8"), np.uint8).astype(np.int32) for t in texts]
-    return [np.asarray(e.ids, np.int32) for e in self.hf.encode_batch(texts)]
+    """Each text's ids. Text never encodes to a special id: '<|endoftext|>' written in a
+    document is text like any other (only packing inserts end-of-text). A string that is not
+    UTF-8 text (a lone surrogate) is a one-line ValueError."""
+    try:
+      if self.hf is None:
+        return [np.frombuffer(t.encode("utf-8"), np.uint8).astype(np.int32) for t in texts]
+      return [np.asarray(e.ids, np.int32) for e in self.hf.encode_batch(texts)]
+    except (UnicodeEncodeError, TypeError):
+      for t in texts:
+        try:
+          t.encode("utf-8")
+        except UnicodeEncodeError as e:
+          raise ValueError(f"text: not UTF-8 text ({e.reason} at character {e.start}, "
+                           f"{t[e.start]!r})") from None
+      raise
 
   def decode(self, ids) -> str:
     """Ids -> text; end-of-text ids are dropped and invalid UTF-8 is replaced."""
@@ -94,6 +107,8 @@ def _wrap(hf, where: str) -> Tokenizer:
   if eot is None:
     raise ValueError(f"{where}: the tokenizer has no {EOT!r} token (needed to separate "
                      "packed documents)")
+  # Special tokens are the pipeline's: the literal text of one in a document is encoded as text.
+  hf.encode_special_tokens = True
   return Tokenizer("bpe", int(hf.get_vocab_size()), int(eot), hf)
 
 

@@ -1,5 +1,7 @@
 """The training doctor: preflight checks, NaN/Inf locator, LR range test, run diagnoses.
 
+The `jaxdl doctor` command (`jaxdl.cli.doctor`):
+
     jaxdl doctor EXPERIMENT                         preflight (exit 1 when a check fails)
     jaxdl doctor EXPERIMENT --lr-range              + LR range test, workdir/lr_range.png
     jaxdl doctor EXPERIMENT --workdir W --locate S  first non-finite module of step S
@@ -12,24 +14,20 @@ Finding`, `lr_range_test(config, ...) -> LRRange`, `diagnose_history(train, eval
 
 from __future__ import annotations
 
-import argparse
 import logging
-import os
-import sys
 
 from jaxdl.doctor.diagnoses import (CAUSES, SYMPTOMS, Diagnosis, diagnose_history,
                                     diagnose_workdir)
-from jaxdl.doctor.report import Check, Report
+from jaxdl.config import parse_train
+from jaxdl.doctor.report import Finding, Report
 from jaxdl.train.hooks import Hook
 
 log = logging.getLogger("jaxdl")
 
-HELP = "preflight checks, NaN/Inf locator, LR range test and run diagnoses for an experiment"
-
 __all__ = ["PreflightHook", "HistoryHook", "hooks_for", "run_preflight", "locate_nonfinite",
-           "lr_range_test",
-           "diagnose_history", "diagnose_workdir", "Report", "Check", "Diagnosis", "SYMPTOMS",
-           "CAUSES", "HELP", "add_arguments", "main"]
+           "lr_range_test", "head_ln_k",
+           "diagnose_history", "diagnose_workdir", "Report", "Finding", "Diagnosis", "SYMPTOMS",
+           "CAUSES"]
 
 
 def run_preflight(config, **kwargs) -> Report:
@@ -83,8 +81,7 @@ class HistoryHook(Hook):
 def hooks_for(config) -> list[Hook]:
   """The doctor's hooks a training config asks for (`train.doctor=True`: the preflight before
   the run, the history diagnosis after it)."""
-  train = config.get("train") or {}
-  return [PreflightHook(), HistoryHook()] if train.get("doctor", False) else []
+  return [PreflightHook(), HistoryHook()] if parse_train(config).doctor else []
 
 
 def locate_nonfinite(config, workdir, step: int):
@@ -97,7 +94,7 @@ def lr_range_test(config, **kwargs):
   return _lr(config, **kwargs)
 
 
-def _ln_k(config) -> float | None:
+def head_ln_k(config) -> float | None:
   """ln K of the experiment's head (K classes, V for a language model, 2 for binary), or None."""
   import math
   from jaxdl import data
@@ -107,75 +104,3 @@ def _ln_k(config) -> float | None:
   k = {"classification": info.get("num_classes"), "lm": info.get("vocab_size"),
        "binary": 2}.get(kind)
   return math.log(k) if k else None
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-  p.add_argument("experiment", help="experiment file or name, optionally with :ARG")
-  p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                 help="override a config key (repeatable), as for `jaxdl train`")
-  p.add_argument("--workdir", help="run directory (default runs/<experiment>[-<arg>], as for "
-                                   "`jaxdl train`)")
-  p.add_argument("--steps", type=int, default=20, help="real train steps in the first-steps "
-                                                       "check (default 20)")
-  p.add_argument("--overfit-steps", type=int, default=200,
-                 help="step budget to overfit one batch (default 200)")
-  p.add_argument("--learn-steps", type=int, default=100,
-                 help="steps before the held-out loss is measured (default 100)")
-  p.add_argument("--lr-range", action="store_true", help="also run the LR range test")
-  p.add_argument("--locate", type=int, metavar="STEP",
-                 help="replay the run in --workdir to STEP (the step of the NaN error) and name "
-                      "the first module whose output is not finite; skips the preflight")
-  p.add_argument("--history", action="store_true",
-                 help="diagnose the metrics history in --workdir; skips the preflight")
-  p.add_argument("--json", action="store_true", help="print the report as JSON")
-  p.add_argument("--verbose", action="store_true", help="print per-layer tables too")
-
-
-def _print(text: str) -> None:
-  print(text, flush=True)
-
-
-def main(args) -> int:
-  """Exit codes: 0 nothing failed, 1 a check failed (or a non-finite module was found),
-  2 bad input."""
-  from jaxdl.config import ConfigError, default_workdir, load_config
-  try:
-    config, _ = load_config(args.experiment, args.overrides)
-  except ConfigError as e:
-    print(f"jaxdl: error: {str(e).splitlines()[0]}", file=sys.stderr)
-    return 2
-  if "train" not in config or "model" not in config:
-    print(f"jaxdl: error: experiment {config.name!r} is not a standard training run "
-          "(no train/model sections); the doctor has nothing to check", file=sys.stderr)
-    return 2
-  workdir = args.workdir or default_workdir(args.experiment, config)
-  if (args.locate is not None or args.history) and not os.path.isfile(
-      os.path.join(workdir, "config.json")):
-    # Replaying or diagnosing needs the run itself; a missing one is not a clean bill of health.
-    print(f"jaxdl: error: --workdir {workdir}: no run there (no config.json); "
-          f"{'--locate' if args.locate is not None else '--history'} reads a trained run's "
-          f"workdir", file=sys.stderr)
-    return 2
-  try:
-    if args.locate is not None:
-      finding = locate_nonfinite(config, workdir, args.locate)
-      _print(finding.text())
-      return 1 if finding.module else 0
-    if args.history:
-      diagnoses = diagnose_workdir(workdir, ln_k=_ln_k(config))
-      _print("\n".join(d.text() for d in diagnoses) or "no symptom in the metrics history")
-      return 1 if diagnoses else 0
-    report = run_preflight(config, steps=args.steps, overfit_steps=args.overfit_steps,
-                           learn_steps=args.learn_steps)
-    if args.lr_range:
-      os.makedirs(workdir, exist_ok=True)
-      result = lr_range_test(config, plot_path=os.path.join(workdir, "lr_range.png"))
-      report.add(result.check())
-  except (ValueError, FileNotFoundError) as e:
-    print(f"jaxdl: error: {str(e).splitlines()[0]}", file=sys.stderr)
-    return 2
-  if args.json:
-    _print(report.to_json())
-  else:
-    _print(report.text(verbose=args.verbose))
-  return 0 if report.ok else 1

@@ -33,6 +33,7 @@ class Context:
   eval_batch: dict | None
   num_classes: int | None   # K (V for an LM); None when the task has no such head
   grad_accum: int = 1       # train.grad_accum: the experiment's batches are split this way
+  optim: Any = None         # the run's parsed `optim` section (`Run.optim`)
   cache: dict = dataclasses.field(default_factory=dict)
 
   @property
@@ -52,7 +53,7 @@ def prepare(config, steps: int = 20) -> Context:
   k = {"classification": info.get("num_classes"), "lm": info.get("vocab_size"),
        "binary": 2}.get(task.kind)
   return Context(config, ds, task, r.model, r.tx, r.schedule, r.policy, r.base_key, state,
-                 batches, eval_batch, k, r.train.grad_accum)
+                 batches, eval_batch, k, r.train.grad_accum, r.optim)
 
 
 def loss(ctx, params, model_state, batch, train: bool, step: int = 0, apply_fn=None):

@@ -17,15 +17,14 @@ import optax
 
 from jaxdl.doctor import probes
 from jaxdl.doctor.context import Context, loss as _loss
-from jaxdl.doctor.report import Check
-from jaxdl.train import accumulate
-from jaxdl.train.step import make_train_step, step_rngs
+from jaxdl.doctor.report import Finding
+from jaxdl.train.step import accumulate_gradients, make_train_step, step_rngs
 
 REF_LR = 3e-3
 SUPERVISED = ("classification", "binary", "lm", "regression")
 
 
-def check_first_steps(ctx: Context) -> list[Check]:
+def check_first_steps(ctx: Context) -> list[Finding]:
   """S real train steps: stability, recompilation count, and units that stay identical."""
   traces = [0]
   step_fn = make_train_step(ctx.model.apply, ctx.task.loss_fn, ctx.tx, ctx.schedule, ctx.base_key,
@@ -58,33 +57,33 @@ def check_first_steps(ctx: Context) -> list[Check]:
       causes.append(f"learning rate {lr:.3g}: try 3x smaller, or clipping")
     if ctx.config.train.precision == "fp16":
       causes.append("fp16 overflow: use bf16 or loss scaling")
-    stability = Check("first_steps", "fail", f"loss/grad norm non-finite at step {bad_at} of "
+    stability = Finding("first_steps", "fail", f"loss/grad norm non-finite at step {bad_at} of "
                       f"{len(ctx.batches)} (losses {trace})", symptom="nonfinite", cause=cause,
                       causes=tuple(causes), values=values)
   elif n >= 4 and losses[-1] > 2 * losses[0]:
-    stability = Check("first_steps", "warn", f"loss rose {losses[0]:.3g} -> {losses[-1]:.3g} in "
+    stability = Finding("first_steps", "warn", f"loss rose {losses[0]:.3g} -> {losses[-1]:.3g} in "
                       f"{n} steps (lr {lr:.3g})", symptom="nonfinite", cause="lr_too_high",
                       values=values)
   else:
-    stability = Check("first_steps", "pass", f"{n} steps, loss {losses[0]:.4g} -> "
+    stability = Finding("first_steps", "pass", f"{n} steps, loss {losses[0]:.4g} -> "
                       f"{losses[-1]:.4g}, grad norm {norms[0]:.3g} -> {norms[-1]:.3g}",
                       values=values)
-  compiles = Check("recompilation", "pass" if traces[0] == 1 else "fail",
+  compiles = Finding("recompilation", "pass" if traces[0] == 1 else "fail",
                    f"the train step was traced {traces[0]} time(s) over {n} batches",
                    symptom="", cause="" if traces[0] == 1 else "recompiles",
                    values={"traces": traces[0]})
   same0 = probes.identical_units(ctx.state.params)
   same = [p for p in probes.identical_units(state.params) if p in same0] if bad_at is None else []
   if same:
-    sym = Check("symmetry", "fail", f"every unit of {', '.join(same)} is identical at init and "
+    sym = Finding("symmetry", "fail", f"every unit of {', '.join(same)} is identical at init and "
                 f"still after {n} steps", symptom="cannot_overfit", cause="symmetric_init",
                 causes=("initialize kernels randomly (He/LeCun); zero init keeps units identical",),
                 values={"identical": same})
   elif same0:
-    sym = Check("symmetry", "pass", f"identical units at init in {', '.join(same0)}, broken by "
+    sym = Finding("symmetry", "pass", f"identical units at init in {', '.join(same0)}, broken by "
                 "training (e.g. a zero-initialized projection)", values={"identical": []})
   else:
-    sym = Check("symmetry", "pass", "all kernels have distinct units", values={"identical": []})
+    sym = Finding("symmetry", "pass", "all kernels have distinct units", values={"identical": []})
   return [stability, compiles, sym]
 
 
@@ -108,7 +107,7 @@ def _fit_chunk(ctx: Context, grad_accum: int):
   def one(carry, xs):
     params, model_state, opt_state = carry
     batch, s = xs
-    g, (loss, _, new_state) = accumulate.accumulate_gradients(
+    g, (loss, _, new_state) = accumulate_gradients(
         jax.grad(objective, has_aux=True), params, model_state, batch,
         step_rngs(ctx.base_key, s), grad_accum)
     updates, opt_state = tx.update(g, opt_state, params)
@@ -149,7 +148,7 @@ def heldout_loss(ctx: Context, params, model_state) -> float:
   return float(ctx.cache["heldout"](params, model_state, ctx.eval_batch))
 
 
-def check_overfit(ctx: Context, steps: int = 200) -> Check:
+def check_overfit(ctx: Context, steps: int = 200) -> Finding:
   first = ctx.batches[0]
   rows = 8 if ctx.task.kind == "lm" else 32
   batch = {k: np.asarray(v)[:rows] for k, v in first.items()}
@@ -165,7 +164,7 @@ def check_overfit(ctx: Context, steps: int = 200) -> Check:
                 target=target, steps=steps, rows=len(next(iter(batch.values()))))
   if below.size:
     values["steps_to_target"] = int(below[0] + 1)
-    return Check("overfit", "pass", f"{values['rows']} rows: loss {losses[0]:.3g} -> "
+    return Finding("overfit", "pass", f"{values['rows']} rows: loss {losses[0]:.3g} -> "
                  f"{target:.3g} in {below[0] + 1} of {steps} steps", values=values)
   frozen = probes.unchanged(ctx.state.params, params)
   total = len(jax.tree.leaves(params))
@@ -179,15 +178,15 @@ def check_overfit(ctx: Context, steps: int = 200) -> Check:
     cause = "symmetric_init"
     causes.append(f"units still identical after fitting: {', '.join(same[:4])}")
   causes.append("check that inputs and targets are paired, and that the loss takes logits")
-  return Check("overfit", "fail", f"{values['rows']} rows, {steps} steps: loss {losses[0]:.3g} "
+  return Finding("overfit", "fail", f"{values['rows']} rows, {steps} steps: loss {losses[0]:.3g} "
                f"-> {losses[-1]:.3g}, never below {target:.3g}", symptom="cannot_overfit",
                cause=cause, causes=tuple(causes), values=values)
 
 
-def check_learnable(ctx: Context, steps: int = 100, overfit: Check | None = None):
-  """Fits the stream, then measures the held-out loss; returns (Check, trained params, state)."""
+def check_learnable(ctx: Context, steps: int = 100, overfit: Finding | None = None):
+  """Fits the stream, then measures the held-out loss; returns (Finding, trained params, state)."""
   if ctx.eval_batch is None or ctx.task.kind not in SUPERVISED:
-    return (Check("learnable", "skip", f"no held-out split or task kind {ctx.task.kind!r}"),
+    return (Finding("learnable", "skip", f"no held-out split or task kind {ctx.task.kind!r}"),
             ctx.state.params, ctx.state.model_state)
   it = ctx.ds.train_iter()
   before = heldout_loss(ctx, ctx.state.params, ctx.state.model_state)
@@ -201,30 +200,30 @@ def check_learnable(ctx: Context, steps: int = 100, overfit: Check | None = None
   summary = (f"{steps} steps: held-out loss {before:.3g} -> {after:.3g} "
              f"(baseline {base:.3g}; train loss at the end {tail:.3g})")
   if math.isfinite(after) and after <= 0.9 * base:
-    return Check("learnable", "pass", summary, values=values), params, model_state
+    return Finding("learnable", "pass", summary, values=values), params, model_state
   if overfit is not None and overfit.status == "fail":
     # The model cannot even fit one batch: that failure's cause explains this one too.
-    return (Check("learnable", "fail", summary + "; see overfit", symptom="flat",
+    return (Finding("learnable", "fail", summary + "; see overfit", symptom="flat",
                   cause=overfit.cause, values=values), params, model_state)
-  return (Check("learnable", "fail", summary + ": the model fits one batch, yet nothing it "
+  return (Finding("learnable", "fail", summary + ": the model fits one batch, yet nothing it "
                 "learns carries over to new inputs", symptom="flat", cause="labels_misaligned",
                 causes=("labels shuffled against the inputs, or targets from another example",
                         "print a few (input, label) pairs from the training stream"),
                 values=values), params, model_state)
 
 
-def check_eval_mode(ctx: Context, params, model_state) -> Check:
+def check_eval_mode(ctx: Context, params, model_state) -> Finding:
   if ctx.eval_batch is None or ctx.task.kind not in SUPERVISED:
-    return Check("eval_mode", "skip", f"no held-out split or task kind {ctx.task.kind!r}")
+    return Finding("eval_mode", "skip", f"no held-out split or task kind {ctx.task.kind!r}")
   x = np.asarray(ctx.task.init_input(ctx.eval_batch))
   if len(x) < 16:
-    return Check("eval_mode", "skip", f"eval batch of {len(x)} rows; 16 needed")
+    return Finding("eval_mode", "skip", f"eval batch of {len(x)} rows; 16 needed")
   variables = {"params": params, **model_state}
   try:
     y16 = np.asarray(ctx.model.apply(variables, x[:16], train=False), np.float32)
     y8 = np.asarray(ctx.model.apply(variables, x[:8], train=False), np.float32)
   except Exception as e:  # noqa: BLE001 -- e.g. dropout asking for an rng in eval
-    return Check("eval_mode", "fail", f"eval-mode forward failed: {type(e).__name__}: "
+    return Finding("eval_mode", "fail", f"eval-mode forward failed: {type(e).__name__}: "
                  f"{str(e).splitlines()[0][:160]}", symptom="eval_mode",
                  cause="eval_mode_forgotten")
   diff = float(np.max(np.abs(y16[:8] - y8)))
@@ -232,8 +231,8 @@ def check_eval_mode(ctx: Context, params, model_state) -> Check:
   summary = (f"eval outputs of 8 examples in a batch of 8 vs 16 differ by {diff:.3g} "
              f"(tolerance {tol:.2g})")
   if diff <= tol:
-    return Check("eval_mode", "pass", summary, values={"diff": diff})
-  return Check("eval_mode", "fail", summary + ": predictions depend on the rest of the batch",
+    return Finding("eval_mode", "pass", summary, values={"diff": diff})
+  return Finding("eval_mode", "fail", summary + ": predictions depend on the rest of the batch",
                symptom="eval_mode", cause="eval_mode_forgotten",
                causes=("BatchNorm uses batch statistics in eval: pass train=False down to it",),
                values={"diff": diff})

@@ -23,7 +23,7 @@ import optax
 
 from jaxdl import optim as joptim
 from jaxdl.doctor.context import prepare
-from jaxdl.doctor.report import Check
+from jaxdl.doctor.report import Finding
 from jaxdl.train.step import make_train_step
 
 
@@ -38,7 +38,7 @@ class LRRange:
   current: float            # the experiment's optim.lr
   plot: str | None = None
 
-  def check(self) -> Check:
+  def check(self) -> Finding:
     ratio = self.current / self.suggested if self.suggested > 0 else float("inf")
     summary = (f"suggested lr {self.suggested:.3g} (min loss at {10 * self.suggested:.3g}, "
                f"steepest descent at {self.steepest:.3g}); experiment lr {self.current:.3g}"
@@ -46,13 +46,13 @@ class LRRange:
     values = dict(suggested=self.suggested, steepest=self.steepest, current=self.current,
                   diverged_at=self.diverged_at)
     if self.diverged_at is not None and self.current >= self.diverged_at:
-      return Check("lr_range", "warn", summary + f"; the loss diverged from lr "
+      return Finding("lr_range", "warn", summary + f"; the loss diverged from lr "
                    f"{self.diverged_at:.3g} on", symptom="nonfinite", cause="lr_too_high",
                    values=values)
     if not 0.01 <= ratio <= 30:
-      return Check("lr_range", "warn", summary + f": the experiment's lr is {ratio:.3g}x the "
+      return Finding("lr_range", "warn", summary + f": the experiment's lr is {ratio:.3g}x the "
                    "suggestion", symptom="flat", cause="flat_start", values=values)
-    return Check("lr_range", "pass", summary, values=values)
+    return Finding("lr_range", "pass", summary, values=values)
 
 
 def _smooth(losses: np.ndarray, beta: float = 0.9) -> np.ndarray:
@@ -70,7 +70,7 @@ def lr_range_test(config, *, steps: int = 100, lr_min: float = 1e-6, lr_max: flo
     raise ValueError(f"lr range: need 0 < lr_min < lr_max, got {lr_min}, {lr_max}")
   ctx = prepare(config, steps=1)
   # The experiment's optimizer at a unit, constant lr; the sweep multiplies it by eta(t).
-  unit = dataclasses.replace(joptim.parse_optim(config.optim), lr=1.0,
+  unit = dataclasses.replace(ctx.optim, lr=1.0,
                              schedule=joptim.schedules.Constant(warmup_frac=0.0))
   unit_tx, _ = unit.build(steps)
   ratio = math.log(lr_max / lr_min)

@@ -36,7 +36,7 @@ import numpy as np
 from jaxdl import optim as joptim
 from jaxdl.doctor import fitting, probes
 from jaxdl.doctor.context import Context, loss as _loss, prepare
-from jaxdl.doctor.report import Check, Report
+from jaxdl.doctor.report import Finding, Report
 
 def init_outputs(ctx: Context):
   """(loss, [(module, output)]) of the first batch at init in training mode, computed once."""
@@ -48,10 +48,10 @@ def init_outputs(ctx: Context):
   return ctx.cache["init"]
 
 
-def check_first_loss(ctx: Context) -> Check:
+def check_first_loss(ctx: Context) -> Finding:
   batch = ctx.batches[0]
   if ctx.ln_k is None:
-    return Check("first_loss", "skip", f"task {ctx.config.task!r} (kind {ctx.task.kind!r}) has "
+    return Finding("first_loss", "skip", f"task {ctx.config.task!r} (kind {ctx.task.kind!r}) has "
                  "no classification or language-model head, so no ln K to compare with")
   loss, outs = init_outputs(ctx)
   loss, k, ln_k = float(loss), ctx.num_classes, ctx.ln_k
@@ -60,7 +60,7 @@ def check_first_loss(ctx: Context) -> Check:
   values = dict(loss=loss, ln_k=ln_k, k=k, logit_std=float(logits.std()))
   summary = f"first loss {loss:.4g} vs ln K = {ln_k:.4g} (K = {k}, logit std {logits.std():.3g})"
   if math.isfinite(loss) and abs(loss - ln_k) <= 0.25 * ln_k + 0.1:
-    return Check("first_loss", "pass", summary, values=values)
+    return Finding("first_loss", "pass", summary, values=values)
   causes, cause = [], ""
   # A mean does not depend on the batch size; a sum doubles with twice the rows.
   half = {k: np.asarray(v)[: len(y) // 2] for k, v in batch.items()}
@@ -84,11 +84,11 @@ def check_first_loss(ctx: Context) -> Check:
     causes.append(f"logits have std {logits.std():.3g} at init (about 1 or less is usual): "
                   "scale the last layer's init down")
   status = "warn" if math.isfinite(loss) and loss <= 2 * ln_k else "fail"
-  return Check("first_loss", status, summary, symptom="first_loss", cause=cause,
+  return Finding("first_loss", status, summary, symptom="first_loss", cause=cause,
                causes=tuple(causes), values=values)
 
 
-def check_init_stats(ctx: Context) -> Check:
+def check_init_stats(ctx: Context) -> Finding:
   _, outs = init_outputs(ctx)
   grads = jax.jit(jax.grad(lambda p, b: _loss(ctx, p, ctx.state.model_state, b, True)[0]))(
       ctx.state.params, ctx.batches[0])
@@ -100,7 +100,7 @@ def check_init_stats(ctx: Context) -> Check:
   nonfinite = [n for n, x in outs if not probes.is_finite(x)]
   bad_grads = [n for n, g in norms if not math.isfinite(g)]
   if nonfinite or bad_grads:
-    return Check("init_stats", "fail", f"non-finite at init: {(nonfinite + bad_grads)[0]}",
+    return Finding("init_stats", "fail", f"non-finite at init: {(nonfinite + bad_grads)[0]}",
                  symptom="nonfinite", cause="nonfinite_op", details="\n".join(lines),
                  values=values)
   hidden = [m for n, m, _ in rows[:-2] if m == m]  # not the head, nor the model output
@@ -122,12 +122,12 @@ def check_init_stats(ctx: Context) -> Check:
                     f"({', '.join(zero[:4])})")
   summary = (f"{len(rows)} module outputs, {len(norms)} parameter arrays"
              + ("; " + "; ".join(problems) if problems else ": signal and gradients healthy"))
-  return Check("init_stats", "warn" if problems else "pass", summary,
+  return Finding("init_stats", "warn" if problems else "pass", summary,
                symptom="flat" if problems else "", cause=cause, details="\n".join(lines),
                values=values)
 
 
-def check_dtypes(ctx: Context) -> Check:
+def check_dtypes(ctx: Context) -> Finding:
   _, outs = init_outputs(ctx)
   params = probes.dtype_counts(ctx.state.params)
   acts: dict[str, list[str]] = {}
@@ -142,23 +142,23 @@ def check_dtypes(ctx: Context) -> Check:
                       for d, v in low.items())
   bad = [d for d in params if d != "float32"] + ([logits_dtype]
                                                    if logits_dtype != "float32" else [])
-  return Check("dtypes", "warn" if bad else "pass", summary, cause="bad_dtype" if bad else "",
+  return Finding("dtypes", "warn" if bad else "pass", summary, cause="bad_dtype" if bad else "",
                causes=("master params and logits should stay fp32",) if bad else (),
                details=details, values={"params": params,
                                         "activations": {d: len(v) for d, v in acts.items()}})
 
 
-def check_weight_decay(ctx: Context) -> Check:
-  table = joptim.decay_table(ctx.state.params, ctx.config.optim)
-  pred = joptim.masks.make_path_predicate(ctx.config.optim)
+def check_weight_decay(ctx: Context) -> Finding:
+  table = joptim.decay_table(ctx.state.params, ctx.optim)
+  pred = joptim.masks.path_predicate(ctx.optim.decay_mask, ctx.optim.decay_embeddings)
   paths = [probes.path_str(p) for p, _ in jax.tree_util.tree_leaves_with_path(ctx.state.params)]
   odd = [p for p in paths if pred(p) and p.rsplit("/", 1)[-1] in ("bias", "scale")]
-  wd = joptim.parse_optim(ctx.config.optim).weight_decay
+  wd = ctx.optim.weight_decay
   summary = table.splitlines()[-1]
   if wd > 0 and odd:
-    return Check("weight_decay", "warn", summary + f"; biases/norm scales decayed: {odd[:3]}",
+    return Finding("weight_decay", "warn", summary + f"; biases/norm scales decayed: {odd[:3]}",
                  details=table)
-  return Check("weight_decay", "pass", summary, details=table)
+  return Finding("weight_decay", "pass", summary, details=table)
 
 
 def run_preflight(config, *, steps: int = 20, overfit_steps: int = 200,

@@ -1,4 +1,4 @@
-"""What the doctor hands back: a `Check` per measurement and the `Report` that collects them.
+"""What the doctor hands back: a `Finding` per measurement and the `Report` that collects them.
 
 A check has a status ('pass' | 'warn' | 'fail' | 'skip'), a one-line summary with the measured
 numbers, and when it does not pass the symptom it shows (a key of
@@ -18,7 +18,7 @@ _MARK = {"pass": "ok  ", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
 
 
 @dataclasses.dataclass
-class Check:
+class Finding:
   """One measurement: `status`, `summary`, and for a problem its `symptom` and `cause` keys."""
   name: str
   status: str
@@ -38,13 +38,13 @@ class Check:
 class Report:
   """The checks of one preflight, in the order they ran."""
   experiment: str
-  checks: list[Check] = dataclasses.field(default_factory=list)
+  checks: list[Finding] = dataclasses.field(default_factory=list)
 
-  def add(self, check: Check) -> Check:
+  def add(self, check: Finding) -> Finding:
     self.checks.append(check)
     return check
 
-  def __getitem__(self, name: str) -> Check:
+  def __getitem__(self, name: str) -> Finding:
     for c in self.checks:
       if c.name == name:
         return c
@@ -55,7 +55,7 @@ class Report:
     """True when no check failed (warnings allowed)."""
     return all(c.status != "fail" for c in self.checks)
 
-  def failed(self) -> list[Check]:
+  def failed(self) -> list[Finding]:
     return [c for c in self.checks if c.status == "fail"]
 
   def causes(self) -> list[str]:

@@ -21,17 +21,16 @@ Shapes: G grid intervals, N trajectories, B batch, D data dims.
 from __future__ import annotations
 
 import dataclasses
-import math
-from typing import Callable
+from typing import Callable, ClassVar
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
 
-from jaxdl.config import parse_section
 from jaxdl.generative import paths as paths_lib
 from jaxdl.generative import reflow, samplers
+from jaxdl.schema import POSITIVE, Settings, default_section, parse_section, setting
 
 
 def make_trajectories(apply_fn: Callable, variables, rng, num: int, *, sample_shape,
@@ -100,34 +99,31 @@ def train_distill(apply_fn: Callable, params, tx: optax.GradientTransformation, 
 
 
 @dataclasses.dataclass(frozen=True)
-class DistillSettings:
+class DistillSettings(Settings):
   """`config.distill`: the teacher's trajectories and the students' training."""
-  trajectories: int = 20_000   # N noise draws through the teacher
-  grid: int = 4                # G intervals kept; every student step count must divide it
-  substeps: int = 25           # teacher Heun steps per interval (2 network calls each)
+  prefix: ClassVar[str] = "distill."
+
+  trajectories: int = setting(20_000, POSITIVE)  # N noise draws through the teacher
+  grid: int = setting(4, POSITIVE)        # G intervals kept; every student count must divide it
+  substeps: int = setting(25, POSITIVE)   # teacher Heun steps per interval (2 network calls)
   student_steps: tuple = (1, 2, 4)  # one student per count, each from the teacher's parameters
-  steps: int = 2_000           # updates per student
-  batch: int = 256
-  lr: float = 5e-4             # peak lr of the run's optimizer rule
+  steps: int = setting(2_000, POSITIVE)   # updates per student
+  batch: int = setting(256, POSITIVE)
+  lr: float = setting(5e-4, POSITIVE)     # peak lr of the run's optimizer rule
 
   def __post_init__(self):
-    for key in ("trajectories", "grid", "substeps", "steps", "batch"):
-      if getattr(self, key) < 1:
-        raise ValueError(f"distill.{key}: must be >= 1, got {getattr(self, key)}")
-    if not (math.isfinite(self.lr) and self.lr > 0):
-      raise ValueError(f"distill.lr: must be a finite number > 0, got {self.lr!r}")
+    super().__post_init__()
     if not self.student_steps or any(int(n) < 1 or self.grid % int(n)
                                      for n in self.student_steps):
-      raise ValueError(f"distill.student_steps: expected divisors of grid={self.grid}, got "
-                       f"{self.student_steps!r}")
+      self.fail("student_steps", f"expected divisors of grid={self.grid}, got "
+                f"{self.student_steps!r}")
 
 
 def default_distill_config() -> ml_collections.ConfigDict:
   """`config.distill` with every key at its default."""
-  return ml_collections.ConfigDict(dataclasses.asdict(DistillSettings()))
+  return default_section(DistillSettings)
 
 
 def parse_distill(config) -> DistillSettings:
   """`config.distill` as checked `DistillSettings` (one-line errors naming the key)."""
-  settings = parse_section(DistillSettings, config.distill, "distill")
-  return dataclasses.replace(settings, student_steps=tuple(settings.student_steps))
+  return parse_section(config.distill, DistillSettings)

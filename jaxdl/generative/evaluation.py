@@ -11,7 +11,7 @@
   class (its test accuracy is reported beside it). The classifier is given, never trained here:
   a workdir of a trained digits classifier run, a function predict(pixels16_Nx64) -> labels_N,
   or None for an RBF SVM fitted on the training split (seconds). Training a classifier run is the
-  experiment's business (experiments/_digits.py does it in the digits experiments' hook).
+  experiment's business (`jaxdl.course.digits_judge` does it in the digits experiments' hook).
 Results go to workdir/generative_eval.json and are returned.
 
 Shapes: N samples, K classes.
@@ -26,7 +26,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdl.data import parse_data
 from jaxdl.generative import metrics, tasks as gtasks
+from jaxdl.generative.settings import parse_gen
 from jaxdl.train.checkpoint import load_run
 
 TOY_SEED_A, TOY_SEED_B = 10_000, 10_001  # fresh target draws, never the training seeds
@@ -180,16 +182,19 @@ def digits_classifier(classifier=None):
   return predict, test_acc, name
 
 
+def _judge_input(p16_Nx64, scale: str):
+  """Digits pixels in 0..16 as a judge's input: (N, 8, 8, 1) in its data's `scale`."""
+  x = (np.asarray(p16_Nx64) / 16.0).reshape((-1, 8, 8, 1)).astype(np.float32)
+  return 2 * x - 1 if scale == "symmetric" else x
+
+
 def _run_classifier(workdir):
   """predict(pixels16_Nx64) -> labels_N of the trained classification run in `workdir`."""
   config, model, variables, _ = load_run(workdir)
-  scale = config.data.get("scale", "unit")
-  shape = tuple(config.model.get("image_shape", (8, 8, 1)))
+  scale = parse_data(config.data).scale
 
   def predict(p16_Nx64):
-    x = (np.asarray(p16_Nx64) / 16.0).reshape((-1,) + shape).astype(np.float32)
-    if scale == "symmetric":
-      x = 2 * x - 1
+    x = _judge_input(p16_Nx64, scale)
     return np.asarray(jnp.argmax(model.apply(variables, x, train=False), -1))
 
   return predict
@@ -200,8 +205,7 @@ def classifier_outputs(workdir):
   its softmax and its penultimate activation (the ReLU of its 'dense' layer, the feature space of
   the digits Frechet distance; the CNN and MLP heads both name that layer 'dense')."""
   config, model, variables, _ = load_run(workdir)
-  scale = config.data.get("scale", "unit")
-  shape = tuple(config.model.get("image_shape", (8, 8, 1)))
+  scale = parse_data(config.data).scale
 
   @jax.jit
   def outputs(x):
@@ -211,8 +215,7 @@ def classifier_outputs(workdir):
     return jax.nn.softmax(logits, -1), jax.nn.relu(hidden)
 
   def f(p16_Nx64):
-    x = (np.asarray(p16_Nx64) / 16.0).reshape((-1,) + shape).astype(np.float32)
-    probs, feats = outputs(2 * x - 1 if scale == "symmetric" else x)
+    probs, feats = outputs(_judge_input(p16_Nx64, scale))
     return np.asarray(probs), np.asarray(feats)
 
   return f
@@ -280,7 +283,7 @@ def after_training(config, workdir, summary=None, **eval_kwargs) -> dict:
   under 'generative'. `eval_kwargs` go to `evaluate` (e.g. `classifier=` for the digits check);
   the sample count defaults to `gen.eval_num` (split evenly over the classes on digits)."""
   del summary
-  num = config.gen.get("eval_num", 2000)
+  num = parse_gen(config).eval_num
   if config.data.name == "digits":
     eval_kwargs.setdefault("per_class", max(num // config.gen.num_classes, 1))
   else:

@@ -46,14 +46,14 @@ from typing import Any, NamedTuple, Sequence
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import optax
 
-from jaxdl.config import parse_section
+from jaxdl.generative.settings import GANSettings
+from jaxdl.models import build_model, layers, register_model
 from jaxdl.optim import ema_params
 from jaxdl.optim.precision import select_tree
-from jaxdl.models import layers, register_model
+from jaxdl.schema import POSITIVE, each, parse_section, setting
 from jaxdl.train.tasks import Task, masked_mean, register_task
 
 _EVAL_KEY = 20260103
@@ -74,7 +74,7 @@ class _MLP(nn.Module):
 
 
 @register_model("gan")
-class GAN(nn.Module):
+class GAN(layers.Model):
   """MLP generator and discriminator; `__call__(x) -> D(x)` logits (B,), and `generate(z)`.
 
   Attributes:
@@ -82,15 +82,11 @@ class GAN(nn.Module):
     latent: Z, the generator's input dims.
     hidden: the widths of both MLPs.
   """
-  data_shape: Sequence[int] = (2,)
-  latent: int = 16
-  hidden: Sequence[int] = (128, 128)
+  data_shape: tuple[int, ...] = setting((2,), each(POSITIVE))
+  latent: int = setting(16, POSITIVE)
+  hidden: tuple[int, ...] = setting((128, 128), each(POSITIVE))
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
-
-  def __post_init__(self):
-    layers.check_fields(self, sizes=("data_shape", "latent", "hidden"))
-    super().__post_init__()
 
   def setup(self):
     kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
@@ -112,48 +108,12 @@ class GAN(nn.Module):
     return self.discriminate(x)
 
 
-UPDATES = ("simultaneous", "alternating")
 PLAYERS = {"g": "generator", "d": "discriminator"}
-
-
-@dataclasses.dataclass(frozen=True)
-class GANSettings:
-  """`config.gen` of a 'gan' run. A per-player key left None takes the run's `optim` value."""
-  r1: float = 0.0                # gamma of the R1 penalty (0: none)
-  updates: str = "simultaneous"  # or 'alternating' (module docstring)
-  g_lr: float | None = None      # the generator's peak lr
-  g_b1: float | None = None      # its Adam moment decays (Adam-family optim.name only)
-  g_b2: float | None = None
-  d_lr: float | None = None      # the same for the discriminator
-  d_b1: float | None = None
-  d_b2: float | None = None
-  sample_shape: tuple = (2,)     # what `jaxdl sample` draws: model.data_shape
-  eval_num: int = 2000
-
-  def __post_init__(self):
-    if not (math.isfinite(self.r1) and self.r1 >= 0):
-      raise ValueError(f"gen.r1: must be a finite number >= 0, got {self.r1!r}")
-    if self.updates not in UPDATES:
-      raise ValueError(f"gen.updates: expected one of {UPDATES}, got {self.updates!r}")
-    for p in PLAYERS:
-      lr, b1, b2 = (getattr(self, f"{p}_{k}") for k in ("lr", "b1", "b2"))
-      if lr is not None and not (math.isfinite(lr) and lr >= 0):
-        raise ValueError(f"gen.{p}_lr: must be a finite number >= 0 (or None), got {lr!r}")
-      for key, b in (("b1", b1), ("b2", b2)):
-        if b is not None and not 0 <= b < 1:
-          raise ValueError(f"gen.{p}_{key}: must be in [0, 1) (or None), got {b!r}")
-    if self.eval_num < 1:
-      raise ValueError(f"gen.eval_num: must be >= 1, got {self.eval_num}")
-
-
-def default_gan_config() -> ml_collections.ConfigDict:
-  return ml_collections.ConfigDict(dataclasses.asdict(GANSettings()))
 
 
 def parse_gan(config) -> GANSettings:
   """`config.gen` as checked `GANSettings` (one-line errors naming the key)."""
-  settings = parse_section(GANSettings, config.get("gen") or {}, "gen")
-  return dataclasses.replace(settings, sample_shape=tuple(settings.sample_shape))
+  return parse_section(config.get("gen"), GANSettings)
 
 
 def gan_losses(apply_fn, params, x, z_BxZ, r1: float, batch):
@@ -245,10 +205,11 @@ def player_optimizers(settings: GANSettings):
 
 
 @register_task("gan")
-def gan(config) -> Task:
+def gan(config, train_settings) -> Task:
   """Non-saturating GAN updates through one objective and two chains (module docstring)."""
+  del train_settings
   settings = parse_gan(config)
-  latent = int(config.model.get("latent", GAN.latent))
+  latent = build_model(config.model).latent
 
   def loss_fn(apply_fn, params, model_state, batch, rngs, train):
     del train

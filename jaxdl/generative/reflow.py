@@ -25,18 +25,17 @@ Shapes: N pairs, B batch, D data dims.
 from __future__ import annotations
 
 import dataclasses
-import math
-from typing import Callable
+from typing import Callable, ClassVar
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
 
-from jaxdl.config import parse_section
 from jaxdl.generative import paths as paths_lib
 from jaxdl.generative import samplers
 from jaxdl.optim import parse_optim
+from jaxdl.schema import POSITIVE, Check, Settings, default_section, one_of, parse_section, setting
 
 
 def make_pairs(apply_fn: Callable, variables, rng, num: int, *, sample_shape, steps: int = 100,
@@ -115,35 +114,26 @@ def train_reflow(apply_fn: Callable, params, tx: optax.GradientTransformation, e
 
 
 @dataclasses.dataclass(frozen=True)
-class ReflowSettings:
+class ReflowSettings(Settings):
   """`config.reflow`: how many pairs, how the teacher draws them, how long the student trains."""
-  pairs: int = 20_000          # N couplings (eps, x1)
-  teacher_sampler: str = "heun"
-  teacher_steps: int = 100     # ODE steps per pair (Heun: 2 network calls each)
-  steps: int = 2_000           # student updates, from the teacher's parameters
-  batch: int = 256
-  lr: float = 5e-4             # peak lr of the run's optimizer rule for the student
-  eval_steps: tuple = (1, 2, 4)  # Euler steps at which teacher and student are compared
+  prefix: ClassVar[str] = "reflow."
 
-  def __post_init__(self):
-    for key in ("pairs", "teacher_steps", "steps", "batch"):
-      if getattr(self, key) < 1:
-        raise ValueError(f"reflow.{key}: must be >= 1, got {getattr(self, key)}")
-    if not (math.isfinite(self.lr) and self.lr > 0):
-      raise ValueError(f"reflow.lr: must be a finite number > 0, got {self.lr!r}")
-    if self.teacher_sampler not in samplers.SAMPLERS:
-      raise ValueError(f"reflow.teacher_sampler: expected one of {sorted(samplers.SAMPLERS)}, "
-                       f"got {self.teacher_sampler!r}")
-    if not self.eval_steps or any(int(s) < 1 for s in self.eval_steps):
-      raise ValueError(f"reflow.eval_steps: expected step counts >= 1, got {self.eval_steps!r}")
+  pairs: int = setting(20_000, POSITIVE)   # N couplings (eps, x1)
+  teacher_sampler: str = setting("heun", one_of(*samplers.SAMPLERS))
+  teacher_steps: int = setting(100, POSITIVE)  # ODE steps per pair (Heun: 2 network calls each)
+  steps: int = setting(2_000, POSITIVE)    # student updates, from the teacher's parameters
+  batch: int = setting(256, POSITIVE)
+  lr: float = setting(5e-4, POSITIVE)      # peak lr of the run's optimizer rule for the student
+  # Euler steps at which teacher and student are compared
+  eval_steps: tuple = setting((1, 2, 4), Check(lambda v: len(v) > 0 and min(map(int, v)) >= 1,
+                                               "expected step counts >= 1"))
 
 
 def default_reflow_config() -> ml_collections.ConfigDict:
   """`config.reflow` with every key at its default."""
-  return ml_collections.ConfigDict(dataclasses.asdict(ReflowSettings()))
+  return default_section(ReflowSettings)
 
 
 def parse_reflow(config) -> ReflowSettings:
   """`config.reflow` as checked `ReflowSettings` (one-line errors naming the key)."""
-  settings = parse_section(ReflowSettings, config.reflow, "reflow")
-  return dataclasses.replace(settings, eval_steps=tuple(settings.eval_steps))
+  return parse_section(config.reflow, ReflowSettings)

@@ -1,6 +1,6 @@
 """The generative training tasks 'flow_matching' and 'ddpm', and post-training evaluation.
 
-Both read `config.gen` (see `default_gen_config`):
+Both read `config.gen` (`jaxdl.generative.settings.PathSettings`):
   path:       'flow' for flow_matching; 'ddpm' uses schedule ('linear' | 'cosine') and T
   prediction: the network output and regression target ('velocity' for the flow; 'eps', 'x0' or
               'v' for DDPM), see `jaxdl.generative.losses`
@@ -17,52 +17,18 @@ evaluation (no rngs) it uses fixed keys, so the eval loss is comparable from one
 from __future__ import annotations
 
 import jax
-import ml_collections
 
-from jaxdl.generative import losses, paths, samplers
+from jaxdl.generative import losses, samplers
+from jaxdl.generative.settings import default_gen_config, parse_gen, path_from_config
 from jaxdl.train.tasks import Task, register_task
 
 _EVAL_KEY = 20260101
 
 
-def default_gen_config(task: str) -> ml_collections.ConfigDict:
-  """Every `config.gen` key with its default for 'flow_matching' or 'ddpm'."""
-  flow = task == "flow_matching"
-  return ml_collections.ConfigDict(dict(
-      schedule="linear", T=1000, prediction="velocity" if flow else "eps",
-      num_classes=0, p_uncond=0.1,
-      sample_shape=(2,), sampler="heun" if flow else "ddim", steps=50, eta=0.0,
-      guidance=ml_collections.config_dict.placeholder(float),
-      clip_x0=ml_collections.config_dict.placeholder(float)))
-
-
-def path_from_config(config):
-  """The Gaussian path of the run: FlowPath for 'flow_matching', DDPMPath for 'ddpm'."""
-  if config.task == "flow_matching":
-    return paths.FlowPath()
-  return paths.make_path("ddpm", T=config.gen.T, schedule=config.gen.schedule)
-
-
-def _check(config):
-  gen = config.gen
-  allowed = path_from_config(config).predictions
-  if gen.prediction not in allowed:
-    raise ValueError(f"gen.prediction: {gen.prediction!r} is not one of {allowed} for task "
-                     f"{config.task!r}")
-  if not 0.0 <= gen.p_uncond < 1.0:
-    raise ValueError(f"gen.p_uncond: {gen.p_uncond} must be in [0, 1)")
-  if gen.num_classes < 0:
-    raise ValueError(f"gen.num_classes: {gen.num_classes} must be >= 0 (0 = unconditional)")
-  model_k = config.model.get("num_classes", 0)
-  if model_k != gen.num_classes:
-    raise ValueError(f"model.num_classes={model_k} but gen.num_classes={gen.num_classes}; "
-                     "they must agree (the model holds K + 1 class embeddings, the null class K)")
-
-
 def _make_task(config) -> Task:
-  _check(config)
-  path = path_from_config(config)
-  prediction, k, p_uncond = config.gen.prediction, config.gen.num_classes, config.gen.p_uncond
+  gen = parse_gen(config)
+  path = path_from_config(config, gen)
+  prediction, k, p_uncond = gen.prediction, gen.num_classes, gen.p_uncond
 
   def loss_fn(apply_fn, params, model_state, batch, rngs, train):
     if not rngs:
@@ -93,14 +59,16 @@ def _make_task(config) -> Task:
 
 
 @register_task("flow_matching")
-def flow_matching(config) -> Task:
+def flow_matching(config, train_settings) -> Task:
   """Velocity MSE on x_t = t x + (1 - t) eps, t ~ U[0, 1]."""
+  del train_settings
   return _make_task(config)
 
 
 @register_task("ddpm")
-def ddpm(config) -> Task:
+def ddpm(config, train_settings) -> Task:
   """eps-MSE (or x0 / v) on x_t = sqrt(alpha_bar_t) x + sqrt(1 - alpha_bar_t) eps, t ~ U{1..T}."""
+  del train_settings
   return _make_task(config)
 
 
@@ -111,13 +79,17 @@ def make_run_sampler(config, model, *, sampler=None, steps=None, guidance=None, 
   Arguments left None take the config's `gen.*` defaults, guidance too: to sample a guided run
   without guidance, pass a copy of its config with `gen.guidance = None`.
   """
-  gen = config.gen
+  gen = parse_gen(config)
   if sample_shape is None:
     sample_shape = tuple(gen.sample_shape)
   return samplers.make_sampler(
-      model.apply, path_from_config(config), sampler=sampler or gen.sampler,
+      model.apply, path_from_config(config, gen), sampler=sampler or gen.sampler,
       steps=int(gen.steps if steps is None else steps), sample_shape=tuple(sample_shape),
       prediction=gen.prediction,
       eta=gen.eta if eta is None else eta, guidance=guidance if guidance is not None else
       gen.guidance, num_classes=gen.num_classes, clip_x0=gen.clip_x0,
       return_trajectory=return_trajectory)
+
+
+# Re-exported: experiments and the likelihood read them from here.
+__all__ = ["default_gen_config", "path_from_config", "make_run_sampler"]

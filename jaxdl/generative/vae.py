@@ -27,19 +27,19 @@ Shapes: B batch, D data dims (flattened), Z latent dims, H hidden width.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
-from typing import Any, Sequence
+from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import ml_collections
+import numpy as np
 
-from jaxdl.config import parse_section
-from jaxdl.models import layers, register_model
-from jaxdl.train.tasks import Task, make_task, masked_mean, register_task
+from jaxdl.generative.settings import VAESettings
+from jaxdl.models import build_model, layers, register_model
+from jaxdl.schema import POSITIVE, ConfigError, each, one_of, parse_section, setting
+from jaxdl.train.tasks import Task, masked_mean, register_task
 
 DECODERS = ("gaussian", "bernoulli")
 _EVAL_KEY = 20260102
@@ -47,7 +47,7 @@ ACTIVE_VAR = 0.01  # Var_x(mu_j) above this counts latent dim j as active (Burda
 
 
 @register_model("vae")
-class VAE(nn.Module):
+class VAE(layers.Model):
   """MLP encoder and decoder; `__call__(x, eps) -> (log p(x|z)_B, mu_BxZ, logvar_BxZ)`.
 
   Attributes:
@@ -58,21 +58,14 @@ class VAE(nn.Module):
     sigma_min: the gaussian sigma is max(exp(log_sigma), sigma_min): a pixel that is constant in
       the data (a digit's corners) would otherwise drive its sigma, and log p(x|z), to infinity.
   """
-  data_shape: Sequence[int] = (8, 8, 1)
-  latent: int = 8
-  hidden: Sequence[int] = (256, 256)
-  decoder: str = "gaussian"
-  sigma_min: float = 1e-2  # floor of the gaussian decoder's sigma (pixels that never vary)
+  data_shape: tuple[int, ...] = setting((8, 8, 1), each(POSITIVE))
+  latent: int = setting(8, POSITIVE)
+  hidden: tuple[int, ...] = setting((256, 256), each(POSITIVE))
+  decoder: str = setting("gaussian", one_of(*DECODERS))
+  # floor of the gaussian decoder's sigma (pixels that never vary)
+  sigma_min: float = setting(1e-2, POSITIVE)
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
-
-  def __post_init__(self):
-    layers.check_fields(self, sizes=("data_shape", "latent", "hidden"))
-    if self.decoder not in DECODERS:
-      raise ValueError(f"model.decoder: expected one of {DECODERS}, got {self.decoder!r}")
-    if not self.sigma_min > 0:
-      raise ValueError(f"model.sigma_min: must be > 0, got {self.sigma_min!r}")
-    super().__post_init__()
 
   def setup(self):
     dense = functools.partial(nn.Dense, dtype=self.dtype, param_dtype=self.param_dtype)
@@ -145,48 +138,24 @@ def active_units(mu_BxZ, mask_B=None):
 # ----------------------------------------------------------------------------- the task
 
 
-@dataclasses.dataclass(frozen=True)
-class VAESettings:
-  """`config.gen` of a 'vae' run: every key, its default and its check."""
-  beta: float = 1.0           # weight of the KL term in training (evaluation reports beta = 1)
-  kl_warmup: int = 0          # N: beta ramps linearly from 0 over N updates (0: no warmup)
-  sample_shape: tuple = (8, 8, 1)  # what `jaxdl sample` draws: model.data_shape
-  eval_num: int = 500         # samples the experiments' post-training check draws
-
-  def __post_init__(self):
-    if not (math.isfinite(self.beta) and self.beta >= 0):
-      raise ValueError(f"gen.beta: must be a finite number >= 0, got {self.beta!r}")
-    if not (isinstance(self.kl_warmup, int) and self.kl_warmup >= 0):
-      raise ValueError(f"gen.kl_warmup: must be an integer number of updates >= 0, got "
-                       f"{self.kl_warmup!r}")
-    if self.eval_num < 1:
-      raise ValueError(f"gen.eval_num: must be >= 1, got {self.eval_num}")
-
-
-def default_vae_config() -> ml_collections.ConfigDict:
-  """`config.gen` of a 'vae' run with every key at its default."""
-  return ml_collections.ConfigDict(dataclasses.asdict(VAESettings()))
-
-
 def parse_vae(config) -> VAESettings:
   """`config.gen` as checked `VAESettings`: an unknown key is one line naming it."""
-  settings = parse_section(VAESettings, config.get("gen") or {}, "gen")
-  settings = dataclasses.replace(settings, sample_shape=tuple(settings.sample_shape))
-  data_shape = tuple(config.model.get("data_shape", VAE.data_shape))
+  settings = parse_section(config.get("gen"), VAESettings)
+  data_shape = tuple(build_model(config.model).data_shape)
   if data_shape != settings.sample_shape:
-    raise ValueError(f"gen.sample_shape={settings.sample_shape} but model.data_shape="
+    raise ConfigError(f"gen.sample_shape={settings.sample_shape} but model.data_shape="
                      f"{data_shape}; they must agree")
   return settings
 
 
 @register_task("vae")
-def vae(config) -> Task:
+def vae(config, train_settings) -> Task:
   """(rec + beta KL) / D with one reparameterized z per example (module docstring)."""
   settings = parse_vae(config)
-  latent = int(config.model.get("latent", VAE.latent))
+  latent = build_model(config.model).latent
   # Under gradient accumulation the loss runs once per microbatch, so the counter moves N times
   # an update.
-  accum = int(config.get("train", {}).get("grad_accum", 1))
+  accum = train_settings.grad_accum
 
   def loss_fn(apply_fn, params, model_state, batch, rngs, train):
     x = batch["x"].astype(jnp.float32)
@@ -227,23 +196,30 @@ def make_run_sampler(config, model):
   return sample
 
 
-def run_elbo(config, model, variables, x, *, batch_size: int | None = None) -> dict:
-  """The beta = 1 evaluation of a trained 'vae' run on data x_B...: 'elbo' (nats per example,
-  mean over x) and 'bpd' = -ELBO / (D ln 2), one z per example from the fixed evaluation draw
-  (an unbiased estimate of the bound); `batch_size` examples per call of one compiled program
-  (the last batch padded and masked out), None: all at once."""
-  loss_fn = make_task(config).loss_fn
-  params = variables["params"]
-  state = {k: v for k, v in variables.items() if k != "params"}
-  evaluate = jax.jit(lambda p, m, b: loss_fn(model.apply, p, m, b, None, False)[1][0])
+def run_elbo(model, variables, x, *, batch_size: int | None = None) -> dict:
+  """The beta = 1 bound of a trained VAE on data x_N...: 'elbo' (nats per example, mean over x)
+  and 'bpd' = -ELBO / (D ln 2).
+
+  ELBO(x_n) = log p(x_n | z_n) - KL(q(z | x_n) || N(0, I)), z_n = mu(x_n) + sigma(x_n) eps_n, with
+  one eps_n per example drawn for all of x first (the fixed evaluation key): an unbiased
+  estimate of the bound whose value does not depend on `batch_size` (examples per call of one
+  compiled program, the last batch padded; None: all at once) nor on the other examples.
+  """
   x = jnp.asarray(x, jnp.float32)
   num = x.shape[0]
+  eps_NxZ = jax.random.normal(jax.random.PRNGKey(_EVAL_KEY), (num, model.latent), jnp.float32)
+
+  @jax.jit
+  def bound(x_B, eps_BxZ):
+    log_px_B, mu_BxZ, logvar_BxZ = model.apply(variables, x_B, eps_BxZ, train=False)
+    return log_px_B - gaussian_kl(mu_BxZ, logvar_BxZ)
+
   rows = num if batch_size is None else min(batch_size, num)
-  total = {"elbo": 0.0, "bpd": 0.0}
+  elbo_N = []
   for lo in range(0, num, rows):
     n = min(rows, num - lo)
-    x_pad = jnp.pad(x[lo:lo + n], [(0, rows - n)] + [(0, 0)] * (x.ndim - 1), mode="edge")
-    metrics = evaluate(params, state, {"x": x_pad, "mask": jnp.arange(rows) < n})
-    for k in total:
-      total[k] += n * float(metrics[k])
-  return {k: v / num for k, v in total.items()}
+    x_B, eps_BxZ = (jnp.pad(a[lo:lo + n], [(0, rows - n)] + [(0, 0)] * (a.ndim - 1), mode="edge")
+                    for a in (x, eps_NxZ))
+    elbo_N.append(np.asarray(bound(x_B, eps_BxZ))[:n])
+  elbo = float(np.mean(np.concatenate(elbo_N), dtype=np.float64))
+  return {"elbo": elbo, "bpd": -elbo / (math.prod(x.shape[1:]) * math.log(2.0))}

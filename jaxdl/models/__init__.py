@@ -1,10 +1,17 @@
 """Flax linen model families, built by name from a config.
 
-The fields of a model class are its config schema: `build_model(model_cfg)` looks up
-`model_cfg.name` in `MODELS` and returns `MODELS[name](**fields)`, fields = the section minus
-`name`. Each key is a field name (one spelling, one default: the class field's); a key the model
-does not have is a ValueError naming it. `dtype` / `param_dtype` may be given by name ('float32',
-'bf16', ...) and sequences arrive as tuples (Flax fields must be hashable).
+The fields of a model class are its config schema, each declared once with
+`jaxdl.schema.setting(default, check)` on a `layers.Model` subclass, which checks them when built:
+
+  class GNN(layers.Model):
+    hidden: int = setting(16, POSITIVE)
+    readout: str = setting("none", one_of("none", "sum", "mean"))
+
+`build_model(model_cfg)` looks up `model_cfg.name` in `MODELS` and returns
+`MODELS[name](**fields)`, fields = the section minus `name`, each type-checked against its
+annotation (`schema.coerce`: an int is accepted for a float, lists become tuples since Flax fields
+must be hashable). A key the model does not have, or a value of the wrong type, is a ConfigError
+naming `model.<key>`. `dtype` / `param_dtype` may be given by name ('float32', 'bf16', ...).
 
 Every model is called as `model.apply(variables, x, train=..., rngs=..., mutable=...)` with
 `train` explicit, and has a `dtype` (compute dtype) field the loop sets from the precision policy.
@@ -14,9 +21,14 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import typing
 from typing import Callable
 
 import flax.linen as nn
+import numpy as np
+
+from jaxdl import schema
+from jaxdl.schema import ConfigError
 
 MODELS: dict[str, Callable[..., nn.Module]] = {}
 
@@ -58,7 +70,6 @@ def model_config(name: str, **overrides):
   import ml_collections
   from ml_collections import config_dict
 
-  from jaxdl.schema import ConfigError
   if name not in MODELS:
     raise ConfigError(f"model.name: unknown model {name!r}; expected one of {sorted(MODELS)}")
   builder = MODELS[name]
@@ -71,6 +82,7 @@ def model_config(name: str, **overrides):
     raise ConfigError(f"model.{unknown[0]}: unknown key for model {name!r}; expected one of "
                       f"{sorted(keys)}")
   fields = {f.name: f for f in dataclasses.fields(cls)}
+  annotations = _key_hints(builder)
   cfg = ml_collections.ConfigDict()
   cfg.name = name
   for key in keys:
@@ -81,43 +93,62 @@ def model_config(name: str, **overrides):
     else:
       value = inspect.signature(builder).parameters[key].default
     if key in ("dtype", "param_dtype") and value is not None and not isinstance(value, str):
-      import numpy as np
       value = np.dtype(value).name
     if value is None:
-      hint = fields[key].type if key in fields else None
-      hint = hint if isinstance(hint, type) else str
-      cfg[key] = config_dict.placeholder(hint)
+      hint = schema.config_type(annotations[key]) if key in annotations else str
+      cfg[key] = config_dict.placeholder(hint if isinstance(hint, type) else str)
     else:
       cfg[key] = value
   return cfg
 
 
-def _field_value(key: str, value):
+def _key_hints(builder) -> dict:
+  """Key -> annotation of the keys `builder` accepts: its class's fields, a function's named
+  parameters (an annotation that does not resolve is left out: such a key is not type-checked)."""
+  cls = builder if isinstance(builder, type) else getattr(builder, "model_class", None)
+  out = schema.hints(cls) if cls is not None else {}
+  if not isinstance(builder, type):
+    try:
+      out.update({k: v for k, v in typing.get_type_hints(builder).items() if k != "return"})
+    except (NameError, TypeError):
+      pass
+  return out
+
+
+def _field_value(key: str, value, hint):
+  """`value` as the field's type (`schema.coerce`); a dtype by name as a dtype."""
   from jaxdl.models.layers import to_dtype
+  if isinstance(value, np.generic):
+    value = value.item()  # a numpy scalar, e.g. a size read from a dataset's info
   if key in ("dtype", "param_dtype") and value is not None:
-    return to_dtype(value)
-  if isinstance(value, list):
-    return tuple(value)
-  return value
+    try:
+      return to_dtype(value)
+    except (TypeError, ValueError):
+      raise ConfigError(f"model.{key}: unknown dtype {value!r}; expected float32, bfloat16 or "
+                        "float16 (or fp32, bf16, fp16)") from None
+  if hint is None:
+    return tuple(value) if isinstance(value, list) else value
+  return schema.coerce(f"model.{key}", value, hint)
 
 
 def build_model(model_cfg) -> nn.Module:
   """`MODELS[model_cfg.name](**fields)`, fields = the section minus 'name' (see the docstring)."""
   name = model_cfg.name
   if name not in MODELS:
-    raise ValueError(
+    raise ConfigError(
         f"model.name: unknown model {name!r}; expected one of {sorted(MODELS)} (models of other "
         f"packages register when that package is imported, e.g. `import jaxdl.course.planted`)")
   builder = MODELS[name]
   keys = model_keys(builder)
   if keys is None:
     return builder(model_cfg)
-  fields = {k: _field_value(k, v) for k, v in dict(model_cfg).items() if k != "name"}
-  for k in fields:
+  given = {k: v for k, v in dict(model_cfg).items() if k != "name"}
+  for k in given:
     if k not in keys:
-      raise ValueError(f"model.{k}: unknown key for model {name!r}; expected one of "
-                       f"{sorted(keys)}")
-  return builder(**fields)
+      raise ConfigError(f"model.{k}: unknown key for model {name!r}; expected one of "
+                        f"{sorted(keys)}")
+  hints = _key_hints(builder)
+  return builder(**{k: _field_value(k, v, hints.get(k)) for k, v in given.items()})
 
 
 # Importing the family modules fills the registry.

@@ -16,6 +16,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from jaxdl.models import layers, register_model
+from jaxdl.schema import NONNEG, POSITIVE, UNIT, each, fail, one_of, setting
 
 Dtype = Any
 POOLS = {"max": nn.max_pool, "avg": nn.avg_pool}
@@ -44,7 +45,7 @@ def as_image(x, image_shape: Sequence[int] | None, who: str):
 
 
 @register_model("cnn")
-class CNN(nn.Module):
+class CNN(layers.Model):
   """[conv_i -> norm_i -> ReLU -> pool] per entry of `features`, flatten, dense, head.
 
   `pool_type` 'max' keeps the largest of each pool x pool window, 'avg' its mean; with
@@ -52,27 +53,20 @@ class CNN(nn.Module):
   flattened to (B, H W C), so the head's size no longer depends on the image size.
   """
 
-  features: Sequence[int] = (32, 64)
-  kernel: int = 3
-  pool: int = 2
-  pool_type: str = "max"
+  features: tuple[int, ...] = setting((32, 64), each(POSITIVE))
+  kernel: int = setting(3, POSITIVE)
+  pool: int = setting(2, POSITIVE)  # 1: no pooling
+  pool_type: str = setting("max", one_of(*POOLS))
   global_pool: bool = False
-  hidden: int = 128
-  out: int = 10
-  norm: str = "none"
-  dropout: float = 0.0
-  init_name: str = "he"
-  image_shape: Sequence[int] | None = None
+  hidden: int = setting(128, NONNEG)  # 0: no dense layer before the head
+  out: int = setting(10, POSITIVE)
+  norm: str = setting("none", one_of(*layers.NORM_NAMES))
+  dropout: float = setting(0.0, UNIT)
+  init_name: str = setting("he", one_of(*layers.INIT_NAMES))
+  image_shape: tuple[int, ...] | None = setting(None, each(POSITIVE))
   bn_axis_name: str | None = None
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
-
-  def __post_init__(self):
-    layers.check_fields(self, sizes=("features", "kernel", "pool", "out"),
-                        dropouts=("dropout",))
-    if self.pool_type not in POOLS:
-      raise ValueError(f"model.pool_type: {self.pool_type!r} is not one of {', '.join(POOLS)}")
-    super().__post_init__()
 
   @nn.compact
   def __call__(self, x, *, train: bool):
@@ -131,27 +125,25 @@ class ResidualBlock(nn.Module):
 
 
 @register_model("resnet")
-class ResNet(nn.Module):
+class ResNet(layers.Model):
   """Stem conv-BN-ReLU, stages of residual blocks (stride 2 entering each later stage),
   global average pooling, dense head."""
 
-  stage_sizes: Sequence[int] = (2, 2)
-  features: Sequence[int] = (16, 32)
-  out: int = 10
-  image_shape: Sequence[int] | None = None
+  stage_sizes: tuple[int, ...] = setting((2, 2), each(POSITIVE))
+  features: tuple[int, ...] = setting((16, 32), each(POSITIVE))
+  out: int = setting(10, POSITIVE)
+  image_shape: tuple[int, ...] | None = setting(None, each(POSITIVE))
   bn_axis_name: str | None = None
-
-  def __post_init__(self):
-    layers.check_fields(self, sizes=("stage_sizes", "features", "out"))
-    super().__post_init__()
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
+  def check(self):
+    if len(self.stage_sizes) != len(self.features):
+      fail("model.", "features", f"one width per stage: {len(self.stage_sizes)} stage_sizes "
+           f"{self.stage_sizes}, got {self.features}")
+
   @nn.compact
   def __call__(self, x, *, train: bool):
-    if len(self.stage_sizes) != len(self.features):
-      raise ValueError(f"ResNet: stage_sizes {self.stage_sizes} and features {self.features} "
-                       "must have the same length")
     x_BxHxWxC = as_image(x, self.image_shape, "ResNet").astype(self.dtype)
     x_BxHxWxC = nn.Conv(self.features[0], (3, 3), padding="SAME", use_bias=False,
                         kernel_init=layers.get_initializer("he"), dtype=self.dtype,

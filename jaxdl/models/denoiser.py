@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Sequence
+from typing import Any
 
 import flax.linen as nn
 import jax.numpy as jnp
 
 from jaxdl.models import layers, register_model
+from jaxdl.schema import NONNEG, POSITIVE, UNIT, each, fail, setting
 
 Dtype = Any
 
@@ -81,28 +82,37 @@ def _prepare_t(x, t):
   return t
 
 
-@register_model("denoiser_mlp")
-class MLPDenoiser(nn.Module):
-  """h = Dense(x); h += Dense(silu(Dense(silu(LN(h))) + Dense(e))) per block;
-  out = Dense(silu(LN(h)))."""
+class Denoiser(layers.Model):
+  """The settings both denoisers share, and the condition e they add into every block."""
 
-  hidden: int = 256
-  depth: int = 4
-  emb_dim: int = 128
-  num_classes: int = 0
-  dropout: float = 0.0
+  emb_dim: int = setting(128, POSITIVE)
+  num_classes: int = setting(0, NONNEG)  # K; 0: unconditional
+  dropout: float = setting(0.0, UNIT)
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
-  def __post_init__(self):
-    layers.check_fields(self, sizes=("hidden", "depth", "emb_dim"), dropouts=("dropout",))
-    super().__post_init__()
+  @property
+  def kw(self) -> dict:
+    return dict(dtype=self.dtype, param_dtype=self.param_dtype)
+
+  def condition(self, x, t, y):
+    """silu(e(t, y)), (B, E) or (1, E) when shared (`CondEmbedding`)."""
+    return nn.silu(CondEmbedding(self.emb_dim, self.num_classes, **self.kw)(_prepare_t(x, t), y))
+
+
+@register_model("denoiser_mlp")
+class MLPDenoiser(Denoiser):
+  """h = Dense(x); h += Dense(silu(Dense(silu(LN(h))) + Dense(e))) per block;
+  out = Dense(silu(LN(h)))."""
+
+  hidden: int = setting(256, POSITIVE)
+  depth: int = setting(4, POSITIVE)
 
   @nn.compact
   def __call__(self, x, t=None, y=None, *, train: bool):
-    kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+    kw = self.kw
     x_BxD = x.reshape(x.shape[0], -1).astype(self.dtype)
-    e_BxE = nn.silu(CondEmbedding(self.emb_dim, self.num_classes, **kw)(_prepare_t(x, t), y))
+    e_BxE = self.condition(x, t, y)
     h_BxH = nn.Dense(self.hidden, **kw)(x_BxD)
     for _ in range(self.depth):
       r_BxH = nn.Dense(self.hidden, **kw)(nn.silu(nn.LayerNorm(**kw)(h_BxH)))
@@ -139,27 +149,23 @@ class ResBlock(nn.Module):
 
 
 @register_model("denoiser_unet")
-class UNetDenoiser(nn.Module):
+class UNetDenoiser(Denoiser):
   """Two-level U-Net: [res x2 at h x w] -> down x2 -> [res x2] -> mid -> up -> [res x2 with
   skips]."""
 
-  image_shape: Sequence[int] = (8, 8, 1)
-  channels: Sequence[int] = (32, 64)
-  emb_dim: int = 128
-  num_classes: int = 0
-  dropout: float = 0.0
-  dtype: Dtype = jnp.float32
-  param_dtype: Dtype = jnp.float32
+  image_shape: tuple[int, ...] = setting((8, 8, 1), each(POSITIVE))
+  channels: tuple[int, ...] = setting((32, 64), each(POSITIVE))  # (c0, c1) of the two levels
 
-  def __post_init__(self):
-    layers.check_fields(self, sizes=("image_shape", "channels", "emb_dim"), dropouts=("dropout",))
-    super().__post_init__()
+  def check(self):
+    if len(self.channels) != 2:
+      fail("model.", "channels", f"one width per level of the two-level U-Net, got "
+           f"{self.channels}")
 
   @nn.compact
   def __call__(self, x, t=None, y=None, *, train: bool):
-    kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+    kw = self.kw
     x_Bxhxwxc = x.reshape((x.shape[0],) + tuple(self.image_shape)).astype(self.dtype)
-    e_BxE = nn.silu(CondEmbedding(self.emb_dim, self.num_classes, **kw)(_prepare_t(x, t), y))
+    e_BxE = self.condition(x, t, y)
     res = functools.partial(ResBlock, dropout=self.dropout, **kw)
     c0, c1 = self.channels
     h = nn.Conv(c0, (3, 3), **kw)(x_Bxhxwxc)

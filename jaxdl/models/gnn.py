@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdl.models import layers, register_model
+from jaxdl.schema import POSITIVE, UNIT, one_of, setting
 
 Dtype = Any
 CONVS = ("gcn", "gin")
@@ -73,12 +74,20 @@ def aggregate(h_VxD, senders_E, receivers_E, w_E):
   return jax.ops.segment_sum(m_ExD, receivers_E, num_segments=h_VxD.shape[0])
 
 
-class GCNConv(nn.Module):
-  """h' = D^-1/2 (A + I) D^-1/2 h W + b (symmetric normalization with self-loops)."""
+class GraphConv(nn.Module):
+  """A message-passing layer of `features` outputs: `__call__(h, senders, receivers, w)`."""
 
   features: int
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
+
+  def dense(self, name: str, **kw) -> nn.Dense:
+    return nn.Dense(self.features, dtype=self.dtype, param_dtype=self.param_dtype, name=name,
+                    **kw)
+
+
+class GCNConv(GraphConv):
+  """h' = D^-1/2 (A + I) D^-1/2 h W + b (symmetric normalization with self-loops)."""
 
   @nn.compact
   def __call__(self, h_VxF, senders_E, receivers_E, w_E):
@@ -86,32 +95,25 @@ class GCNConv(nn.Module):
                                       num_segments=h_VxF.shape[0])
     inv_sqrt_V = jax.lax.rsqrt(deg_V)
     # W first: the per-edge work is then O(|E| D_out) rather than O(|E| D_in).
-    hw_VxD = nn.Dense(self.features, use_bias=False, dtype=self.dtype,
-                      param_dtype=self.param_dtype, name="w")(h_VxF)
+    hw_VxD = self.dense("w", use_bias=False)(h_VxF)
     scaled_VxD = hw_VxD * inv_sqrt_V[:, None].astype(hw_VxD.dtype)
     a_VxD = aggregate(scaled_VxD, senders_E, receivers_E, w_E) + scaled_VxD  # + I: self-loop
     bias = self.param("bias", nn.initializers.zeros, (self.features,), self.param_dtype)
     return a_VxD * inv_sqrt_V[:, None].astype(a_VxD.dtype) + bias.astype(self.dtype)
 
 
-class GINConv(nn.Module):
+class GINConv(GraphConv):
   """h' = MLP((1 + eps) h + sum_{j in N(i)} h_j), eps a learned scalar starting at 0."""
-
-  features: int
-  dtype: Dtype = jnp.float32
-  param_dtype: Dtype = jnp.float32
 
   @nn.compact
   def __call__(self, h_VxF, senders_E, receivers_E, w_E):
     eps = self.param("eps", nn.initializers.zeros, (), self.param_dtype).astype(self.dtype)
     z_VxF = (1.0 + eps) * h_VxF + aggregate(h_VxF, senders_E, receivers_E, w_E)
-    dense = lambda name: nn.Dense(self.features, dtype=self.dtype,  # noqa: E731
-                                  param_dtype=self.param_dtype, name=name)
-    return dense("mlp_1")(nn.relu(dense("mlp_0")(z_VxF)))
+    return self.dense("mlp_1")(nn.relu(self.dense("mlp_0")(z_VxF)))
 
 
 @register_model("gnn")
-class GNN(nn.Module):
+class GNN(layers.Model):
   """`num_layers` message-passing layers of width `hidden`, then a node or graph head.
 
   Attributes:
@@ -125,23 +127,15 @@ class GNN(nn.Module):
   The last layer's node embeddings (V, D) are sown into 'intermediates' as 'embeddings'.
   """
 
-  conv: str = "gcn"
-  hidden: int = 16
-  num_layers: int = 2
-  out: int = 2
-  readout: str = "none"
-  activation: str = "relu"
-  dropout: float = 0.0
+  conv: str = setting("gcn", one_of(*CONVS))
+  hidden: int = setting(16, POSITIVE)
+  num_layers: int = setting(2, POSITIVE)
+  out: int = setting(2, POSITIVE)
+  readout: str = setting("none", one_of(*READOUTS))
+  activation: str = setting("relu", one_of(*layers.ACTIVATIONS))
+  dropout: float = setting(0.0, UNIT)
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
-
-  def __post_init__(self):
-    layers.check_fields(self, sizes=("hidden", "num_layers", "out"), dropouts=("dropout",))
-    for key, choices in (("conv", CONVS), ("readout", READOUTS)):
-      if getattr(self, key) not in choices:
-        raise ValueError(f"model.{key}: {getattr(self, key)!r} is not one of "
-                         f"{', '.join(choices)}")
-    super().__post_init__()
 
   @nn.compact
   def __call__(self, graph: Graph, *, train: bool):

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
-
 import chex
 import flax.linen as nn
 import jax
@@ -25,12 +23,12 @@ import jax.numpy as jnp
 import ml_collections
 
 from jaxdl.models import layers, moe, register_model, ssm, transformer
+from jaxdl.schema import NONNEG, POSITIVE, ConfigError, fail, one_of, setting
 
-Dtype = Any
 
-
-class GPT(nn.Module):
-  """GPT: tokens int (B, T) -> logits fp32 (B, T, V). The fields are the `model` config keys.
+class GPT(transformer.TransformerModel):
+  """GPT: tokens int (B, T) -> logits fp32 (B, T, V). The fields are the `model` config keys
+  (the stack's and the blocks' are `transformer.TransformerModel`'s).
 
   `model.apply(v, tokens, train=False)` is the full forward. With `cache` (from
   `decoding.init_cache`) and `pos` (position of tokens[:, 0]) it returns `(logits, new_cache)`
@@ -38,64 +36,37 @@ class GPT(nn.Module):
   documents (module docstring). The defaults are GPT-2's architecture choices.
   """
 
-  vocab_size: int = 256
-  block_size: int = 256
-  n_layer: int = 4
-  n_head: int = 4
-  d_model: int = 128
-  mlp: str = "gelu"
-  mlp_hidden: int = 0
-  norm: str = "layer"
-  ln: str = "pre"
-  pos: str = "learned"
-  dropout: float = 0.0
-  attn_dropout: float = 0.0
-  # Stochastic depth: in training each block's residual branches are dropped whole per example
-  # with this probability (kept ones scaled by 1 / (1 - p)); the identity at eval. Off: 0.
-  drop_path: float = 0.0
+  vocab_size: int = setting(256, POSITIVE)
+  block_size: int = setting(256, POSITIVE)
+  pos: str = setting("learned", one_of("learned", "rope"))
   tie_embeddings: bool = True
-  use_bias: bool = True
-  qk_norm: bool = False
-  scan_layers: bool = True
-  # Layers per scan iteration: > 1 trades a little compile time for fewer loop-carried copies
-  # (the params stay stacked under 'h' either way, so checkpoints do not change).
-  scan_unroll: int = 1
-  remat: bool = False
-  attn_impl: str = "auto"
-  init_name: str = "gpt2"
-  epsilon: float = 1e-5
   # Mixture of experts (`jaxdl.models.moe`): moe_experts = E > 0 replaces every block's MLP by E
   # GELU experts, each token routed to moe_top_k of them; capacity factor and aux-loss weights.
-  moe_experts: int = 0
-  moe_top_k: int = 2
-  moe_capacity: float = 1.25
-  moe_balance_coef: float = 0.01
-  moe_z_coef: float = 1e-3
+  moe_experts: int = setting(0, NONNEG)
+  moe_top_k: int = setting(2, POSITIVE)
+  moe_capacity: float = setting(1.25, POSITIVE)
+  moe_balance_coef: float = setting(0.01, NONNEG)
+  moe_z_coef: float = setting(1e-3, NONNEG)
   # The token mixer of every block: 'attention', or 'ssm' (`jaxdl.models.ssm`: a selective
   # diagonal recurrence with ssm_state N per channel over ssm_expand * d_model channels, after a
   # causal depthwise convolution of width ssm_conv).
-  mixer: str = "attention"
-  ssm_state: int = 16
-  ssm_expand: int = 2
-  ssm_conv: int = 4
-  dtype: Dtype = jnp.float32
-  param_dtype: Dtype = jnp.float32
+  mixer: str = setting("attention", one_of("attention", "ssm"))
+  ssm_state: int = setting(16, POSITIVE)
+  ssm_expand: int = setting(2, POSITIVE)
+  ssm_conv: int = setting(4, POSITIVE)
 
-  def __post_init__(self):
-    layers.check_fields(self, sizes=("vocab_size", "block_size", "n_layer", "n_head", "d_model",
-                                     "scan_unroll"),
-                        dropouts=("dropout", "attn_dropout", "drop_path"))
-    moe.check_spec(self.moe_experts, self.moe_top_k, self.moe_capacity)
-    if self.mixer not in ("attention", "ssm"):
-      raise ValueError(f"model.mixer: unknown {self.mixer!r}; expected one of "
-                       f"['attention', 'ssm']")
-    if self.mixer == "ssm":
-      ssm.check_state(self.ssm_state)
-      layers.check_fields(self, sizes=("ssm_expand", "ssm_conv"))
+  def check(self):
+    super().check()
+    if self.moe_experts and self.moe_top_k > self.moe_experts:
+      fail("model.", "moe_top_k", f"must be in [1, {self.moe_experts}] (moe_experts), got "
+           f"{self.moe_top_k}")
     if self.moe_experts and self.mlp != "gelu":
-      raise ValueError(f"model.mlp: the experts of moe_experts > 0 are GELU MLPs; got "
-                       f"mlp={self.mlp!r}, expected 'gelu'")
-    super().__post_init__()
+      fail("model.", "mlp", f"the experts of moe_experts > 0 are GELU MLPs; got {self.mlp!r}, "
+           "expected 'gelu'")
+
+  @property
+  def rope(self) -> bool:
+    return self.pos == "rope"
 
   @property
   def moe_spec(self) -> moe.MoeSpec | None:
@@ -103,6 +74,12 @@ class GPT(nn.Module):
       return None
     return moe.MoeSpec(self.moe_experts, self.moe_top_k, self.moe_capacity,
                        self.moe_balance_coef, self.moe_z_coef)
+
+  @property
+  def ssm_spec(self) -> ssm.SsmSpec | None:
+    if self.mixer != "ssm":
+      return None
+    return ssm.SsmSpec(self.ssm_state, self.ssm_expand, self.ssm_conv)
 
   @nn.compact
   def __call__(self, x, *, train: bool, cache=None, pos=0, segment_ids=None, positions=None):
@@ -117,8 +94,6 @@ class GPT(nn.Module):
     if cache is not None and (segment_ids is not None or positions is not None):
       raise ValueError("GPT: cached decoding continues one document; segment_ids and "
                        "positions are for packed training batches")
-    if self.pos not in ("learned", "rope"):
-      raise ValueError(f"pos: unknown {self.pos!r}; expected one of ['learned', 'rope']")
     emb = functools.partial(nn.Embed, features=self.d_model, dtype=self.dtype,
                             param_dtype=self.param_dtype,
                             embedding_init=nn.initializers.normal(0.02))
@@ -132,22 +107,9 @@ class GPT(nn.Module):
     if segment_ids is not None:
       mask_Bx1xTxT = (segment_ids[:, :, None] == segment_ids[:, None, :])[:, None]
     x_BxTxD = nn.Dropout(self.dropout, deterministic=not train)(x_BxTxD)
-    x_BxTxD, new_cache = transformer.apply_blocks(
-        x_BxTxD, n_layer=self.n_layer, scan_layers=self.scan_layers, remat=self.remat,
-        scan_unroll=self.scan_unroll, cache=cache, pos=pos, mask=mask_Bx1xTxT,
-        positions=positions,
-        n_head=self.n_head, causal=True, train=train, norm=self.norm, ln=self.ln, mlp=self.mlp,
-        mlp_hidden=self.mlp_hidden, dropout=self.dropout, attn_dropout=self.attn_dropout,
-        drop_path=self.drop_path, rope=self.pos == "rope", qk_norm=self.qk_norm,
-        use_bias=self.use_bias,
-        attn_impl=self.attn_impl, init_name=self.init_name, n_residual=2 * self.n_layer,
-        epsilon=self.epsilon, moe_spec=self.moe_spec, mixer=self.mixer,
-        ssm_state=self.ssm_state, ssm_expand=self.ssm_expand, ssm_conv=self.ssm_conv,
-        dtype=self.dtype,
-        param_dtype=self.param_dtype)
-    if self.ln == "pre":
-      x_BxTxD = layers.make_norm(self.norm, train=train, name="ln_f", epsilon=self.epsilon,
-                                 dtype=self.dtype, param_dtype=self.param_dtype)(x_BxTxD)
+    x_BxTxD, new_cache = transformer.apply_blocks(self, x_BxTxD, train=train, cache=cache,
+                                                  pos=pos, mask=mask_Bx1xTxT,
+                                                  positions=positions)
     if self.tie_embeddings:
       logits_BxTxV = wte.attend(x_BxTxD)
     else:
@@ -204,7 +166,7 @@ PRESETS = {
 
 def _check_preset(preset: str, key: str) -> dict:
   if preset and preset not in PRESETS:
-    raise ValueError(f"{key}: unknown {preset!r}; expected one of {sorted(PRESETS)}")
+    raise ConfigError(f"{key}: unknown {preset!r}; expected one of {sorted(PRESETS)}")
   return PRESETS.get(preset, {})
 
 
@@ -226,7 +188,7 @@ def gpt_config(preset: str = "", **overrides) -> ml_collections.ConfigDict:
   fields.update(_check_preset(preset, "gpt preset"))
   unknown = sorted(set(overrides) - set(fields))
   if unknown:
-    raise ValueError(f"model.{unknown[0]}: unknown key for model 'gpt'; expected one of "
+    raise ConfigError(f"model.{unknown[0]}: unknown key for model 'gpt'; expected one of "
                      f"{sorted(fields)}")
   fields.update(overrides)
   return ml_collections.ConfigDict(dict(name="gpt", preset=preset, **fields))

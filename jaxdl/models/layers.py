@@ -1,5 +1,6 @@
-"""Building blocks shared by the model families: initializers, activations and norms by name
-(attention lives in `jaxdl.models.attention`).
+"""Building blocks shared by the model families: the `Model` base class (fields as declared
+settings), initializers, activations and norms by name (attention lives in
+`jaxdl.models.attention`).
 
 Initializers (`get_initializer`), all `jax.nn.initializers` variance scalings; biases start at 0:
   xavier / glorot   Var(W) = 2 / (n_in + n_out)   (uniform or normal)
@@ -18,27 +19,25 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jaxdl.config import require_finite
+from jaxdl import schema
 
 Dtype = Any
 
-def check_fields(module, *, sizes: tuple[str, ...] = (), dropouts: tuple[str, ...] = ()) -> None:
-  """Value checks of a model's config fields, each a one-line ValueError naming `model.<key>`.
 
-  Every size in `sizes` (an int or a sequence of ints: widths, depths, heads) must be >= 1, every
-  rate in `dropouts` in [0, 1) (1 would drop every unit), and every float field finite. Called
-  from the model classes' `__post_init__`, so a module built directly refuses the same values.
-  """
-  require_finite(module, "model.")
-  for key in sizes:
-    value = getattr(module, key)
-    values = value if isinstance(value, (tuple, list)) else (value,)
-    if any(not isinstance(v, int) or v < 1 for v in values):
-      raise ValueError(f"model.{key}: every size must be an integer >= 1, got {value!r}")
-  for key in dropouts:
-    value = getattr(module, key)
-    if not 0.0 <= value < 1.0:
-      raise ValueError(f"model.{key}: a drop probability must be in [0, 1), got {value!r}")
+class Model(nn.Module):
+  """A model family: its fields are the `model` section's keys, each declared once with
+  `schema.setting(default, check)`. Built (by `build_model` or directly), it checks every field
+  (`schema.check_fields`) and then `check`'s rules between fields, so a bad value fails before
+  any tracing in one line naming `model.<key>`."""
+
+  def __post_init__(self):
+    schema.check_fields(self, "model.")
+    self.check()
+    super().__post_init__()
+
+  def check(self) -> None:
+    """Rules between fields (e.g. a width divisible by the heads): `schema.fail('model.', key,
+    message)` raises the one-line ConfigError."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,16 +10,15 @@ scales it by 1 / (1 - p) in training (so E[h] is unchanged) and is the identity 
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import flax.linen as nn
 import jax.numpy as jnp
 
 from jaxdl.models import layers, register_model
+from jaxdl.schema import POSITIVE, UNIT, each, one_of, setting
 
 
 @register_model("mlp")
-class MLP(nn.Module):
+class MLP(layers.Model):
   """Dense -> [norm] -> activation -> [dropout] blocks, then a dense head.
 
   Attributes:
@@ -34,21 +33,17 @@ class MLP(nn.Module):
     bn_axis_name: the pmap axis over which BatchNorm averages its statistics.
   """
 
-  hidden: Sequence[int] = (64, 64, 64)
-  out: int = 1
-  activation: str = "relu"
-  norm: str = "none"
-  dropout: float = 0.0
-  input_dropout: float = 0.0
+  hidden: tuple[int, ...] = setting((64, 64, 64), each(POSITIVE))
+  out: int = setting(1, POSITIVE)
+  activation: str = setting("relu", one_of(*layers.ACTIVATIONS))
+  norm: str = setting("none", one_of(*layers.NORM_NAMES))
+  dropout: float = setting(0.0, UNIT)
+  input_dropout: float = setting(0.0, UNIT)
   residual: bool = False
-  init_name: str = "lecun"
-  dtype: jnp.dtype = jnp.float32
-  param_dtype: jnp.dtype = jnp.float32
+  init_name: str = setting("lecun", one_of(*layers.INIT_NAMES))
+  dtype: layers.Dtype = jnp.float32
+  param_dtype: layers.Dtype = jnp.float32
   bn_axis_name: str | None = None
-
-  def __post_init__(self):
-    layers.check_fields(self, sizes=("hidden", "out"), dropouts=("dropout", "input_dropout"))
-    super().__post_init__()
 
   @nn.compact
   def __call__(self, x, *, train: bool):

@@ -35,36 +35,25 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jaxdl.models import layers
-
 Dtype = Any
 AUX = "aux"
 
 
 @dataclasses.dataclass(frozen=True)
 class MoeSpec:
-  """The MoE settings a transformer block needs (hashable, so it can be a module field)."""
+  """The routing of a mixture of experts (hashable, so it can be a module field); the GPT builds
+  it from its moe_* fields. `route` and `capacity` read no loss weight: 0 there means no aux loss.
+  """
   experts: int
-  top_k: int = 2
-  capacity_factor: float = 1.25
-  balance_coef: float = 0.01
-  z_coef: float = 1e-3
+  top_k: int
+  capacity_factor: float
+  balance_coef: float = 0.0
+  z_coef: float = 0.0
 
   def capacity(self, num_tokens: int) -> int:
     """C = ceil(capacity_factor K N / E), at least 1 and at most N."""
     c = math.ceil(self.capacity_factor * self.top_k * num_tokens / self.experts)
     return max(1, min(num_tokens, c))
-
-
-def check_spec(experts: int, top_k: int, capacity_factor: float, prefix: str = "model.moe_"):
-  """One-line ValueErrors naming the key: E >= 0, 1 <= K <= E when E > 0, capacity > 0."""
-  if not isinstance(experts, int) or experts < 0:
-    raise ValueError(f"{prefix}experts: must be an integer >= 0 (0 = dense MLP), got {experts!r}")
-  if experts and not (isinstance(top_k, int) and 1 <= top_k <= experts):
-    raise ValueError(f"{prefix}top_k: must be an integer in [1, {experts}] (moe_experts), "
-                     f"got {top_k!r}")
-  if experts and not capacity_factor > 0:
-    raise ValueError(f"{prefix}capacity: the capacity factor must be > 0, got {capacity_factor!r}")
 
 
 def route(z_NxE: jax.Array, spec: MoeSpec, capacity: int):
@@ -93,44 +82,41 @@ def route(z_NxE: jax.Array, spec: MoeSpec, capacity: int):
 
 
 class MoeMlp(nn.Module):
-  """E expert GELU MLPs behind a top-k router (module docstring); x (..., D) -> (..., D)."""
+  """E expert GELU MLPs behind a top-k router (module docstring); x (..., D) -> (..., D).
 
-  spec: MoeSpec
-  hidden: int = 0
-  init_name: str = "gpt2"
-  n_residual: int = 2
-  dtype: Dtype = jnp.float32
-  param_dtype: Dtype = jnp.float32
+  `cfg` is the block's settings (`transformer.BlockSpec`): its `moe_spec`, `mlp_hidden` (F; 0:
+  4 D), initializers and dtypes.
+  """
+
+  cfg: Any
 
   @nn.compact
   def __call__(self, x_BxTxD):
+    cfg, spec = self.cfg, self.cfg.moe_spec
     d = x_BxTxD.shape[-1]
-    f, e = self.hidden or 4 * d, self.spec.experts
+    f, e = cfg.mlp_hidden or 4 * d, spec.experts
     x_NxD = x_BxTxD.reshape(-1, d)
     n = x_NxD.shape[0]
-    capacity = self.spec.capacity(n)
+    capacity = spec.capacity(n)
     # Expert weights are 'expert_*' with the expert axis third from last (the `expert` mesh axis
     # shards that axis; see `jaxdl.train.fsdp.expert_spec`).
-    w_r = self.param("router", layers.get_initializer(self.init_name), (d, e), self.param_dtype)
-    w1_ExDxF = self.param("expert_fc", _batched(layers.get_initializer(self.init_name)),
-                          (e, d, f), self.param_dtype)
-    w2_ExFxD = self.param("expert_proj",
-                          _batched(layers.residual_out_init(self.init_name, self.n_residual)),
-                          (e, f, d), self.param_dtype)
+    w_r = self.param("router", cfg.kernel_init, (d, e), cfg.param_dtype)
+    w1_ExDxF = self.param("expert_fc", _batched(cfg.kernel_init), (e, d, f), cfg.param_dtype)
+    w2_ExFxD = self.param("expert_proj", _batched(cfg.out_init), (e, f, d), cfg.param_dtype)
     z_NxE = jnp.dot(x_NxD.astype(jnp.float32), w_r.astype(jnp.float32))
-    expert_KxN, slot_KxN, gate_KxN, kept_KxN, terms = route(z_NxE, self.spec, capacity)
-    x_NxD = x_NxD.astype(self.dtype)
-    buf_ExCxD = jnp.zeros((e, capacity, d), self.dtype).at[expert_KxN, slot_KxN].set(
-        jnp.broadcast_to(x_NxD, (self.spec.top_k, n, d)), mode="drop")
-    h_ExCxF = nn.gelu(jnp.einsum("ecd,edf->ecf", buf_ExCxD, w1_ExDxF.astype(self.dtype)),
+    expert_KxN, slot_KxN, gate_KxN, kept_KxN, terms = route(z_NxE, spec, capacity)
+    x_NxD = x_NxD.astype(cfg.dtype)
+    buf_ExCxD = jnp.zeros((e, capacity, d), cfg.dtype).at[expert_KxN, slot_KxN].set(
+        jnp.broadcast_to(x_NxD, (spec.top_k, n, d)), mode="drop")
+    h_ExCxF = nn.gelu(jnp.einsum("ecd,edf->ecf", buf_ExCxD, w1_ExDxF.astype(cfg.dtype)),
                       approximate=True)
-    out_ExCxD = jnp.einsum("ecf,efd->ecd", h_ExCxF, w2_ExFxD.astype(self.dtype))
+    out_ExCxD = jnp.einsum("ecf,efd->ecd", h_ExCxF, w2_ExFxD.astype(cfg.dtype))
     # A dropped choice's slot is out of range: gather a clipped slot and weight it by 0.
     y_KxNxD = out_ExCxD[expert_KxN, jnp.minimum(slot_KxN, capacity - 1)]
-    w_KxN = (gate_KxN * kept_KxN).astype(self.dtype)
+    w_KxN = (gate_KxN * kept_KxN).astype(cfg.dtype)
     y_NxD = jnp.einsum("kn,knd->nd", w_KxN, y_KxNxD)
     if self.is_mutable_collection(AUX) and not self.is_initializing():
-      loss = self.spec.balance_coef * terms["balance"] + self.spec.z_coef * terms["z"]
+      loss = spec.balance_coef * terms["balance"] + spec.z_coef * terms["z"]
       for name, value in {"loss": loss, **terms}.items():
         self.sow(AUX, name, value)
     return y_NxD.reshape(x_BxTxD.shape)

@@ -17,6 +17,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from jaxdl.models import layers, register_model
+from jaxdl.schema import NONNEG, POSITIVE, UNIT, one_of, setting
 
 Dtype = Any
 
@@ -28,29 +29,27 @@ class RNNCell(nn.Module):
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
+  def affine(self, h_BxN, x_BxD, width: int, **wh_kw):
+    """W_h h + W_x x + b, `width` wide: every gate's pre-activation (W_h 'wh', W_x and b 'wx')."""
+    wx = nn.Dense(width, dtype=self.dtype, param_dtype=self.param_dtype, name="wx")
+    wh = nn.Dense(width, use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype,
+                  name="wh", **wh_kw)
+    return wh(h_BxN) + wx(x_BxD)
+
   @nn.compact
   def __call__(self, h_BxN, x_BxD):
-    wx = nn.Dense(self.hidden, dtype=self.dtype, param_dtype=self.param_dtype, name="wx")
-    wh = nn.Dense(self.hidden, use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype,
-                  kernel_init=nn.initializers.orthogonal(), name="wh")
-    h_BxN = jnp.tanh(wh(h_BxN) + wx(x_BxD))
+    h_BxN = jnp.tanh(self.affine(h_BxN, x_BxD, self.hidden,
+                                 kernel_init=nn.initializers.orthogonal()))
     return h_BxN, h_BxN
 
 
-class LSTMCell(nn.Module):
+class LSTMCell(RNNCell):
   """((c, h), x_t) -> ((c_t, h_t), h_t) with the additive cell c_t = f c + i c~."""
-
-  hidden: int
-  dtype: Dtype = jnp.float32
-  param_dtype: Dtype = jnp.float32
 
   @nn.compact
   def __call__(self, carry, x_BxD):
     c_BxN, h_BxN = carry
-    wx = nn.Dense(4 * self.hidden, dtype=self.dtype, param_dtype=self.param_dtype, name="wx")
-    wh = nn.Dense(4 * self.hidden, use_bias=False, dtype=self.dtype,
-                  param_dtype=self.param_dtype, name="wh")
-    i, f, g, o = jnp.split(wh(h_BxN) + wx(x_BxD), 4, axis=-1)
+    i, f, g, o = jnp.split(self.affine(h_BxN, x_BxD, 4 * self.hidden), 4, axis=-1)
     c_BxN = nn.sigmoid(f) * c_BxN + nn.sigmoid(i) * jnp.tanh(g)
     h_BxN = nn.sigmoid(o) * jnp.tanh(c_BxN)
     return (c_BxN, h_BxN), h_BxN
@@ -59,28 +58,24 @@ class LSTMCell(nn.Module):
 CELLS = {"rnn": RNNCell, "lstm": LSTMCell}
 
 
-class RNN(nn.Module):
+class RNN(layers.Model):
   """Stacked RNN/LSTM over time; classifier (B, K) from the last step, or per-step (B, T, K).
 
   Inputs: floats (B, T, D); images (B, H, W[, 1]) read row by row (T = H, D = W); flat (B, T*D)
   with `seq_len`; or int tokens (B, T) when `vocab_size` > 0 (embedded to `embed_dim`).
   """
 
-  cell: str = "lstm"
-  hidden: int = 128
-  num_layers: int = 1
-  out: int = 10
+  cell: str = setting("lstm", one_of(*CELLS))
+  hidden: int = setting(128, POSITIVE)
+  num_layers: int = setting(1, POSITIVE)
+  out: int = setting(10, POSITIVE)
   seq_output: bool = False
-  vocab_size: int = 0
-  embed_dim: int = 64
-  seq_len: int = 0
-  dropout: float = 0.0
+  vocab_size: int = setting(0, NONNEG)  # 0: float inputs, else int tokens embedded
+  embed_dim: int = setting(64, POSITIVE)
+  seq_len: int = setting(0, NONNEG)  # T of a flat input (B, T*D)
+  dropout: float = setting(0.0, UNIT)
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
-
-  def __post_init__(self):
-    layers.check_fields(self, sizes=("hidden", "num_layers", "out"), dropouts=("dropout",))
-    super().__post_init__()
 
   def _as_sequence(self, x):
     if self.vocab_size:
@@ -99,8 +94,6 @@ class RNN(nn.Module):
 
   @nn.compact
   def __call__(self, x, *, train: bool):
-    if self.cell not in CELLS:
-      raise ValueError(f"cell: unknown {self.cell!r}; expected one of {sorted(CELLS)}")
     h_BxTxD = self._as_sequence(x)
     for layer in range(self.num_layers):
       cell_cls = nn.scan(CELLS[self.cell], variable_broadcast="params",

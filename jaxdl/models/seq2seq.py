@@ -27,6 +27,7 @@ import jax.numpy as jnp
 
 from jaxdl.models import layers, register_model
 from jaxdl.models.rnn import LSTMCell
+from jaxdl.schema import NONNEG, POSITIVE, setting
 
 Dtype = Any
 
@@ -71,7 +72,7 @@ class DecoderStep(nn.Module):
 
 
 @register_model("seq2seq")
-class Seq2Seq(nn.Module):
+class Seq2Seq(layers.Model):
   """LSTM encoder-decoder over tokens; see the module docstring.
 
   Attributes:
@@ -84,22 +85,15 @@ class Seq2Seq(nn.Module):
   The attention weights (B, T, S) are sown into 'intermediates' as 'alpha'.
   """
 
-  vocab_size: int = 11
-  src_len: int = 8
-  tgt_len: int = 0
-  embed_dim: int = 32
-  hidden: int = 64
-  attn_dim: int = 64
+  vocab_size: int = setting(11, POSITIVE)
+  src_len: int = setting(8, POSITIVE)
+  tgt_len: int = setting(0, NONNEG)
+  embed_dim: int = setting(32, POSITIVE)
+  hidden: int = setting(64, POSITIVE)
+  attn_dim: int = setting(64, POSITIVE)
   attention: bool = True
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
-
-  def __post_init__(self):
-    layers.check_fields(self, sizes=("vocab_size", "src_len", "embed_dim", "hidden", "attn_dim"))
-    if not isinstance(self.tgt_len, int) or self.tgt_len < 0:
-      raise ValueError(f"model.tgt_len: must be an integer >= 0 (0: src_len), got "
-                       f"{self.tgt_len!r}")
-    super().__post_init__()
 
   @nn.compact
   def __call__(self, x_BxL, *, train: bool):

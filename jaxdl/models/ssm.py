@@ -22,20 +22,21 @@ work, O(log T) depth. Decoding carries the state (h (B, E, N), the last K - 1 pr
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jaxdl.models import layers
 
-Dtype = Any
-
-
-def check_state(state: int, key: str = "model.ssm_state") -> None:
-  if not isinstance(state, int) or state < 1:
-    raise ValueError(f"{key}: the state size N per channel must be an integer >= 1, got {state!r}")
+@dataclasses.dataclass(frozen=True)
+class SsmSpec:
+  """The mixer's sizes (hashable, so it can be a module field); the GPT builds it from its
+  ssm_* fields."""
+  state: int   # N per channel
+  expand: int  # E = expand D
+  conv: int    # K, the causal convolution's width (1: no mixing before the recurrence)
 
 
 def _combine(left, right):
@@ -53,51 +54,45 @@ class SelectiveSSM(nn.Module):
   """
 
   features: int  # D, the width of x
-  state: int = 16
-  expand: int = 2
-  conv: int = 4  # K, the causal convolution's width (1: no mixing before the recurrence)
-  init_name: str = "gpt2"
-  out_init: Any = None
-  dtype: Dtype = jnp.float32
-  param_dtype: Dtype = jnp.float32
+  cfg: Any  # the block's settings (`transformer.BlockSpec`): ssm_spec, initializers, dtypes
 
   def setup(self):
-    check_state(self.state)
-    if not isinstance(self.conv, int) or self.conv < 1:
-      raise ValueError(f"model.ssm_conv: the convolution width K must be an integer >= 1, got "
-                       f"{self.conv!r}")
-    kinit = layers.get_initializer(self.init_name)
-    dense = lambda n, name, **kw: nn.Dense(n, dtype=self.dtype, param_dtype=self.param_dtype,  # noqa: E731
+    cfg = self.cfg
+    kinit = cfg.kernel_init
+    dense = lambda n, name, **kw: nn.Dense(n, dtype=cfg.dtype, param_dtype=cfg.param_dtype,  # noqa: E731
                                            name=name, **kw)
     self.in_proj = nn.DenseGeneral((2, self.inner), use_bias=False, kernel_init=kinit,
-                                   dtype=self.dtype, param_dtype=self.param_dtype, name="in_proj")
+                                   dtype=cfg.dtype, param_dtype=cfg.param_dtype, name="in_proj")
     self.delta_proj = dense(self.inner, "delta_proj", kernel_init=kinit,
                             bias_init=nn.initializers.constant(-2.0))  # softplus(-2) = 0.13
-    self.bc_proj = dense(2 * self.state, "bc_proj", use_bias=False, kernel_init=kinit)
-    self.out_proj = dense(self.features, "out_proj", use_bias=False,
-                          kernel_init=self.out_init or kinit)
+    self.bc_proj = dense(2 * self.spec.state, "bc_proj", use_bias=False, kernel_init=kinit)
+    self.out_proj = dense(self.features, "out_proj", use_bias=False, kernel_init=cfg.out_init)
     # A_log = log(1..N) per channel (S4D-real), so the decays cover several time scales.
     self.a_log = self.param("a_log", lambda k, s: jnp.log(jnp.broadcast_to(
-        jnp.arange(1, s[1] + 1, dtype=jnp.float32), s)), (self.inner, self.state))
+        jnp.arange(1, s[1] + 1, dtype=jnp.float32), s)), (self.inner, self.spec.state))
     self.d_skip = self.param("d_skip", nn.initializers.ones, (self.inner,))
     # Depthwise taps w (K, E), uniform(+-1/sqrt(K)) like a fan-in-K conv; the last tap is t itself.
-    bound = self.conv ** -0.5
+    bound = self.spec.conv ** -0.5
     self.conv_w = self.param("conv_w", lambda k, s: jax.random.uniform(k, s, jnp.float32, -bound,
                                                                           bound),
-                             (self.conv, self.inner))
+                             (self.spec.conv, self.inner))
     self.conv_b = self.param("conv_b", nn.initializers.zeros, (self.inner,))
 
   @property
+  def spec(self) -> SsmSpec:
+    return self.cfg.ssm_spec
+
+  @property
   def inner(self) -> int:
-    return self.expand * self.features
+    return self.spec.expand * self.features
 
   def _mix_in(self, x_BxTxD, tail_BxKm1xE):
     """(u, z, new tail): u = silu(conv_K(x W_u)) over the tail's K - 1 earlier inputs then x's."""
     u_BxTxE, z_BxTxE = jnp.moveaxis(self.in_proj(x_BxTxD), -2, 0)
     t = u_BxTxE.shape[1]
     ext_BxT1xE = jnp.concatenate([tail_BxKm1xE.astype(u_BxTxE.dtype), u_BxTxE], axis=1)
-    conv_BxTxE = sum(ext_BxT1xE[:, j:j + t] * self.conv_w[j] for j in range(self.conv))
-    return jax.nn.silu(conv_BxTxE + self.conv_b).astype(self.dtype), z_BxTxE, ext_BxT1xE[:, t:]
+    conv_BxTxE = sum(ext_BxT1xE[:, j:j + t] * self.conv_w[j] for j in range(self.spec.conv))
+    return jax.nn.silu(conv_BxTxE + self.conv_b).astype(self.cfg.dtype), z_BxTxE, ext_BxT1xE[:, t:]
 
   def _inputs(self, u):
     """(decay a, input b, C) of the recurrence for u (..., E); fp32 for the state."""
@@ -109,7 +104,7 @@ class SelectiveSSM(nn.Module):
 
   def _output(self, h, c_out, u, z):
     y = jnp.einsum("...en,...n->...e", h, c_out) + self.d_skip * u.astype(jnp.float32)
-    return self.out_proj((y * jax.nn.silu(z.astype(jnp.float32))).astype(self.dtype))
+    return self.out_proj((y * jax.nn.silu(z.astype(jnp.float32))).astype(self.cfg.dtype))
 
   def __call__(self, x_BxTxD, state=None):
     """All T at once from the zero state; with a state (h0, tail), continues from it and also
@@ -133,5 +128,5 @@ class SelectiveSSM(nn.Module):
 
   def init_state(self, batch: int):
     """(h_0 = 0 (B, E, N) fp32, the K - 1 inputs before t = 0 = 0 (B, K - 1, E))."""
-    return (jnp.zeros((batch, self.inner, self.state), jnp.float32),
-            jnp.zeros((batch, self.conv - 1, self.inner), self.dtype))
+    return (jnp.zeros((batch, self.inner, self.spec.state), jnp.float32),
+            jnp.zeros((batch, self.spec.conv - 1, self.inner), self.cfg.dtype))

@@ -2,29 +2,124 @@
 
 Shapes: B batch, T sequence, D model width, F MLP hidden width, L layers.
 
-Block, pre-LN (GPT-2):  x <- x + Attn(LN(x));  x <- x + MLP(LN(x))   (the model adds a final LN)
+Block, pre-LN (GPT-2):  x <- x + Attn(LN(x));  x <- x + MLP(LN(x))   (the stack ends with LN_f)
 Block, post-LN:         x <- LN(x + Attn(x));  x <- LN(x + MLP(x))
 DropPath (stochastic depth, `drop_path` p): in training each residual branch of each example is
 dropped whole with probability p and kept ones are scaled by 1 / (1 - p), so E[branch] holds.
 MLP: c_proj(GELU(c_fc x)) with F = 4D, or SwiGLU c_proj(silu(x W_g) * (x W_u)) with F = 8D/3.
 Variants: the MLP a mixture of experts (`moe_spec`, `jaxdl.models.moe`), the attention a
-selective state-space mixer (`mixer='ssm'`, `jaxdl.models.ssm`), each in the same residual slot.
+selective state-space mixer (`ssm_spec`, `jaxdl.models.ssm`), each in the same residual slot.
+Settings: GPT and ViT subclass `TransformerModel`, whose fields are the shared `model` keys; the
+blocks receive them as one hashable `BlockSpec` (`cfg`), read from the model's attributes.
 With `scan_layers` the L blocks are one `nn.scan` (params under 'h' with a leading L axis), so
 compile time does not grow with depth; unrolled they are 'h_0' .. 'h_{L-1}'.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from typing import Any
+from typing import Any, Callable, ClassVar
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from jaxdl.models import attention, layers, moe, ssm
+from jaxdl.schema import NONNEG, POSITIVE, UNIT, fail, one_of, setting
 
 Dtype = Any
+
+
+class TransformerModel(layers.Model):
+  """The settings GPT and ViT share: the blocks' and the stack's. The defaults are GPT-2's; a
+  subclass redeclares a field only to change its default (its check stays)."""
+
+  causal: ClassVar[bool] = True  # attention sees only earlier tokens
+  n_layer: int = setting(4, POSITIVE)
+  n_head: int = setting(4, POSITIVE)
+  d_model: int = setting(128, POSITIVE)
+  mlp: str = setting("gelu", one_of("gelu", "swiglu"))
+  mlp_hidden: int = setting(0, NONNEG)  # F; 0: 4 D (gelu) or 8 D / 3 (swiglu)
+  norm: str = setting("layer", one_of("layer", "rms"))
+  ln: str = setting("pre", one_of("pre", "post"))
+  dropout: float = setting(0.0, UNIT)
+  attn_dropout: float = setting(0.0, UNIT)
+  # Stochastic depth: in training each block's residual branches are dropped whole per example
+  # with this probability (kept ones scaled by 1 / (1 - p)); the identity at eval. Off: 0.
+  drop_path: float = setting(0.0, UNIT)
+  qk_norm: bool = False
+  use_bias: bool = True
+  scan_layers: bool = True
+  # Layers per scan iteration: > 1 trades a little compile time for fewer loop-carried copies
+  # (the params stay stacked under 'h' either way, so checkpoints do not change).
+  scan_unroll: int = setting(1, POSITIVE)
+  remat: bool = False
+  attn_impl: str = setting("auto", one_of(*attention.ATTN_IMPLS))
+  init_name: str = setting("gpt2", one_of(*layers.INIT_NAMES))
+  epsilon: float = setting(1e-5, POSITIVE)
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+
+  # The variants a subclass may switch on (`BlockSpec`): off here.
+  rope: ClassVar[bool] = False
+  moe_spec: ClassVar[moe.MoeSpec | None] = None
+  ssm_spec: ClassVar[ssm.SsmSpec | None] = None
+
+  def check(self):
+    if self.ssm_spec is None and self.d_model % self.n_head:
+      fail("model.", "d_model", f"must be divisible by n_head={self.n_head} (heads of equal "
+           f"width), got {self.d_model}")
+
+  @property
+  def block_spec(self) -> BlockSpec:
+    return BlockSpec.of(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSpec:
+  """What one block reads: a model's settings in one hashable value, so a block (and its MLP,
+  MoE and SSM) takes one `cfg` field instead of restating every setting and its default."""
+
+  n_head: int
+  causal: bool
+  n_residual: int  # residual branches in the stack, 2 L: scales the output projections' init
+  mlp: str
+  mlp_hidden: int
+  norm: str
+  ln: str
+  dropout: float
+  attn_dropout: float
+  drop_path: float
+  rope: bool
+  qk_norm: bool
+  use_bias: bool
+  attn_impl: str
+  init_name: str
+  epsilon: float
+  moe_spec: moe.MoeSpec | None  # the MLP is a mixture of experts (`jaxdl.models.moe`)
+  ssm_spec: ssm.SsmSpec | None  # the token mixer is a selective SSM (`jaxdl.models.ssm`)
+  dtype: Dtype
+  param_dtype: Dtype
+
+  @classmethod
+  def of(cls, model: TransformerModel) -> BlockSpec:
+    """`model`'s attributes of the same names; n_residual = 2 L (attention and MLP per block)."""
+    return cls(**{f.name: getattr(model, f.name) for f in dataclasses.fields(cls)
+                  if f.name != "n_residual"}, n_residual=2 * model.n_layer)
+
+  @property
+  def kernel_init(self) -> Callable:
+    return layers.get_initializer(self.init_name)
+
+  @property
+  def out_init(self) -> Callable:
+    """The init of a projection closing a residual branch ('gpt2': std 0.02 / sqrt(2 L))."""
+    return layers.residual_out_init(self.init_name, self.n_residual)
+
+  def make_norm(self, name: str, train: bool) -> Callable:
+    return layers.make_norm(self.norm, train=train, name=name, epsilon=self.epsilon,
+                            dtype=self.dtype, param_dtype=self.param_dtype)
 
 
 class MlpBlock(nn.Module):
@@ -33,149 +128,103 @@ class MlpBlock(nn.Module):
   GELU is the tanh form, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as in GPT-2.
   """
 
-  kind: str = "gelu"
-  hidden: int = 0
-  use_bias: bool = True
-  init_name: str = "gpt2"
-  n_residual: int = 2
-  dtype: Dtype = jnp.float32
-  param_dtype: Dtype = jnp.float32
+  cfg: BlockSpec
 
   @nn.compact
   def __call__(self, x_BxTxD):
-    d = x_BxTxD.shape[-1]
-    dense = functools.partial(nn.Dense, use_bias=self.use_bias, dtype=self.dtype,
-                              param_dtype=self.param_dtype)
-    kinit = layers.get_initializer(self.init_name)
-    if self.kind == "gelu":
-      f = self.hidden or 4 * d
-      h_BxTxF = nn.gelu(dense(f, kernel_init=kinit, name="c_fc")(x_BxTxD), approximate=True)
-    elif self.kind == "swiglu":
-      f = self.hidden or 8 * d // 3
-      gate, up = jnp.split(dense(2 * f, kernel_init=kinit, name="c_fc")(x_BxTxD), 2, axis=-1)
+    cfg, d = self.cfg, x_BxTxD.shape[-1]
+    dense = functools.partial(nn.Dense, use_bias=cfg.use_bias, dtype=cfg.dtype,
+                              param_dtype=cfg.param_dtype)
+    if cfg.mlp == "gelu":
+      f = cfg.mlp_hidden or 4 * d
+      h_BxTxF = nn.gelu(dense(f, kernel_init=cfg.kernel_init, name="c_fc")(x_BxTxD),
+                        approximate=True)
+    else:  # swiglu
+      f = cfg.mlp_hidden or 8 * d // 3
+      gate, up = jnp.split(dense(2 * f, kernel_init=cfg.kernel_init, name="c_fc")(x_BxTxD), 2,
+                           axis=-1)
       h_BxTxF = nn.silu(gate) * up
-    else:
-      raise ValueError(f"mlp: unknown {self.kind!r}; expected one of ['gelu', 'swiglu']")
-    oinit = layers.residual_out_init(self.init_name, self.n_residual)
-    return dense(d, kernel_init=oinit, name="c_proj")(h_BxTxF)
+    return dense(d, kernel_init=cfg.out_init, name="c_proj")(h_BxTxF)
 
 
 class Block(nn.Module):
   """One transformer block; `__call__(x, cache, pos, mask, positions) -> (x, new_cache)`
   (scan-friendly). `mask` (B, 1, T, S) bool narrows attention beyond causality (packed documents
   see only their own segment); `positions` (B, T) are the RoPE positions when given.
-
-  `n_residual` is the number of residual branches in the whole stack (2 L), which scales the
-  init of the output projections ('gpt2': std 0.02 / sqrt(2 L)).
   """
 
-  n_head: int
-  causal: bool = True
+  cfg: BlockSpec
   train: bool = False
-  norm: str = "layer"
-  ln: str = "pre"
-  mlp: str = "gelu"
-  mlp_hidden: int = 0
-  dropout: float = 0.0
-  attn_dropout: float = 0.0
-  rope: bool = False
-  qk_norm: bool = False
-  use_bias: bool = True
-  attn_impl: str = "auto"
-  init_name: str = "gpt2"
-  n_residual: int = 2
-  epsilon: float = 1e-5
-  drop_path: float = 0.0
-  moe_spec: moe.MoeSpec | None = None  # the MLP is a mixture of experts (`jaxdl.models.moe`)
-  mixer: str = "attention"  # or 'ssm': a selective state-space mixer (`jaxdl.models.ssm`)
-  ssm_state: int = 16
-  ssm_expand: int = 2
-  ssm_conv: int = 4
-  dtype: Dtype = jnp.float32
-  param_dtype: Dtype = jnp.float32
-
-  def _norm(self, name):
-    if self.norm not in ("layer", "rms"):
-      raise ValueError(f"norm: unknown {self.norm!r}; expected one of ['layer', 'rms']")
-    return layers.make_norm(self.norm, train=self.train, name=name, epsilon=self.epsilon,
-                            dtype=self.dtype, param_dtype=self.param_dtype)
 
   @nn.compact
   def __call__(self, x_BxTxD, cache=None, pos=0, mask=None, positions=None):
-    kinit = layers.get_initializer(self.init_name)
-    oinit = layers.residual_out_init(self.init_name, self.n_residual)
-    dropout = nn.Dropout(self.dropout, deterministic=not self.train)
-    if self.drop_path > 0:  # one keep/drop draw per example, broadcast over (T, D)
-      path = nn.Dropout(self.drop_path, broadcast_dims=(1, 2), deterministic=not self.train,
+    cfg, train = self.cfg, self.train
+    dropout = nn.Dropout(cfg.dropout, deterministic=not train)
+    if cfg.drop_path > 0:  # one keep/drop draw per example, broadcast over (T, D)
+      path = nn.Dropout(cfg.drop_path, broadcast_dims=(1, 2), deterministic=not train,
                         name="drop_path")
       drop = lambda h: path(dropout(h))  # noqa: E731
     else:
       drop = dropout
-    attn = attention.MultiHeadAttention(
-        num_heads=self.n_head, causal=self.causal, qk_norm=self.qk_norm, rope=self.rope,
-        use_bias=self.use_bias, attn_dropout=self.attn_dropout, impl=self.attn_impl,
-        kernel_init=kinit, out_init=oinit, dtype=self.dtype, param_dtype=self.param_dtype,
-        name="attn")
 
     def attend(h_BxTxD):
-      if self.mixer == "ssm":  # the same residual slot; its cache is the state (h, conv tail)
-        mix = ssm.SelectiveSSM(h_BxTxD.shape[-1], state=self.ssm_state, expand=self.ssm_expand,
-                               conv=self.ssm_conv, init_name=self.init_name, out_init=oinit,
-                               dtype=self.dtype, param_dtype=self.param_dtype, name="ssm")
+      if cfg.ssm_spec is not None:  # the same residual slot; its cache is the state (h, tail)
+        mix = ssm.SelectiveSSM(h_BxTxD.shape[-1], cfg, name="ssm")
         if cache is None:
           return mix(h_BxTxD), None
         y_BxTxD, (h_BxExN, tail_BxKm1xE) = mix(h_BxTxD, (cache["h"], cache["conv"]))
         return y_BxTxD, {"h": h_BxExN, "conv": tail_BxKm1xE}
+      attn = attention.MultiHeadAttention(
+          num_heads=cfg.n_head, causal=cfg.causal, qk_norm=cfg.qk_norm, rope=cfg.rope,
+          use_bias=cfg.use_bias, attn_dropout=cfg.attn_dropout, impl=cfg.attn_impl,
+          kernel_init=cfg.kernel_init, out_init=cfg.out_init, dtype=cfg.dtype,
+          param_dtype=cfg.param_dtype, name="attn")
       if cache is None:
-        return attn(h_BxTxD, train=self.train, pos=pos, mask=mask, positions=positions), None
-      y_BxTxD, aux = attn(h_BxTxD, train=self.train, cache=cache, pos=pos)
+        return attn(h_BxTxD, train=train, pos=pos, mask=mask, positions=positions), None
+      y_BxTxD, aux = attn(h_BxTxD, train=train, cache=cache, pos=pos)
       return y_BxTxD, aux["cache"]
 
-    if self.moe_spec is None:
-      mlp = MlpBlock(kind=self.mlp, hidden=self.mlp_hidden, use_bias=self.use_bias,
-                     init_name=self.init_name, n_residual=self.n_residual, dtype=self.dtype,
-                     param_dtype=self.param_dtype, name="mlp")
-    else:
-      mlp = moe.MoeMlp(self.moe_spec, hidden=self.mlp_hidden, init_name=self.init_name,
-                       n_residual=self.n_residual, dtype=self.dtype,
-                       param_dtype=self.param_dtype, name="mlp")
-    if self.ln == "pre":
-      a_BxTxD, new_cache = attend(self._norm("ln_1")(x_BxTxD))
+    mlp = (MlpBlock if cfg.moe_spec is None else moe.MoeMlp)(cfg, name="mlp")
+    if cfg.ln == "pre":
+      a_BxTxD, new_cache = attend(cfg.make_norm("ln_1", train)(x_BxTxD))
       x_BxTxD = x_BxTxD + drop(a_BxTxD)
-      x_BxTxD = x_BxTxD + drop(mlp(self._norm("ln_2")(x_BxTxD)))
-    elif self.ln == "post":
+      x_BxTxD = x_BxTxD + drop(mlp(cfg.make_norm("ln_2", train)(x_BxTxD)))
+    else:  # post
       a_BxTxD, new_cache = attend(x_BxTxD)
-      x_BxTxD = self._norm("ln_1")(x_BxTxD + drop(a_BxTxD))
-      x_BxTxD = self._norm("ln_2")(x_BxTxD + drop(mlp(x_BxTxD)))
-    else:
-      raise ValueError(f"ln: unknown {self.ln!r}; expected one of ['pre', 'post']")
+      x_BxTxD = cfg.make_norm("ln_1", train)(x_BxTxD + drop(a_BxTxD))
+      x_BxTxD = cfg.make_norm("ln_2", train)(x_BxTxD + drop(mlp(x_BxTxD)))
     return x_BxTxD, new_cache
 
 
-def apply_blocks(x_BxTxD, *, n_layer: int, scan_layers: bool, remat: bool,
-                 scan_unroll: int = 1, cache=None, pos=0, mask=None, positions=None,
-                 **block_fields):
-  """Runs L = n_layer `Block(**block_fields)` in order; returns (x, new_cache).
+def apply_blocks(model: TransformerModel, x_BxTxD, *, train: bool, cache=None, pos=0,
+                 mask=None, positions=None):
+  """The stack of `model`: L = n_layer `Block(model.block_spec)` in order, then the final norm
+  'ln_f' under pre-LN; returns (x, new_cache).
 
-  Call inside a compact method: the blocks' params land in the caller's scope ('h' scanned,
-  'h_i' unrolled). `cache` (L, B, S, H, K) per key is split by layer; `remat` recomputes each
+  Call inside `model`'s compact method: the params land in its scope ('h' scanned, 'h_i'
+  unrolled, 'ln_f'). `cache` (L, B, S, H, K) per key is split by layer; `remat` recomputes each
   block's activations in the backward pass; `scan_unroll` layers run per scan iteration;
   `mask` and `positions` go to every block unchanged.
   """
-  block_cls = nn.remat(Block, prevent_cse=not scan_layers) if remat else Block
-  if scan_layers:
+  cfg, n_layer = model.block_spec, model.n_layer
+  block_cls = nn.remat(Block, prevent_cse=not model.scan_layers) if model.remat else Block
+  if model.scan_layers:
     stack = nn.scan(block_cls, variable_axes={"params": 0, moe.AUX: 0, "watch": 0},
                     split_rngs={"params": True, "dropout": True},
                     in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast), length=n_layer,
-                    unroll=max(1, min(scan_unroll, n_layer)))
-    return stack(**block_fields, name="h")(x_BxTxD, cache, pos, mask, positions)
-  new = []
-  for i in range(n_layer):
-    layer_cache = None if cache is None else jax.tree.map(lambda a, i=i: a[i], cache)
-    x_BxTxD, c = block_cls(**block_fields, name=f"h_{i}")(x_BxTxD, layer_cache, pos, mask,
-                                                         positions)
-    new.append(c)
-  return x_BxTxD, (None if cache is None else jax.tree.map(lambda *a: jnp.stack(a), *new))
+                    unroll=max(1, min(model.scan_unroll, n_layer)))
+    x_BxTxD, new_cache = stack(cfg, train, name="h")(x_BxTxD, cache, pos, mask, positions)
+  else:
+    new = []
+    for i in range(n_layer):
+      layer_cache = None if cache is None else jax.tree.map(lambda a, i=i: a[i], cache)
+      x_BxTxD, c = block_cls(cfg, train, name=f"h_{i}")(x_BxTxD, layer_cache, pos, mask,
+                                                        positions)
+      new.append(c)
+    new_cache = None if cache is None else jax.tree.map(lambda *a: jnp.stack(a), *new)
+  if cfg.ln == "pre":
+    x_BxTxD = cfg.make_norm("ln_f", train)(x_BxTxD)
+  return x_BxTxD, new_cache
 
 
 def unstack_layers(params: dict, n_layer: int) -> dict:

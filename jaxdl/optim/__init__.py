@@ -56,11 +56,10 @@ plus its test; `default_optim_config()` picks its keys up.
 from __future__ import annotations
 
 from jaxdl.optim import configs
-from jaxdl.optim.configs import (OptimConfig, decay_table, default_optim_config, parse_optim,
-                                 parse_schedule)
+from jaxdl.optim.configs import (OptimConfig, decay_mask, decay_table, default_optim_config,
+                                 parse_optim, parse_schedule)
 from jaxdl.optim.ema import ema_params, find_ema
 from jaxdl.optim.extension import extension_check, extension_problem, first_changed_step
-from jaxdl.optim.masks import decay_mask
 from jaxdl.optim.rules import OPTIMIZERS, RULES, Optimizer, register_optimizer
 from jaxdl.optim.schedules import (SCHEDULES, Schedule, linear_scaled_lr, register_schedule,
                                    sqrt_scaled_lr)

@@ -19,7 +19,7 @@ import ml_collections
 from ml_collections import config_dict
 import optax
 
-from jaxdl.optim import schema
+from jaxdl import schema
 from jaxdl.optim.ema import ema_params
 from jaxdl.optim.masks import mask_of, mask_table, path_predicate
 from jaxdl.optim.rules import OPTIMIZERS, AdamW, Optimizer
@@ -30,7 +30,7 @@ POSITIVE_OR_NONE = schema.Check(lambda v: v > 0, "must be > 0 or None (no clippi
 
 
 @dataclasses.dataclass(frozen=True)
-class OptimConfig(schema.Checked):
+class OptimConfig(schema.Settings):
   """A parsed `optim` section; `build(total_steps) -> (tx, schedule)`.
 
   tx = chain(clip_by_global_norm(clip_norm), rule(schedule, mask), ema_params(ema_decay)),
@@ -49,7 +49,7 @@ class OptimConfig(schema.Checked):
   def __post_init__(self):
     super().__post_init__()
     path_predicate(self.decay_mask)  # a bad regex fails here, before any compile
-    hint = self.optimizer.unset_hints.get("weight_decay", "use a rule with weight decay")
+    hint = self.optimizer.unset_hints.get("weight_decay") or "use a rule with weight decay"
     for key, off in (("decay_mask", None), ("decay_embeddings", False)):
       if not self.has_decay and getattr(self, key) != off:
         self.fail(key, f"optimizer {self.name!r} has no weight decay to mask "
@@ -96,9 +96,16 @@ def _put(c: ml_collections.ConfigDict, key: str, default, t: type) -> None:
     c[key] = default
 
 
-def default_optim_config() -> ml_collections.ConfigDict:
+def default_optim_config(name: str | None = None, *, schedule: str | None = None,
+                         **keys) -> ml_collections.ConfigDict:
   """Every `optim.*` key: common keys with their defaults, each rule's and schedule's own keys
-  as typed placeholders (None = that class's default); built from the registered classes."""
+  as typed placeholders (None = that class's default); built from the registered classes.
+
+  `name` picks the rule, `schedule` the schedule, and each of `keys` sets the key of that name
+  in the section or its `schedule` subsection (`default_optim_config("adam", lr=0.01,
+  schedule="constant", warmup_frac=0.0)`), so an experiment states only what differs from the
+  defaults. An unknown key is a ValueError naming it.
+  """
   d, common = OptimConfig(), schema.hints(OptimConfig)
   c = ml_collections.ConfigDict()
   c.name = d.optimizer.name
@@ -114,6 +121,16 @@ def default_optim_config() -> ml_collections.ConfigDict:
   for key, t in schema.types_of(SCHEDULES, base=Schedule).items():
     _put(s, key, None, t)
   c.schedule = s
+  if name is not None:
+    c.name = name
+  if schedule is not None:
+    s.name = schedule
+  for key, value in keys.items():
+    section = c if key in c and key != "schedule" else s if key in s and key != "name" else None
+    if section is None:
+      raise ValueError(f"optim.{key}: unknown key; expected one of "
+                       f"{sorted(k for k in (*c, *s) if k not in ('name', 'schedule'))}")
+    section[key] = value
   return c
 
 
@@ -121,7 +138,7 @@ def _refuse_unknown(given: dict, known: dict, prefix: str) -> None:
   """Unknown keys (typos) are errors, not silently ignored settings."""
   for k, v in given.items():
     if k not in known:
-      raise ValueError(f"{prefix}.{k}: unknown key; expected one of {sorted(known)}")
+      raise schema.ConfigError(f"{prefix}.{k}: unknown key; expected one of {sorted(known)}")
     if isinstance(v, dict) and isinstance(known[k], dict):
       _refuse_unknown(v, known[k], f"{prefix}.{k}")
 
@@ -138,8 +155,8 @@ def parse_optim(optim_cfg, *, strict: bool = True) -> OptimConfig:
   sched = given.pop("schedule", None) or {}
   default = OptimConfig()
   optimizer = schema.parse_section({k: v for k, v in given.items() if k not in _COMMON},
-                                   OPTIMIZERS, default.optimizer.name, strict=strict)
-  schedule = schema.parse_section(sched, SCHEDULES, default.schedule.name, strict=strict)
+                                   OPTIMIZERS, default=default.optimizer.name, strict=strict)
+  schedule = schema.parse_section(sched, SCHEDULES, default=default.schedule.name, strict=strict)
   hints = schema.hints(OptimConfig)
   common = {k: schema.coerce(f"optim.{k}", given[k], hints[k]) for k in _COMMON if k in given}
   if not strict and "weight_decay" not in schema.hints(type(optimizer)):
@@ -151,7 +168,8 @@ def parse_schedule(sched_cfg, *, strict: bool = True) -> Schedule:
   """The typed schedule of an `optim.schedule` section alone (see `parse_optim`)."""
   given = schema.plain(sched_cfg)
   _refuse_unknown(given, default_optim_config().schedule.to_dict(), "optim.schedule")
-  return schema.parse_section(given, SCHEDULES, OptimConfig().schedule.name, strict=strict)
+  return schema.parse_section(given, SCHEDULES, default=OptimConfig().schedule.name,
+                              strict=strict)
 
 
 def decay_table(params, optim_cfg) -> str:
@@ -160,3 +178,9 @@ def decay_table(params, optim_cfg) -> str:
   optim = parse_optim(optim_cfg)
   return mask_table(params, path_predicate(optim.decay_mask, optim.decay_embeddings),
                     optim.weight_decay)
+
+
+def decay_mask(optim_cfg):
+  """`params -> pytree of bool` (True = decayed) of an `optim` section or a parsed
+  `OptimConfig` (its `mask_fn`)."""
+  return parse_optim(optim_cfg).mask_fn()

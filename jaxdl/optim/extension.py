@@ -1,7 +1,9 @@
 """Run extension: does a new config replay every learning rate a restored run already took?
 
-Both configs are whole experiment configs (`optim` and `train.steps`; a ConfigDict, or the plain
-dict saved with a run). Each schedule is parsed and built once, then compared exactly on
+Each side is a whole experiment config (`optim` and `train.steps`; a ConfigDict, or the plain
+dict saved with a run), or a run's already parsed `(OptimConfig, train.steps)` pair, which is not
+parsed again (`jaxdl.train.resume` passes `(Run.optim, Run.train.steps)`). Each schedule is
+parsed (when given as a config) and built once, then compared exactly on
 t = 0 .. restored_step - 1. A WSD schedule with W given in steps is the same function of t
 before its decay starts, whatever T is, so a run restored in its stable phase extends exactly;
 a cosine schedule depends on T at every t > 0 and is refused. The configs are parsed with
@@ -15,15 +17,18 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxdl.optim.configs import parse_optim
-from jaxdl.optim.schema import plain
+from jaxdl.optim.configs import OptimConfig, parse_optim
+from jaxdl.schema import plain
 
 
 def _schedule_of(cfg) -> tuple[str, optax.Schedule]:
-  """(schedule name, `step -> lr`) of a whole experiment config."""
-  cfg = plain(cfg)
-  optim = parse_optim(cfg["optim"], strict=False)
-  return optim.schedule.name, optim.schedule_fn(int(cfg["train"]["steps"]))
+  """(schedule name, `step -> lr`) of a whole experiment config or an `(OptimConfig, T)` pair."""
+  if isinstance(cfg, tuple) and isinstance(cfg[0], OptimConfig):
+    optim, steps = cfg
+  else:
+    cfg = plain(cfg)
+    optim, steps = parse_optim(cfg["optim"], strict=False), cfg["train"]["steps"]
+  return optim.schedule.name, optim.schedule_fn(int(steps))
 
 
 def _first_diff(old: optax.Schedule, new: optax.Schedule, restored_step: int) -> int | None:

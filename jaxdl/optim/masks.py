@@ -47,14 +47,6 @@ def path_predicate(patterns, decay_embeddings: bool = False) -> Callable[[str], 
   return lambda p: p.rsplit("/", 1)[-1] in names
 
 
-def make_path_predicate(optim) -> Callable[[str], bool]:
-  """`path -> decayed?` of a parsed `OptimConfig` or of a raw `optim` section (only its two mask
-  keys are read, so the doctor can ask before the optimizer is built)."""
-  if hasattr(optim, "get"):
-    return path_predicate(optim.get("decay_mask"), bool(optim.get("decay_embeddings", False)))
-  return path_predicate(optim.decay_mask, optim.decay_embeddings)
-
-
 def mask_of(pred: Callable[[str], bool]) -> Callable:
   """`params -> pytree of bool` (True = decayed) from a path predicate: an optax `mask`."""
 
@@ -62,11 +54,6 @@ def mask_of(pred: Callable[[str], bool]) -> Callable:
     return jax.tree_util.tree_map_with_path(lambda p, _: pred(path_str(p)), params)
 
   return mask_fn
-
-
-def decay_mask(optim) -> Callable:
-  """`params -> pytree of bool` (True = decayed) for an `OptimConfig` or an `optim` section."""
-  return mask_of(make_path_predicate(optim))
 
 
 def mask_table(params, pred: Callable[[str], bool], weight_decay: float) -> str:

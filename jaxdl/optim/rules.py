@@ -40,7 +40,7 @@ import optax
 from optax.contrib import MuonDimensionNumbers, muon as optax_muon
 
 from jaxdl.optim.masks import path_str
-from jaxdl.optim.schema import NONNEG, UNIT, Section, registrar, setting
+from jaxdl.schema import NONNEG, UNIT, Settings, registrar, setting
 
 
 class AdagradState(NamedTuple):
@@ -107,12 +107,13 @@ register_optimizer = registrar(OPTIMIZERS, "optimizer")
 
 
 @dataclasses.dataclass(frozen=True)
-class Optimizer(Section):
+class Optimizer(Settings):
   """An update rule; its fields are its `optim.*` keys (lr, clipping, mask and EMA are common
   to every rule and live in `jaxdl.optim.configs.OptimConfig`)."""
 
   prefix: ClassVar[str] = "optim."
   kind: ClassVar[str] = "optimizer"
+  none_is_default: ClassVar[bool] = True
   # weight_decay=0 is what a rule without decay does, so configs may say "no decay" for any rule.
   off_values: ClassVar[dict] = {"weight_decay": 0.0}
 

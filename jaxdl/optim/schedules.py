@@ -39,7 +39,7 @@ from typing import ClassVar
 import jax.numpy as jnp
 import optax
 
-from jaxdl.optim.schema import (FRACTION, NONNEG, OPEN_FRACTION, Section, one_of, registrar,
+from jaxdl.schema import (FRACTION, NONNEG, OPEN_FRACTION, Settings, one_of, registrar,
                                 setting)
 
 DECAY_SHAPES = ("linear", "cosine", "1-sqrt")
@@ -90,11 +90,12 @@ register_schedule = registrar(SCHEDULES, "schedule")
 
 
 @dataclasses.dataclass(frozen=True)
-class Schedule(Section):
+class Schedule(Settings):
   """A learning-rate schedule; every schedule has a linear warmup of W steps (maybe 0)."""
 
   prefix: ClassVar[str] = "optim.schedule."
   kind: ClassVar[str] = "schedule"
+  none_is_default: ClassVar[bool] = True
   # W in steps; wins over warmup_frac. Give it for runs that may be extended: a fraction moves
   # with train.steps.
   warmup_steps: int | None = setting(None, NONNEG)
@@ -172,7 +173,7 @@ class WarmupCosine(_ToFinal):
 @dataclasses.dataclass(frozen=True)
 class Wsd(_ToFinal):
   decay_frac: float = setting(0.2, OPEN_FRACTION)  # D = round(decay_frac * T), at least 1
-  decay_shape: str = setting("linear", one_of(DECAY_SHAPES))
+  decay_shape: str = setting("linear", one_of(*DECAY_SHAPES))
 
   def decay_steps(self, total_steps: int) -> int:
     return max(1, int(round(self.decay_frac * total_steps)))

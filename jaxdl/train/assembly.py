@@ -1,5 +1,10 @@
 """`build(config) -> Run`: every piece of a run, built and validated before any side effect.
 
+Each config section is parsed here, once, and the `Run` carries the parsed objects: `train`
+(`TrainSettings`), `parallel` (`ParallelSettings`), `optim` (`OptimConfig`) and `data` (the
+`DataSource`). Everything downstream (the loop, resume, the extension check, the tasks, the
+doctor) reads them from the `Run` or receives them as arguments; nothing parses a section again.
+
 The loop, the doctor's preflight and its NaN locator all start here, so they train the same
 model on the same data with the same keys:
 
@@ -22,16 +27,23 @@ import optax
 from jaxdl import data as jdata
 from jaxdl import models as jmodels
 from jaxdl import optim as joptim
-from jaxdl.config import TrainSettings, parse_parallel, parse_train
+from jaxdl.config import ParallelSettings, TrainSettings, parse_parallel, parse_train
+from jaxdl.schema import ConfigError
 from jaxdl.optim import precision
-from jaxdl.train import accumulate, step, strategies, tasks, trackers
-from jaxdl.train.state import TrainState, create_train_state
+from jaxdl.train import step, strategies, tasks, trackers
+from jaxdl.train.step import TrainState, create_train_state
 
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-  """The built pieces of one experiment config."""
+  """The parsed sections and the built pieces of one experiment config."""
   config: Any
+  # The sections, each parsed once by `build`.
+  train: TrainSettings
+  parallel: ParallelSettings
+  optim: joptim.OptimConfig
+  data: jdata.DataSource
+  # What they build.
   ds: Any                                  # jaxdl.data dataset (train_iter, eval_batches, info)
   task: tasks.Task
   strategy: Any                            # jit | pmap | fsdp (`jaxdl.train.strategies`)
@@ -41,7 +53,6 @@ class Run:
   model: Any                               # flax module, cloned with the policy's dtype
   init_key: jax.Array
   base_key: jax.Array
-  train: TrainSettings                     # the checked `train` section
 
   def init_fn(self) -> Callable[[jax.Array], TrainState]:
     """`key -> state_0` (pure; jit it with the shardings where the state should live)."""
@@ -58,6 +69,18 @@ class Run:
     """The seeded initial state, created where `shardings` put it (default device otherwise)."""
     return jax.jit(self.init_fn(), out_shardings=shardings)(self.init_key)
 
+  def with_optim(self, optim: joptim.OptimConfig, config) -> Run:
+    """This run under another parsed `optim` section (`config`: the config recording it): the
+    chain and schedule rebuilt from the parsed object (`jaxdl.train.resume.pin_wsd_warmup`)."""
+    tx, schedule = build_optimizer(self.task, optim, self.train.steps)
+    return dataclasses.replace(self, config=config, optim=optim, tx=tx, schedule=schedule)
+
+
+def build_optimizer(task: tasks.Task, optim: joptim.OptimConfig, steps: int):
+  """`(tx, schedule)` of the parsed `optim` section over T = `steps` updates (the task's own
+  chains when it has them, e.g. the GAN's two players)."""
+  return task.optimizer(optim, steps) if task.optimizer else optim.build(steps)
+
 
 def apply_precision(model, policy: precision.Policy, overrides: dict):
   """Clones `model` with the compute dtype and the strategy's overrides it has fields for."""
@@ -71,30 +94,70 @@ def apply_precision(model, policy: precision.Policy, overrides: dict):
 
 
 def build(config) -> Run:
-  """Builds data, task, strategy, optimizer, precision policy and model; raises on bad config."""
+  """Parses every section once, then builds data, task, strategy, optimizer, precision policy
+  and model from the parsed objects; raises on bad config."""
   train, parallel = parse_train(config), parse_parallel(config)
-  ds = jdata.make_dataset(config)
-  task = tasks.make_task(config)
-  strategies.check_experts(config.model, parallel.expert)
+  data = jdata.parse_data(config.data)
+  ds = jdata.make_dataset(config, data)
+  task = tasks.make_task(config, train)
+  model = jmodels.build_model(config.model)
+  strategies.check_experts(model, parallel.expert)
   strategy = strategies.make_strategy(parallel.strategy, parallel.devices, fsdp=parallel.fsdp,
                                       expert=parallel.expert)
-  strategies.check_batch(config.data.batch_size, strategy.num_global_devices)
-  accumulate.check_grad_accum(train.grad_accum, config.data.batch_size,
-                              strategy.num_global_devices)
+  strategies.check_batch(data.batch_size, strategy.num_global_devices)
+  step.check_grad_accum(train.grad_accum, data.batch_size, strategy.num_global_devices)
   optim = joptim.parse_optim(config.optim)
   if train.eval_ema and optim.ema_decay is None:
     raise ValueError("train.eval_ema: the run keeps no parameter average; set optim.ema_decay "
                      "(e.g. 0.999) or train.eval_ema=False")
   trackers.check(train.loggers)
-  tx, schedule = (task.optimizer(optim, train.steps) if task.optimizer
-                  else optim.build(train.steps))
+  tx, schedule = build_optimizer(task, optim, train.steps)
   policy = precision.get_policy(train.precision)
-  model = apply_precision(jmodels.build_model(config.model), policy, strategy.model_overrides)
+  model = apply_precision(model, policy, strategy.model_overrides)
   init_key, base_key = jax.random.split(jax.random.PRNGKey(config.seed))
-  run = Run(config, ds, task, strategy, tx, schedule, policy, model, init_key, base_key, train)
+  run = Run(config, train=train, parallel=parallel, optim=optim, data=data, ds=ds, task=task,
+            strategy=strategy, tx=tx, schedule=schedule, policy=policy, model=model,
+            init_key=init_key, base_key=base_key)
+  check_data_fits(run)
   check_best_metric(run)
   check_batch_statistics(run)
   return run
+
+
+# Tasks whose labels index the model's outputs: K classes need K outputs.
+LABELLED_TASKS = ("classification", "node_classification", "graph_classification")
+# The model fields that size its outputs, the first one a model has named in the refusal.
+OUTPUT_KEYS = ("vocab_size", "out", "num_classes", "n_classes")
+
+
+def check_data_fits(run: Run) -> None:
+  """Refuses data the model cannot represent, before anything compiles: token ids of a V-id
+  vocabulary into a model with fewer than V embeddings or outputs, labels of K classes into a
+  head with fewer than K outputs. One line names both numbers and the key to set (indexing past
+  a table does not fail in XLA: it reads garbage, and the loss turns NaN steps later)."""
+  info = run.ds.info
+  vocab = info.get("vocab_size") if run.task.kind == "lm" else None
+  classes = info.get("num_classes") if run.config.task in LABELLED_TASKS else None
+  if not (vocab or classes):
+    return
+  batch = next(run.ds.train_iter(process_index=0, process_count=1))
+  state = run.abstract_state()
+  out = jax.eval_shape(lambda s, x: run.model.apply({"params": s.params, **s.model_state}, x,
+                                                     train=False),
+                       state, run.task.init_input(batch))
+  width = jax.tree.leaves(out)[0].shape[-1]
+  key = next((f"model.{k}" for k in OUTPUT_KEYS if getattr(run.model, k, None) == width),
+             f"the {type(run.model).__name__} model's output size")
+  if vocab and vocab > width:
+    raise ConfigError(f"{key}: the data has {vocab} token ids (0..{vocab - 1}) but the model "
+                      f"has {width}; set {key}={vocab}")
+  model_vocab = getattr(run.model, "vocab_size", None)
+  if vocab and model_vocab is not None and vocab > model_vocab:
+    raise ConfigError(f"model.vocab_size: the data has {vocab} token ids (0..{vocab - 1}) but "
+                      f"the model embeds {model_vocab}; set model.vocab_size={vocab}")
+  if classes and classes > width:
+    raise ConfigError(f"{key}: the data has {classes} classes (labels 0..{classes - 1}) but the "
+                      f"model has {width} outputs; set {key}={classes}")
 
 
 def check_batch_statistics(run: Run) -> None:

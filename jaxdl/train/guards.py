@@ -1,5 +1,5 @@
-"""In-run guards: loss / gradient-norm spike detection for rewinding, SIGTERM as a flag, and a
-teardown that closes every resource of a run even when one fails.
+"""In-run guards: loss / gradient-norm spike detection for rewinding, early stopping, SIGTERM as
+a flag, and a teardown that closes every resource of a run even when one fails.
 
 A step is a spike when its value exceeds `factor` times the median of the previous `window`
 finite values of the same metric (after at least `window // 2` of them have been seen). The median
@@ -82,3 +82,19 @@ def close_all(closers, failed: BaseException | None) -> None:
       first = first or e
   if first is not None and failed is None:
     raise first
+
+
+class EarlyStopping:
+  """Stops after `patience` evaluations without a better `metric` (patience 0: never)."""
+
+  def __init__(self, metric: str, mode: str, patience: int):
+    self.key, self.mode, self.patience = metric.removeprefix("eval/"), mode, patience
+    self.best, self.since_best = None, 0
+
+  def update(self, eval_metrics: dict) -> bool:
+    if self.patience <= 0 or self.key not in eval_metrics:
+      return False
+    value = eval_metrics[self.key]
+    better = self.best is None or (value > self.best if self.mode == "max" else value < self.best)
+    self.best, self.since_best = (value, 0) if better else (self.best, self.since_best + 1)
+    return self.since_best >= self.patience

@@ -1,16 +1,22 @@
-"""`run(config, workdir)`: the training loop.
+"""`run(config, workdir)`: the training loop, the timeline of one run.
 
-Order of a run:
-  1. build data, task, model, optimizer and strategy (`jaxdl.train.assembly.build`) -- every
-     config error is raised here, before the workdir is touched or anything compiles;
-  2. check the workdir (`resume`) and lock it (`workdir`): a different config there is refused
-     (`force`: resumed if its state fits, else moved aside); a complete run returns its stored
-     summary; the hooks' `before_training` (e.g. the doctor's preflight) may refuse too;
-  3. restore the latest verified checkpoint (state + data iterator), else start fresh;
-  4. loop: dispatch step s, then read step s-1's metrics (no per-step host sync); log, evaluate,
-     checkpoint on their cadences; stop on SIGTERM (save and return), a non-finite loss (raise,
-     nothing saved) or early stopping;
-  5. final eval and checkpoint, wait for async saves, draw loss.png, store summary.json.
+  1. setup    (`run`) parse every section once and build data, task, model, optimizer and
+              strategy (`jaxdl.train.assembly.build`): every config error is raised here, before
+              the workdir is touched or anything compiles; check the workdir against the run it
+              holds (`resume`: a different config is refused; `force` resumes a state that fits,
+              else moves the old run aside) and lock it (`workdir`); a complete run returns its
+              stored summary; the hooks' `before_training` (e.g. the doctor's preflight) may
+              refuse too;
+  2. restore  (`_train`) the latest verified checkpoint (state + data iterator), else the seeded
+              initial state; a new run length must keep the lrs already taken;
+  3. compile  the pure train and eval steps (`jaxdl.train.step`) under the strategy;
+  4. steps    (`_Loop.train`, `_Loop.advance`) dispatch step s, then read step s-1's metrics
+              back (no per-step host sync): stop on a non-finite loss (raise, nothing saved),
+              rewind on a spike, log on cadence;
+  5. eval     on cadence and at the last step (`_Loop.evaluate`), early stopping;
+  6. ckpt     on cadence, at the last step, on SIGTERM (save and return) (`_Loop.save`);
+  7. close    profiler, checkpoints (wait for async saves), progress bar and writers; draw
+              loss.png; store summary.json; `on_train_end`.
 """
 
 from __future__ import annotations
@@ -31,11 +37,12 @@ from jaxdl.train import checkpoint as jckpt
 from jaxdl.train import guards, plots, profiling, resume, step as jstep, throughput, trackers
 from jaxdl.train import watch, workdir as jworkdir, writers
 from jaxdl.train.assembly import Run, build
+from jaxdl.train.errors import RunError, disk_failures_fail_the_run
 from jaxdl.train.hooks import Hook, Hooks
 
 log = logging.getLogger("jaxdl")
 
-class NonFiniteLossError(RuntimeError):
+class NonFiniteLossError(RunError):
   """A step's loss, gradient norm or updated state became NaN or Inf; that state was not saved.
 
   `what` names the first non-finite part: 'loss', 'grad_norm' (some gradient, or the norm's sum
@@ -65,11 +72,11 @@ class NonFiniteLossError(RuntimeError):
     return None
 
 
-class SpikeError(RuntimeError):
+class SpikeError(RunError):
   """A loss spike the guard could not rewind (no checkpoint yet, or too many rewinds)."""
 
 
-class PreflightError(RuntimeError):
+class PreflightError(RunError):
   """`train.doctor` is on and the preflight checks failed; nothing was written."""
 
 
@@ -120,13 +127,13 @@ def run(config, workdir, *, force: bool = False, progress: bool = True,
       per checkpoint and at the end (`train.doctor=True` needs the doctor's preflight hook,
       `jaxdl.doctor.PreflightHook`, which the CLI passes).
   """
+  # 1. setup
   workdir = pathlib.Path(workdir)
   jworkdir.check_unlocked(workdir)  # name a run in progress before building anything
   previous = resume.read_previous(workdir)
-  config = resume.pin_wsd_warmup(config, previous)
-  r = build(config)
-  config_json = json.loads(config.to_json_best_effort())
-  differs = resume.check_same_run(workdir, previous, config_json, force)
+  r = resume.pin_wsd_warmup(build(config), previous)
+  config_json = json.loads(r.config.to_json_best_effort())
+  differs = resume.check_same_run(workdir, previous, config_json, force, optim=r.optim)
   hooks = Hooks(hooks)
   if r.train.doctor and not hooks.preflight:
     raise ValueError("train.doctor: the preflight lives in jaxdl.doctor; pass "
@@ -145,22 +152,21 @@ def run(config, workdir, *, force: bool = False, progress: bool = True,
 
 def _train(r: Run, workdir: pathlib.Path, config_json: dict, abstract, hooks: Hooks,
            previous: dict | None, progress: bool) -> dict:
-  """Restores or initializes the state, compiles the steps and runs the loop (workdir locked)."""
-  config = r.config
+  """Steps 2-7 of the module docstring, with the workdir locked."""
   workdir.mkdir(parents=True, exist_ok=True)
   loop = _Loop(r, workdir, config_json, abstract, hooks)
+  # 2. restore
   if loop.restore() is None:
     # Created where it lives (replicated under jit, sharded under fsdp, on every process of a
     # multi-host run), never whole on one device first; pmap stacks a copy per device later.
     loop.state = r.init_state(r.strategy.state_shardings(abstract))
-  resume.check_run_length(previous, config, loop.start)
+  resume.check_run_length(previous, r, loop.start)
   if loop.is_main:
     (workdir / "config.json").write_text(json.dumps(config_json, indent=2))
     if progress:
-      log.info("weight decay (optim.weight_decay=%g):\n%s",
-               joptim.parse_optim(config.optim).weight_decay,
-               joptim.decay_table(loop.state.params, config.optim))
-
+      log.info("weight decay (optim.weight_decay=%g):\n%s", r.optim.weight_decay,
+               joptim.decay_table(loop.state.params, r.optim))
+  # 3. compile
   train_step = jstep.make_train_step(r.model.apply, r.task.loss_fn, r.tx, r.schedule,
                                      r.base_key, axis_name=r.strategy.axis_name,
                                      grad_accum=r.train.grad_accum,
@@ -170,7 +176,9 @@ def _train(r: Run, workdir: pathlib.Path, config_json: dict, abstract, hooks: Ho
   train_fn = r.strategy.compile_train(train_step, loop.state)
   eval_fn = r.strategy.compile_eval(eval_step, loop.state)
   loop.watcher.compile(r.strategy, loop.state)
-  summary = loop.train(train_fn, eval_fn, progress)
+  # 4-7. steps, eval, checkpoints, close
+  with disk_failures_fail_the_run(workdir):  # a full disk from here on fails the run (exit 1)
+    summary = loop.train(train_fn, eval_fn, progress)
   loop.writer.finish(summary)
   if loop.is_main and summary["step"] >= r.train.steps:
     jworkdir.write_summary(workdir, summary)
@@ -188,22 +196,6 @@ class _Dispatched:
   step: int
   metrics: Any
   position: int   # the data position of its batch (skipped after a spike rewind)
-
-
-class _EarlyStopping:
-  """Stops after `patience` evaluations without a better `metric` (patience 0: never)."""
-
-  def __init__(self, metric: str, mode: str, patience: int):
-    self.key, self.mode, self.patience = metric.removeprefix("eval/"), mode, patience
-    self.best, self.since_best = None, 0
-
-  def update(self, eval_metrics: dict) -> bool:
-    if self.patience <= 0 or self.key not in eval_metrics:
-      return False
-    value = eval_metrics[self.key]
-    better = self.best is None or (value > self.best if self.mode == "max" else value < self.best)
-    self.best, self.since_best = (value, 0) if better else (self.best, self.since_best + 1)
-    return self.since_best >= self.patience
 
 
 class _Loop:
@@ -227,7 +219,7 @@ class _Loop:
         if self.is_main else ())
     self.guard = (guards.SpikeDetector(train.spike_factor, train.spike_window, train.spike_watch)
                   if train.spike_guard else None)
-    self.early = _EarlyStopping(train.best_metric, train.best_mode, train.patience)
+    self.early = guards.EarlyStopping(train.best_metric, train.best_mode, train.patience)
     self.meter = throughput.Meter(r, log_info=self.is_main)
     self.profiler = profiling.Profiler(workdir, train.profile_steps)
     self.watcher = watch.Watcher(r, abstract)
@@ -301,6 +293,7 @@ class _Loop:
       self.pending = None
 
   def train(self, train_fn, eval_fn, progress: bool) -> dict:
+    """Steps 4-7: advances until the last step (or a stop), then closes every resource."""
     self.bar = writers.Progress(self.settings.steps, self.start,
                                 enabled=progress and self.is_main)
     self.meter.log_info = progress and self.is_main
@@ -319,7 +312,7 @@ class _Loop:
       except BaseException as e:
         guards.close_all(closers, failed=e)
         raise
-      guards.close_all(closers, failed=None)
+      guards.close_all(closers, failed=None)  # 7. close
     if self.is_main and self.settings.plot:
       plots.plot_run(self.workdir, title=self.config.name)
     step = self.strategy.first(self.state.step)
@@ -330,6 +323,7 @@ class _Loop:
   def advance(self, s: int, train_fn, eval_fn, preempt, summary: dict) -> tuple[int, bool]:
     """Runs update s + 1 and what falls due after it; returns (steps done, whether to stop)."""
     train = self.settings
+    # 4. steps: dispatch s + 1, then check s (or s + 1 itself before an eval or a save)
     batch = self.next_batch()
     position = self.train_it.step - 1
     if not self.meter.ready:  # once: FLOPs of the compiled step, the device peak
@@ -348,6 +342,7 @@ class _Loop:
     except SpikeRewind as e:
       self.pending = None
       return self._rewind_to(*e.args), False
+    # 5. eval
     if evaluates:
       with self.meter.paused():
         self.last_eval = self.evaluate(done, eval_fn)
@@ -355,6 +350,7 @@ class _Loop:
           f"{k}={v:.4g}" for k, v in self.last_eval.items()))
       self.hooks.on_eval(done, self.last_eval)
       summary["early_stopped"] = self.early.update(self.last_eval)
+    # 6. ckpt
     if preempt.requested:
       self.save(done)
       self.writer.write_event(done, "preempted")

@@ -1,4 +1,5 @@
-"""Plots of runs from their metrics.jsonl: a run's loss.png, and `jaxdl plot WORKDIR...`.
+"""Plots of runs from their metrics.jsonl: a run's loss.png, and `jaxdl plot WORKDIR...`'s
+figures (the command is `jaxdl.cli.plot`).
 
 loss.png (written at the end of a run) has four panels over the step: train and eval loss, the
 learning rate, the gradient norm (pre-clip) and the throughput (tokens/s for sequence tasks,
@@ -12,14 +13,10 @@ profiled steps (host dispatch and device execution) and the time per op kind.
 from __future__ import annotations
 
 import pathlib
-import sys
 
 import numpy as np
 
 from jaxdl.train.writers import read_metrics
-
-HELP = "plot runs' loss curves over each other, against the step and the training time"
-
 
 def _pyplot():
   import matplotlib
@@ -137,35 +134,3 @@ def plot_profile(workdir, out, top: int = 10) -> pathlib.Path:
   ops.barh([k for k, _ in shown][::-1], [v / per_step for _, v in shown][::-1])
   ops.set(xlabel="ms per profiled step (summed over op threads)", title="time by op kind")
   return _save(fig, pathlib.Path(out), plt)
-
-
-def add_arguments(parser) -> None:
-  parser.add_argument("workdirs", nargs="+", metavar="WORKDIR", help="run directories")
-  parser.add_argument("--out", default=None,
-                      help="the figure (default runs.png, or profile.png with --profile)")
-  parser.add_argument("--profile", action="store_true",
-                      help="draw WORKDIR's profiler trace (train.profile_steps / --profile)")
-
-
-def main(args) -> int:
-  out = pathlib.Path(args.out or ("profile.png" if args.profile else "runs.png"))
-  if not out.parent.is_dir():
-    print(f"jaxdl: error: --out: folder {out.parent} does not exist", file=sys.stderr)
-    return 2
-  if args.profile:
-    if len(args.workdirs) != 1:
-      print("jaxdl: error: --profile draws one run's trace; give one WORKDIR", file=sys.stderr)
-      return 2
-    try:
-      print(plot_profile(args.workdirs[0], out))
-    except (FileNotFoundError, ValueError) as e:
-      print(f"jaxdl: error: {e}", file=sys.stderr)
-      return 2
-    return 0
-  missing = [w for w in args.workdirs if not read_metrics(w, "train")]
-  if missing:
-    print(f"jaxdl: error: {missing[0]}: no train records in metrics.jsonl (not a run "
-          f"directory, or nothing logged yet)", file=sys.stderr)
-    return 2
-  print(plot_runs(args.workdirs, out))
-  return 0

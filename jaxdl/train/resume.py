@@ -8,6 +8,10 @@ placement); a different experiment or config is refused with one line naming the
 optimizer's schedule keeps every learning rate already taken (extending a WSD run in its stable
 phase yes, cosine no), and an extended WSD run keeps the warmup it had even when the warmup was
 given as a fraction of the run.
+
+The new run's sections are the ones `build` parsed (`Run.optim`, `Run.train`); only the record of
+the previous run (its `config.json`) is parsed here, leniently (`strict=False`): it is a run
+already made, perhaps by an older jaxdl.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import pathlib
 
 from jaxdl import optim as joptim
 from jaxdl.config import diff_configs
+from jaxdl.train.assembly import Run
 
 log = logging.getLogger("jaxdl")
 
@@ -44,14 +49,15 @@ def read_previous(workdir: pathlib.Path) -> dict | None:
   return json.loads(path.read_text()) if path.exists() else None
 
 
-def resolved_optim(optim: dict) -> dict:
-  """The `optim` section as the optimizer it builds, every default filled in by its class.
+def resolved_optim(optim) -> dict:
+  """The `optim` section (a record's dict, or a parsed `OptimConfig`) as the optimizer it
+  builds, every default filled in by its class.
 
   Configs compare by meaning: a key left unset (None, "the class's default") equals the same
   default written out, as in config.json files of runs from before the defaults moved into the
   optimizer classes; keys the chosen optimizer ignores are dropped.
   """
-  parsed = joptim.parse_optim(optim, strict=False)
+  parsed = joptim.parse_optim(optim, strict=False)  # an OptimConfig is returned as it is
   common = {f.name: getattr(parsed, f.name) for f in dataclasses.fields(parsed)
             if f.name not in ("optimizer", "schedule")}
   out = {"name": parsed.name, **common, **dataclasses.asdict(parsed.optimizer),
@@ -59,24 +65,30 @@ def resolved_optim(optim: dict) -> dict:
   return json.loads(json.dumps(out))  # tuples as lists, as in config.json
 
 
-def _comparable(config_json: dict) -> dict:
+def _comparable(config_json: dict, optim: joptim.OptimConfig | None = None) -> dict:
+  """`config_json` with its `optim` section resolved: from `optim` when the section is already
+  parsed (the new run's), else parsed from the record."""
   if "optim" not in config_json:
     return config_json
   try:
-    return {**config_json, "optim": resolved_optim(config_json["optim"])}
+    return {**config_json, "optim": resolved_optim(config_json["optim"] if optim is None
+                                                   else optim)}
   except ValueError:  # a record this jaxdl cannot parse: compare it as written
     return config_json
 
 
-def check_same_run(workdir, previous: dict | None, config_json: dict, force: bool) -> bool:
+def check_same_run(workdir, previous: dict | None, config_json: dict, force: bool, *,
+                   optim: joptim.OptimConfig | None = None) -> bool:
   """Refuses a workdir holding another experiment or config (unless `force`).
 
-  Returns whether the configs differ (only possible under `force`): the caller then resumes if
-  the saved state fits the new config, else moves the old run aside (`jaxdl.train.run`).
+  `optim`: the new run's parsed `optim` section (`Run.optim`), compared without parsing
+  `config_json['optim']` again. Returns whether the configs differ (only possible under
+  `force`): the caller then resumes if the saved state fits the new config, else moves the old
+  run aside (`jaxdl.train.run`).
   """
   if previous is None:
     return False
-  differing = [d for d in diff_configs(_comparable(previous), _comparable(config_json))
+  differing = [d for d in diff_configs(_comparable(previous), _comparable(config_json, optim))
                if not any(d.startswith(k + ":") for k in RESUMABLE_KEYS)]
   # Keys that did not exist when the old run started (a newer jaxdl) are not a different config.
   added = [d for d in differing if ": '<missing>' -> " in d]
@@ -91,30 +103,32 @@ def check_same_run(workdir, previous: dict | None, config_json: dict, force: boo
   return bool(differing)
 
 
-def pin_wsd_warmup(config, previous: dict | None):
+def pin_wsd_warmup(r: Run, previous: dict | None) -> Run:
   """Extending a WSD run keeps the warmup it had: a `warmup_frac` would move with train.steps.
 
-  Returns `config` unchanged, or a copy with `optim.schedule.warmup_steps` set to the previous
-  run's warmup in steps.
+  Returns `r` unchanged, or `r` with `optim.schedule.warmup_steps` set to the previous run's
+  warmup in steps (in its parsed `optim`, its optimizer and its config, which config.json
+  records).
   """
-  if previous is None or "optim" not in config or "schedule" not in config.optim:
-    return config
-  sched, old_sched = config.optim.schedule, previous.get("optim", {}).get("schedule", {})
-  if (sched.get("name") != "wsd" or old_sched.get("name") != "wsd" or
-      sched.get("warmup_steps") is not None or previous["train"]["steps"] == config.train.steps):
-    return config
+  sched = r.optim.schedule
+  # A record may predate any key: a missing section is the run of an older jaxdl, not an error.
+  old_sched = ((previous or {}).get("optim") or {}).get("schedule") or {}
+  if (previous is None or sched.name != "wsd" or old_sched.get("name") != "wsd" or
+      sched.warmup_steps is not None or previous["train"]["steps"] == r.train.steps):
+    return r
   warmup = joptim.resolve_warmup(old_sched, previous["train"]["steps"])
-  config = config.copy_and_resolve_references()
+  config = r.config.copy_and_resolve_references()
   config.optim.schedule.warmup_steps = warmup
   log.info("optim.schedule.warmup_steps pinned to %d, the warmup of the run being extended",
            warmup)
-  return config
+  optim = dataclasses.replace(r.optim, schedule=dataclasses.replace(sched, warmup_steps=warmup))
+  return r.with_optim(optim, config)
 
 
-def check_run_length(previous: dict | None, config, start: int) -> None:
+def check_run_length(previous: dict | None, r: Run, start: int) -> None:
   """A resumed run must keep every learning rate already taken (extending WSD yes, cosine no)."""
   if previous is None or start == 0:
     return
-  problem = joptim.extension_problem(previous, config, start)
+  problem = joptim.extension_problem(previous, (r.optim, r.train.steps), start)
   if problem is not None:
     raise WorkdirMismatchError(problem)

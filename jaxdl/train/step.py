@@ -1,53 +1,157 @@
-"""Pure train and eval steps.
+"""One training step, from batch to update: the state, `make_train_step`, `make_eval_step`.
 
-`train_step(state, batch) -> (state, metrics)`:
-  key_s   = fold_in(base_key, s) (and fold_in(., device index) under pmap), split into the named
-            streams dropout / noise / time / label_drop
-  g       = grad of the task loss at params (averaged over devices under pmap); with
-            grad_accum = N the mean of N microbatch gradients (`jaxdl.train.accumulate`)
-  metrics = loss, grad_norm = ||g||_2 (before any clipping inside the optax chain), lr = eta(s),
-            state_finite = 1.0 if every leaf of the updated params, optimizer and model state is
-            finite else 0.0, and the task's metrics
-  params  <- params + tx.update(g)
+Shapes: B the rows of the batch the step sees (global under jit/fsdp, per device under pmap),
+N = train.grad_accum microbatches of M = B / N rows each, P the parameters, S the fp16 loss scale.
+
+`train_step(state, batch) -> (state, metrics)` does, in this order:
+
+  1. keys     key_s = fold_in(base_key, s) (and fold_in(., device index) under pmap), split into
+              the named streams dropout / noise / time / label_drop (`step_rngs`). No key is
+              stored in the state, so a restored state continues bit-exactly.
+  2. grads    g = grad of the task loss at params, the model in train mode. With N > 1 the mean
+              of N microbatch gradients, summed in float32 (`accumulate_gradients`, below).
+              Under the fp16 policy the loss differentiated is S * L and g <- g / S.
+  3. devices  under pmap, g, the loss and the metrics are averaged over devices (lax.pmean);
+              under jit and fsdp the mesh already makes every reduction global.
+  4. norm     grad_norm = ||g||_2, before any clipping.
+  5. update   (u, opt_state) <- tx.update(g, opt_state, params), params <- params + u, step + 1.
+              `tx` is the optax chain of `jaxdl.optim`: clip g to norm c (g min(1, c / ||g||)),
+              then the rule with its lr schedule eta(s) and weight-decay mask, then the EMA.
+  6. fp16     a step whose g is not finite keeps the old params, optimizer and model state
+              (only the step count moves) and S is halved; S doubles after a run of finite
+              steps (`jaxdl.optim.precision.DynamicLossScale`).
+  7. metrics  loss, grad_norm, lr = eta(s), state_finite = 1.0 if every leaf of the new params,
+              optimizer and model state is finite else 0.0, the task's metrics, loss_scale and
+              grads_finite under fp16, and the `watch` health vector when asked; all float32.
 
 A non-finite g shows as a non-finite grad_norm (NaN and Inf propagate through the sum of squares;
 so does an overflow of the sum itself, which would overflow Adam's second moment too). The loop
 refuses to save a state after a step whose loss, grad_norm or state_finite says otherwise; the
 check is one fused reduction inside the step, read back with the other metrics (no extra sync).
 
-Under the fp16 policy the loss is multiplied by the dynamic scale S before differentiation and the
-gradients divided by S; a step whose gradients are not finite is skipped and S adjusted
-(`jaxdl.optim.precision`).
+Gradient accumulation (N > 1). Microbatch i holds rows i, i + N, i + 2N, ... of the batch (a
+strided split). A batch sharded over devices in contiguous blocks of B / D rows then gives every
+microbatch B / (N D) rows of each device's block, so no row moves between devices; this needs N
+to divide B / D (`check_grad_accum`, before anything compiles). A `lax.scan` over the N
+microbatches carries
+
+    g_sum <- g_sum + grad L_i(theta)                     (float32, shape of theta)
+    model_state <- the state after microbatch i          (e.g. BatchNorm running averages)
+
+and returns g = g_sum / N, one gradient copy alive at a time, so activation memory is that of
+one microbatch. Each task loss is a mean over its rows, so with equal microbatches
+
+    g = (1/N) sum_i grad L_i = grad of the mean over all B rows = the step's gradient at N = 1,
+
+and the metrics are the mean of the N microbatch values, which equals the full-batch value for
+every per-example mean (up to the order of floating-point sums). BatchNorm normalizes each
+microbatch with its own statistics (M rows) and its running averages take N momentum updates a
+step, so a BatchNorm model differs from N = 1 (under pmap the statistics are still averaged over
+devices per microbatch). Microbatch i uses the step's keys folded with i (`fold_in(key, i)`); at
+N = 1 the step's keys are used as they are. Under fp16 each microbatch differentiates S * L_i and
+the sum is unscaled once; an overflow in any microbatch skips the whole step.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
+import flax.struct
 import jax
 import jax.numpy as jnp
 import optax
 
 from jaxdl.optim import precision
-from jaxdl.train import accumulate
-from jaxdl.train.state import TrainState
 
 RNG_STREAMS = ("dropout", "noise", "time", "label_drop")
 
 
+@flax.struct.dataclass
+class TrainState:
+  """step, params, optimizer state, mutable model collections and the fp16 loss scale: a pytree
+  of arrays, nothing else (no PRNG key), so a checkpoint of it is all a resumed run needs.
+
+  Attributes:
+    step: int32 scalar, the number of updates applied so far.
+    params: the model parameters (fp32 master copy under every precision policy).
+    opt_state: the optax state of the optimizer chain.
+    model_state: mutable collections other than params, e.g. {'batch_stats': ...}.
+    loss_scale: the dynamic loss scale under the fp16 policy, else None.
+  """
+  step: jax.Array
+  params: Any
+  opt_state: Any
+  model_state: Any
+  loss_scale: Any = None
+
+
+def create_train_state(model, tx, init_rng, example_x, loss_scale=None) -> TrainState:
+  """Initializes params and model state from one example input, and the optimizer state."""
+  params_rng, dropout_rng = jax.random.split(init_rng)
+  variables = model.init({"params": params_rng, "dropout": dropout_rng}, example_x, train=False)
+  variables = dict(variables)
+  params = variables.pop("params")
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
+                    model_state=variables, loss_scale=loss_scale)
+
+
 def step_rngs(base_key: jax.Array, step: jax.Array, axis_name: str | None = None) -> dict:
-  """The named PRNG streams of one step; nothing is carried between steps."""
+  """The named PRNG streams of one step (1.); nothing is carried between steps."""
   key = jax.random.fold_in(base_key, step)
   if axis_name is not None:
     key = jax.random.fold_in(key, jax.lax.axis_index(axis_name))
   return dict(zip(RNG_STREAMS, jax.random.split(key, len(RNG_STREAMS))))
 
 
+def check_grad_accum(grad_accum: int, global_batch: int, num_devices: int) -> None:
+  """Refuses an N that does not split each device's rows into equal microbatches."""
+  per_device = global_batch // num_devices
+  if grad_accum < 1 or per_device % grad_accum:
+    raise ValueError(f"train.grad_accum: {grad_accum} does not divide the per-device batch "
+                     f"{per_device} (data.batch_size {global_batch} over {num_devices} devices); "
+                     f"use a divisor of {per_device}")
+
+
+def split_microbatches(batch: dict, n: int) -> dict:
+  """(B, ...) leaves -> (N, B / N, ...), microbatch i = rows i, i + N, ... (see the module)."""
+
+  def split(x):
+    x_MxNx = x.reshape(x.shape[0] // n, n, *x.shape[1:])
+    return jnp.moveaxis(x_MxNx, 1, 0)
+
+  return jax.tree.map(split, batch)
+
+
+def accumulate_gradients(grad_fn: Callable, params, model_state, batch: dict, rngs: dict,
+                         n: int):
+  """`grad_fn(params, model_state, batch, rngs) -> (grads, (loss, metrics, model_state))` over
+  N microbatches (2.): the mean gradient (summed in float32), the mean loss and metrics, and the
+  model state after the last microbatch. N = 1 calls `grad_fn` once on the whole batch."""
+  if n == 1:
+    return grad_fn(params, model_state, batch, rngs)
+
+  def body(carry, xs):
+    g_sum, state = carry
+    i, micro = xs
+    micro_rngs = {k: jax.random.fold_in(key, i) for k, key in rngs.items()}
+    grads, (loss, metrics, state) = grad_fn(params, state, micro, micro_rngs)
+    g_sum = jax.tree.map(lambda s, g: s + g.astype(jnp.float32), g_sum, grads)
+    return (g_sum, state), (loss, metrics)
+
+  g_zero = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
+  (g_sum, model_state), (loss_N, metrics_N) = jax.lax.scan(
+      body, (g_zero, model_state), (jnp.arange(n), split_microbatches(batch, n)))
+  grads = jax.tree.map(lambda s, p: (s / n).astype(p.dtype), g_sum, params)
+  loss, metrics = jax.tree.map(lambda v_N: jnp.mean(v_N.astype(jnp.float32), axis=0),
+                               (loss_N, metrics_N))
+  return grads, (loss, metrics, model_state)
+
+
 def make_train_step(apply_fn: Callable, loss_fn: Callable, tx: optax.GradientTransformation,
                     schedule: Callable, base_key: jax.Array, *, axis_name: str | None = None,
                     jit: bool = False, grad_accum: int = 1,
                     watch: Callable | None = None) -> Callable:
-  """Builds `train_step(state, batch) -> (state, metrics)`.
+  """Builds `train_step(state, batch) -> (state, metrics)` (steps 1-7 of the module docstring).
 
   Args:
     apply_fn: `model.apply`.
@@ -60,7 +164,7 @@ def make_train_step(apply_fn: Callable, loss_fn: Callable, tx: optax.GradientTra
     jit: return the step jitted with the state donated (for single-device use); the parallel
       strategies wrap the un-jitted step themselves.
     grad_accum: N, the number of microbatches the batch is split into for one update (a
-      `lax.scan`, gradients summed in float32; `jaxdl.train.accumulate`). 1: no accumulation.
+      `lax.scan`, gradients summed in float32). 1: no accumulation.
     watch: `health(step, params, grads, new_params) -> vector`, the health signals of
       `jaxdl.train.watch.make_health`, returned as the metric 'watch'; None: not computed.
 
@@ -69,34 +173,40 @@ def make_train_step(apply_fn: Callable, loss_fn: Callable, tx: optax.GradientTra
   """
 
   def train_step(state: TrainState, batch: dict):
+    # 1. keys
     rngs = step_rngs(base_key, state.step, axis_name)
     scale = state.loss_scale
 
+    # 2. grads: of S * L under fp16 (the unscaled loss rides along as an output)
     def objective(params, model_state, batch, rngs):
       loss, (metrics, new_model_state) = loss_fn(apply_fn, params, model_state, batch, rngs, True)
       scaled = scale.scale_loss(loss) if scale is not None else loss
       return scaled, (loss, metrics, new_model_state)
 
-    grads, (loss, metrics, new_model_state) = accumulate.accumulate_gradients(
+    grads, (loss, metrics, new_model_state) = accumulate_gradients(
         jax.grad(objective, has_aux=True), state.params, state.model_state, batch, rngs,
         grad_accum)
     if scale is not None:
       grads = scale.unscale(grads)
+    # 3. devices
     if axis_name is not None:
       grads = jax.lax.pmean(grads, axis_name)
       loss, metrics = jax.lax.pmean((loss, metrics), axis_name)
+    # 4. norm, before the chain clips
     grad_norm = optax.tree.norm(grads)
+    # 5. update
     updates, new_opt_state = tx.update(grads, state.opt_state, state.params)
     new_params = optax.apply_updates(state.params, updates)
     new_state = state.replace(step=state.step + 1, params=new_params, opt_state=new_opt_state,
                               model_state=new_model_state)
+    # 6. fp16: an overflowing step keeps the old params and optimizer state; only S changes.
     if scale is not None:
-      # fp16: an overflowing step keeps the old params and optimizer state; only S changes.
       finite = precision.all_finite(grads)
       new_state = precision.select_tree(finite, new_state, state.replace(step=state.step + 1))
       new_state = new_state.replace(loss_scale=scale.adjust(finite))
       metrics = {**metrics, "loss_scale": scale.scale, "grads_finite": finite}
-    # After the fp16 select: a skipped step keeps the old (finite) state, so it reads 1 there.
+    # 7. metrics. After the fp16 select: a skipped step keeps the old (finite) state, so
+    # state_finite reads 1 there.
     state_finite = precision.all_finite((new_state.params, new_state.opt_state,
                                          new_state.model_state))
     metrics = {"loss": loss, "grad_norm": grad_norm, "lr": jnp.asarray(schedule(state.step)),

@@ -26,9 +26,10 @@ def check_batch(global_batch: int, num_devices: int) -> None:
                      f"{num_devices} devices; use a multiple of {num_devices}")
 
 
-def check_experts(model_cfg, expert: int) -> None:
-  """Refuses an expert axis of X > 1 that the model's experts E do not fill evenly."""
-  experts = model_cfg.get("moe_experts", 0) if hasattr(model_cfg, "get") else 0
+def check_experts(model, expert: int) -> None:
+  """Refuses an expert axis of X > 1 that the model's experts E do not fill evenly (a model
+  without a `moe_experts` field has none)."""
+  experts = getattr(model, "moe_experts", 0)
   if expert > 1 and (not experts or experts % expert):
     raise ValueError(f"parallel.expert: {expert} devices on the expert axis need a model whose "
                      f"moe_experts is a multiple of {expert}, got moe_experts={experts}")

@@ -1,6 +1,8 @@
 """Training tasks: how a batch becomes a loss and metrics.
 
-A task is chosen by `config.task` from `TASKS`. Its `loss_fn` has the signature
+A task is chosen by `config.task` from `TASKS`: `TASKS[name](config, train_settings) -> Task`,
+`train_settings` the run's parsed `train` section (`jaxdl.config.TrainSettings`, which holds
+`label_smoothing` and `z_loss`). Its `loss_fn` has the signature
 
   loss_fn(apply_fn, params, model_state, batch, rngs, train) -> (loss, (metrics, new_model_state))
 
@@ -22,6 +24,17 @@ Losses (B batch, K classes, T time, V vocabulary):
   regression:     mean over output dimensions of e^2, e = prediction - target (MSE); the tasks
                   regression_mae |e| and regression_huber (delta 1: e^2 / 2 for |e| <= 1, else
                   |e| - 1/2, quadratic near 0 and linear for outliers)
+  lm_masked:      next-token CE weighted by batch['loss_mask'] (B, T) (1 scored, 0 not):
+                  sum_{b,t} m_bt CE_bt / sum_{b,t} m_bt, accuracy weighted the same way; for data
+                  whose scored tokens are a few answers among unpredictable context (e.g.
+                  `assoc_recall`'s query positions)
+
+Graph tasks (N padded nodes) take a `jaxdl.models.gnn.Graph` built from the batch's nodes, edges
+and masks:
+  graph_classification  the classification task on one label per graph: logits (B, K), y (B,)
+  node_classification   CE over the labelled nodes: logits (B, N, K), y (B, N), loss
+                        sum_{b,i} l_bi CE_bi / sum_{b,i} l_bi with l = label_mask (times the eval
+                        padding mask), accuracy weighted the same way
 """
 
 from __future__ import annotations
@@ -34,9 +47,11 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxdl.config import TrainSettings, parse_train
 from jaxdl.models import moe
+from jaxdl.models.gnn import Graph
 
-TASKS: dict[str, Callable[[Any], "Task"]] = {}
+TASKS: dict[str, Callable[[Any, TrainSettings], "Task"]] = {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +67,8 @@ class Task:
 
 
 def register_task(name: str):
-  """Registers `factory(config) -> Task` under `name`."""
+  """Registers `factory(config, train_settings) -> Task` under `name` (`train_settings`: the
+  run's parsed `train` section, a `TrainSettings`)."""
 
   def wrap(factory):
     TASKS[name] = factory
@@ -61,21 +77,19 @@ def register_task(name: str):
   return wrap
 
 
-def make_task(config) -> Task:
+def make_task(config, train: TrainSettings | None = None) -> Task:
+  """The task `config.task`, built with the run's parsed `train` section (`Run.train`); None
+  parses `config.train` (a task used outside a run)."""
   if config.task not in TASKS:
     raise ValueError(f"task: unknown task {config.task!r}; expected one of {sorted(TASKS)} "
                      f"(tasks of other packages register when that package is imported, e.g. "
                      f"`import jaxdl.generative`)")
-  task = TASKS[config.task](config)
-  if z_loss_coef(config) and task.kind != "lm":
+  train = parse_train(config) if train is None else train
+  task = TASKS[config.task](config, train)
+  if train.z_loss and task.kind != "lm":
     raise ValueError(f"train.z_loss: only language-model tasks (kind 'lm') add the z-loss, "
                      f"not task {config.task!r}; set train.z_loss=0")
   return task
-
-
-def z_loss_coef(config) -> float:
-  train = config.get("train")
-  return float(train.get("z_loss", 0.0)) if train is not None else 0.0
 
 
 def apply_model(apply_fn, params, model_state, x, rngs, train: bool, **inputs):
@@ -135,8 +149,9 @@ def smoothed_targets(labels_B: jax.Array, num_classes: int, smoothing: float) ->
 
 
 @register_task("classification")
-def classification(config) -> Task:
-  smoothing = float(config.train.get("label_smoothing", 0.0))
+def classification(config, train_settings: TrainSettings) -> Task:
+  del config
+  smoothing = train_settings.label_smoothing
 
   def loss_fn(apply_fn, params, model_state, batch, rngs, train):
     logits_BxK, new_state = apply_model(apply_fn, params, model_state, batch["x"], rngs, train)
@@ -162,8 +177,8 @@ def classification(config) -> Task:
 
 
 @register_task("binary")
-def binary(config) -> Task:
-  del config
+def binary(config, train_settings: TrainSettings) -> Task:
+  del config, train_settings
 
   def loss_fn(apply_fn, params, model_state, batch, rngs, train):
     logits, new_state = apply_model(apply_fn, params, model_state, batch["x"], rngs, train)
@@ -177,8 +192,9 @@ def binary(config) -> Task:
 
 
 @register_task("lm")
-def language_model(config) -> Task:
-  z_coef = z_loss_coef(config)
+def language_model(config, train_settings: TrainSettings) -> Task:
+  del config
+  z_coef = train_settings.z_loss
 
   def loss_fn(apply_fn, params, model_state, batch, rngs, train):
     # Packed batches (`jaxdl.data.packing`) also carry segment and position ids.
@@ -219,18 +235,60 @@ def _regression_task(error_fn: Callable[[jax.Array], jax.Array]) -> Task:
 
 
 @register_task("regression")
-def regression(config) -> Task:
-  del config
+def regression(config, train_settings: TrainSettings) -> Task:
+  del config, train_settings
   return _regression_task(jnp.square)
 
 
 @register_task("regression_mae")
-def regression_mae(config) -> Task:
-  del config
+def regression_mae(config, train_settings: TrainSettings) -> Task:
+  del config, train_settings
   return _regression_task(jnp.abs)
 
 
 @register_task("regression_huber")
-def regression_huber(config) -> Task:
-  del config
+def regression_huber(config, train_settings: TrainSettings) -> Task:
+  del config, train_settings
   return _regression_task(lambda e: optax.huber_loss(e, delta=1.0))
+
+
+@register_task("lm_masked")
+def lm_masked(config, train_settings: TrainSettings) -> Task:
+  del config, train_settings
+
+  def loss_fn(apply_fn, params, model_state, batch, rngs, train):
+    logits_BxTxV, new_state, aux_loss, aux_metrics = apply_model_aux(
+        apply_fn, params, model_state, batch["x"], rngs, train)
+    loss, accuracy = weighted_ce(logits_BxTxV, batch["y"], batch["loss_mask"], batch)
+    metrics = {"accuracy": accuracy, **aux_metrics}
+    return loss + aux_loss, (metrics, new_state)
+
+  return Task(loss_fn, kind="other")
+
+
+def _graph_input(batch: dict) -> Graph:
+  return Graph.from_batch(batch)
+
+
+@register_task("graph_classification")
+def graph_classification(config, train_settings: TrainSettings) -> Task:
+  classify = classification(config, train_settings).loss_fn
+
+  def loss_fn(apply_fn, params, model_state, batch, rngs, train):
+    return classify(apply_fn, params, model_state, {**batch, "x": _graph_input(batch)}, rngs,
+                    train)
+
+  return Task(loss_fn, init_input=_graph_input, kind="classification")
+
+
+@register_task("node_classification")
+def node_classification(config, train_settings: TrainSettings) -> Task:
+  del config, train_settings
+
+  def loss_fn(apply_fn, params, model_state, batch, rngs, train):
+    logits_BxNxK, new_state = apply_model(apply_fn, params, model_state, _graph_input(batch),
+                                          rngs, train)
+    loss, accuracy = weighted_ce(logits_BxNxK, batch["y"], batch["label_mask"], batch)
+    return loss, ({"accuracy": accuracy}, new_state)
+
+  return Task(loss_fn, init_input=_graph_input, kind="other")

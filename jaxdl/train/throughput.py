@@ -140,7 +140,7 @@ def count_step_flops(r, train_fn, state, batch) -> tuple[float | None, str]:
   executable, so the first step reuses it and nothing is compiled twice.
   """
   if r.config.model.get("name") == "gpt" and r.task.kind == "lm":
-    global_x = (r.config.data.batch_size, batch["x"].shape[-1])
+    global_x = (r.data.batch_size, batch["x"].shape[-1])
     return _gpt_flops(r.model, global_x), "GPT formula 6N + 12LDT per token"
   if r.strategy.name == "pmap" or not hasattr(train_fn, "lower"):
     return None, "no FLOP formula for this model and no XLA count under this strategy"
@@ -165,7 +165,7 @@ class Meter:
 
   def __init__(self, r, enabled: bool = True, log_info: bool = True):
     self.r, self.count, self.log_info = r, enabled and r.train.count_flops, log_info
-    self.batch = r.config.data.batch_size
+    self.batch = r.data.batch_size
     self.ready = False
     self.flops_step = self.peak = None
     self.tokens = 0

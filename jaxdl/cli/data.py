@@ -6,7 +6,8 @@
   jaxdl train bpe_gpt --set data.path=prepared/
 
 SRC is a folder of text files, a .parquet file (a text column) or an image folder; the split
-rule and the output are in `jaxdl.data.prepare` and `jaxdl.data.records`.
+rule and the output are in `jaxdl.data.prepare` and `jaxdl.data.records`, the image
+folders' in `jaxdl.data.images`.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> dict:
   """The command's work; returns the manifest (prepare) or a summary (tokenizer)."""
-  from jaxdl.data import images, prepare  # pylint: disable=g-import-not-at-top
+  from jaxdl.data import images, prepare
   if not 0 < args.val_frac < 1:
     raise ValueError(f"--val-frac: must be in (0, 1), got {args.val_frac}")
   text = dict(pattern=args.pattern, max_bytes=args.max_bytes, column=args.column,
@@ -62,7 +63,7 @@ def run(args) -> dict:
 
 
 def _is_image_folder(src: str) -> bool:
-  from jaxdl.data.images import SUFFIXES  # pylint: disable=g-import-not-at-top
+  from jaxdl.data.images import SUFFIXES
   for d in os.listdir(src):
     sub = os.path.join(src, d)
     if os.path.isdir(sub) and any(f.lower().endswith(SUFFIXES) for f in os.listdir(sub)):

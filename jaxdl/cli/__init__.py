@@ -1,0 +1,64 @@
+"""The `jaxdl` command line: train, list, sample, likelihood, doctor, reproduce, bench, data, plot.
+
+Exit codes: 0 success (also after a SIGTERM checkpoint), 1 a run that failed (a
+`jaxdl.train.RunError`: non-finite loss, unrecoverable spike, failed preflight, full disk while
+training), 2 bad input (a `jaxdl.schema.ConfigError` or another ValueError before training:
+unknown experiment, key, type or value; a workdir of another run). Bad input is one line on
+stderr and leaves the workdir untouched.
+
+Each command is one module of this package defining `HELP`, `add_arguments(parser)` and
+`main(args) -> int`; it imports jax and the library inside `main`, so `jaxdl --help` and
+`jaxdl list` start without loading jax.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from jaxdl.cli import (bench, data, doctor, likelihood, listing, logs, plot, reproduce, sample,
+                       train)
+
+# The commands in the order `jaxdl --help` lists them.
+COMMANDS = {"train": train, "list": listing, "sample": sample, "likelihood": likelihood,
+            "doctor": doctor, "reproduce": reproduce, "bench": bench, "data": data, "plot": plot}
+
+
+def build_parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(prog="jaxdl", description=__doc__.splitlines()[0])
+  sub = parser.add_subparsers(dest="command")
+  for name, command in COMMANDS.items():
+    command.add_arguments(sub.add_parser(name, help=command.HELP))
+  return parser
+
+
+def split_config_flags(argv: list[str]) -> list[str]:
+  """Rewrites `--config.key=value` / `--config.key value` into `--set key=value`."""
+  out, i = [], 0
+  while i < len(argv):
+    a = argv[i]
+    if a.startswith("--config."):
+      if "=" in a:
+        out += ["--set", a[len("--config."):]]
+      elif i + 1 < len(argv):
+        out += ["--set", f"{a[len('--config.'):]}={argv[i + 1]}"]
+        i += 1
+    else:
+      out.append(a)
+    i += 1
+  return out
+
+
+def main(argv: list[str] | None = None) -> int:
+  """Runs one `jaxdl` command; `argv` None reads sys.argv (the program), a list is a call from
+  Python (tests, notebooks), whose stderr is never silenced."""
+  as_program = argv is None
+  argv = split_config_flags(list(sys.argv[1:] if argv is None else argv))
+  parser = build_parser()
+  args = parser.parse_args(argv)
+  if args.command is None:  # `jaxdl` alone trains the default experiment
+    args = parser.parse_args(["train", *argv])
+  args.as_program = as_program
+  logs.setup()
+  return COMMANDS[args.command].main(args)
+

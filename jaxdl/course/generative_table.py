@@ -1,0 +1,238 @@
+"""The course's generative-model table, measured: calls, time, bits/dim, quality and failure of
+five families on the 2-D moons toy and on 8x8 digits (generative_table's procedure).
+
+`build_table(config, workdir)` takes the run in `workdir` as the moons flow (fm_toy2d's config,
+the table's own training run) and trains every other row's experiment through the engine into
+<workdir>/<row> (a finished run there is reused), each at its smoke size when `config.smoke`:
+ddpm_toy2d and gan_toy2d on moons, gan_toy2d on 8 Gaussians (its modes covered: the mode-collapse
+column), vae_digits, fm_digits_cfg, ddpm_digits_cfg and ar_digits; the moons flow is reflowed and
+distilled to one step (`jaxdl.generative.few_step`, reflow_toy2d's and distill_toy2d's configs).
+The digits rows are judged by a digits_cnn run in <workdir>/classifier
+(`jaxdl.course.digits_judge`). `config.table` sets the sizes (see the experiment's docstring for
+the columns). Writes table.json, table.md and samples.npz.
+
+Shapes: N samples, D data dims.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+import time
+
+import jax
+import numpy as np
+
+from jaxdl.generative.settings import parse_gen
+
+# row, data, family, experiment, overrides; the moons flow ('toy_fm') is the table's own run.
+RUNS = (
+    ("toy_ddpm", "toy", "diffusion", "ddpm_toy2d", ()),
+    ("toy_gan", "toy", "GAN", "gan_toy2d", ("data.distribution='moons'",)),
+    ("toy_gan_8g", None, "GAN", "gan_toy2d", ()),
+    ("digits_vae", "digits", "VAE", "vae_digits", ()),
+    ("digits_fm", "digits", "flow matching", "fm_digits_cfg", ()),
+    ("digits_ddpm", "digits", "diffusion", "ddpm_digits_cfg", ()),
+    ("digits_ar", "digits", "autoregressive", "ar_digits", ()),
+)
+
+
+def best_time(fn, *args) -> float:
+  """Best of 3 wall times of a compiled call (after one warm-up call)."""
+  jax.block_until_ready(fn(*args))
+  times = []
+  for _ in range(3):
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    times.append(time.perf_counter() - t0)
+  return min(times)
+
+
+def _train(spec, overrides, smoke, workdir):
+  """(config, model, variables) of experiment `spec` trained into `workdir` (reused if done)."""
+  from jaxdl.config import load_config
+  from jaxdl.train import load_run
+  from jaxdl.train import run as train_run
+  config, _ = load_config(spec + (":smoke" if smoke else ""), list(overrides))
+  train_run(config, workdir, progress=False)
+  _, model, variables, _ = load_run(workdir, config)
+  return config, model, variables
+
+
+def _sampler(family, config, model, *, sampler=None, steps=None):
+  """(sample(variables, rng, num, y=None), network calls per sample) of a trained run."""
+  from jaxdl.generative import gan, tasks, vae
+  if family in ("VAE", "GAN"):
+    one = (vae if family == "VAE" else gan).make_run_sampler(config, model)
+    return (lambda v, rng, num, y=None: one(v, rng, num)), 1
+  gen = config.gen
+  sampler, steps = sampler or gen.sampler, int(steps or gen.steps)
+  sample = tasks.make_run_sampler(config, model, sampler=sampler, steps=steps)
+  return sample, steps * (2 if sampler == "heun" else 1) * (2 if gen.guidance else 1)
+
+
+def _toy_quality(sample, variables, config, num, rounds):
+  from jaxdl.data import sample_toy2d
+  from jaxdl.generative import metrics
+  dist = config.data.distribution
+  d, floor = [], []
+  for r in range(rounds):
+    a, b = sample_toy2d(dist, num, 10_000 + 2 * r), sample_toy2d(dist, num, 10_001 + 2 * r)
+    d.append(metrics.energy_distance(np.asarray(sample(variables, jax.random.PRNGKey(r), num)), a))
+    floor.append(metrics.energy_distance(b, a))
+  return {"energy": float(np.mean(d)), "floor": float(np.mean(floor)),
+          "energy_ratio": float(np.mean(d) / np.mean(floor))}
+
+
+def _pf_ode_bpd(config, model, variables, x, y, steps, divergence):
+  """-log2 p(x) / D by the probability-flow ODE, averaged over x."""
+  from jaxdl.generative import likelihood
+  res = likelihood.run_log_likelihood(config, model, variables, x, steps=steps,
+                                      divergence=divergence, probes=1, rng=jax.random.PRNGKey(7),
+                                      y=y)
+  return float(np.mean(np.asarray(res["bpd"])))
+
+
+def _ar_row(model, variables, labels, t):
+  """calls, seconds/sample, bits/dim and pixels of the AR run's samples."""
+  from jaxdl.course import autoregressive_digits as ar
+  from jaxdl.data import digit_tokens
+  params, sample = variables["params"], ar.digit_sampler(model)
+  seconds = best_time(lambda: sample(params, labels)) / t.num
+  pix = digit_tokens.dequantize(sample(params, labels))
+  exact = ar.bits_per_dim(model, params, *digit_tokens.split_sequences()[1])
+  return {"calls": digit_tokens.PIXELS, "bits_per_dim": exact, "seconds_per_sample": seconds,
+          "bits_per_dim_kind": "exact (discrete, 16 levels)",
+          "bits_per_dim_dequantized": exact + math.log2(17 / 128)}, pix
+
+
+def _digits_row(row, family, config, model, variables, judge, t):
+  """calls, seconds/sample, bits/dim, quality (and the VAE's active units) of a digits run."""
+  from jaxdl.data.sources import digits_split
+  from jaxdl.generative import evaluation, vae
+  labels = np.arange(t.num) % 10
+  if family == "autoregressive":
+    out, pix = _ar_row(model, variables, labels, t)
+  else:
+    conditional = bool(parse_gen(config).num_classes)
+    sample, calls = _sampler(family, config, model)
+    y = labels if conditional else None
+    key = jax.random.PRNGKey(0)
+    out = {"calls": calls,
+           "seconds_per_sample": best_time(lambda: sample(variables, key, t.num, y=y)) / t.num}
+    pix = evaluation._to_pixels16(sample(variables, key, t.num, y=y),  # noqa: SLF001
+                                  config.data.scale)
+    _, _, x_te, y_te = digits_split()
+    x = (x_te[:t.ll_num] / 8.0 - 1.0)[..., None].astype(np.float32)  # the [-1, 1] scale
+    # Uniformly dequantized: each of the 17 levels spread over its bin of width 1/8.
+    x_deq = x + np.random.default_rng(5).uniform(-1 / 16, 1 / 16, x.shape).astype(np.float32)
+    if family == "VAE":
+      summary = json.loads(pathlib.Path(row, "summary.json").read_text())
+      out.update(bits_per_dim=summary["eval"]["bpd"], bits_per_dim_kind="bound (-ELBO)",
+                 bits_per_dim_dequantized=vae.run_elbo(model, variables, x_deq)["bpd"],
+                 active_units=summary["eval"].get("active_units"))
+    else:
+      y_ll = y_te[:t.ll_num] if conditional else None
+      out.update(bits_per_dim=_pf_ode_bpd(config, model, variables, x, y_ll, t.ll_steps,
+                                          "hutchinson"),
+                 bits_per_dim_dequantized=_pf_ode_bpd(config, model, variables, x_deq, y_ll,
+                                                      t.ll_steps, "hutchinson"),
+                 bits_per_dim_kind="PF-ODE (Hutchinson, 1 probe)")
+    labels = y
+  out["quality"] = evaluation.digits_quality(judge, pix, labels)
+  return out, pix
+
+
+def _toy_row(family, config, model, variables, t, *, sampler=None, steps=None):
+  sample, calls = _sampler(family, config, model, sampler=sampler, steps=steps)
+  key = jax.random.PRNGKey(0)
+  out = {"calls": calls,
+         "seconds_per_sample": best_time(lambda: sample(variables, key, t.toy_num)) / t.toy_num,
+         "quality": _toy_quality(sample, variables, config, t.toy_num, t.rounds)}
+  if family in ("flow matching", "diffusion"):
+    from jaxdl.data import sample_toy2d
+    x = sample_toy2d(config.data.distribution, t.ll_num, 20_000).astype(np.float32)
+    out.update(bits_per_dim=_pf_ode_bpd(config, model, variables, x, None, t.ll_steps, "exact"),
+               bits_per_dim_kind="PF-ODE (exact divergence)")
+  return out, np.asarray(sample(variables, key, t.toy_num))
+
+
+def _few_step_rows(config, model, variables, t, rows, samples):
+  """The moons flow reflowed and distilled to one Euler step (reflow_toy2d's and
+  distill_toy2d's settings at the table's size)."""
+  from jaxdl.config import load_config
+  from jaxdl.generative import few_step
+  size = ":smoke" if config.smoke else ""
+  reflowed = few_step.reflow_student(load_config("reflow_toy2d" + size)[0], model, variables)
+  distilled = few_step.distill_students(load_config("distill_toy2d" + size)[0], model, variables,
+                                        student_steps=(1,))[1]
+  for variant, (params, _) in (("reflow", reflowed), ("distill", distilled)):
+    key = f"toy_fm_{variant}"
+    rows[key], samples[key] = _toy_row("flow matching", config, model, {"params": params}, t,
+                                       sampler="euler", steps=1)
+    rows[key].update(data="toy", family=f"flow matching + {variant}",
+                     experiment=f"{variant}_toy2d")
+
+
+def build_table(config, workdir, summary=None) -> dict:
+  """Trains or loads every row, measures it, writes table.json / table.md / samples.npz;
+  returns {'table': path, 'rows': count}."""
+  from jaxdl.course import digits_judge
+  from jaxdl.generative import mode_coverage
+  from jaxdl.train import load_run
+  del summary
+  workdir = pathlib.Path(workdir)
+  t = config.table
+  judge = digits_judge.judge_outputs(workdir, config.smoke)
+  _, model, variables, _ = load_run(workdir, config)
+  rows, samples = {}, {}
+  rows["toy_fm"], samples["toy_fm"] = _toy_row("flow matching", config, model, variables, t)
+  rows["toy_fm"].update(data="toy", family="flow matching", experiment="fm_toy2d")
+  _few_step_rows(config, model, variables, t, rows, samples)
+  for name, data, family, spec, overrides in RUNS:
+    cfg, m, v = _train(spec, overrides, config.smoke, workdir / name)
+    if data is None:  # the mode-collapse run: modes covered on 8 Gaussians
+      sample, _ = _sampler(family, cfg, m)
+      x = np.asarray(sample(v, jax.random.PRNGKey(0), t.toy_num))
+      rows["toy_gan"]["modes_covered"] = mode_coverage.modes_of_8gaussians(x)["covered"]
+      continue
+    if data == "digits":
+      rows[name], samples[name] = _digits_row(workdir / name, family, cfg, m, v, judge, t)
+    else:
+      rows[name], samples[name] = _toy_row(family, cfg, m, v, t)
+    rows[name].update(data=data, family=family, experiment=spec)
+  for row in rows.values():
+    ref = rows["digits_vae" if row["data"] == "digits" else "toy_gan"]
+    row["time_ratio"] = row["seconds_per_sample"] / ref["seconds_per_sample"]
+  (workdir / "table.json").write_text(json.dumps(rows, indent=2))
+  (workdir / "table.md").write_text(markdown(rows))
+  np.savez(workdir / "samples.npz", **samples)
+  print(markdown(rows))
+  return {"table": str(workdir / "table.md"), "rows": len(rows)}
+
+
+def markdown(rows) -> str:
+  """The table as markdown, one line per (data, family)."""
+  lines = ["| data | family | calls | ms/sample (ratio) | bits/dim | quality | failure |",
+           "|---|---|---|---|---|---|---|"]
+  for row in rows.values():
+    bpd = row.get("bits_per_dim")
+    bpd = "none" if bpd is None else f"{bpd:.3f} {row['bits_per_dim_kind']}"
+    if "bits_per_dim_dequantized" in row:
+      bpd += f" [{row['bits_per_dim_dequantized']:.3f}]"
+    q = row["quality"]
+    if row["data"] == "toy":
+      quality = f"ED {q['energy_ratio']:.2f}x floor"
+    else:
+      quality = (f"{100 * q['confident']:.0f}% >= 0.9; FD {q['frechet']:.1f} "
+                 f"(floor {q['frechet_floor']:.1f})")
+    failure = ""
+    if "active_units" in row:
+      failure = f"active units {row['active_units']:.0f}"
+    if "modes_covered" in row:
+      failure = f"modes covered {row['modes_covered']}/8 (8 Gaussians)"
+    lines.append(f"| {row['data']} | {row['family']} | {row['calls']} | "
+                 f"{1e3 * row['seconds_per_sample']:.3f} ({row['time_ratio']:.1f}x) | {bpd} | "
+                 f"{quality} | {failure} |")
+  return "\n".join(lines) + "\n"

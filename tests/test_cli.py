@@ -1,0 +1,123 @@
+"""The `jaxdl` command package: ordinary imports, a light --help, exit codes from error types."""
+
+import ast
+import errno
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from jaxdl import cli, disk_errors
+from jaxdl.train import errors
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent / "jaxdl"
+
+
+def _jax_loaded_after(argv: list[str]) -> bool:
+  """Whether `jaxdl.cli.main(argv)` loads jax, in a fresh interpreter."""
+  code = ("import sys\nfrom jaxdl import cli\ntry:\n  cli.main(%r)\nexcept SystemExit:\n  pass\n"
+          "print('JAX' if 'jax' in sys.modules else 'NOJAX')" % (argv,))
+  out = subprocess.run([sys.executable, "-c", code], check=True, timeout=120,
+                       capture_output=True, text=True).stdout
+  return out.split()[-1] == "JAX"
+
+
+def test_help_and_list_do_not_import_jax():
+  assert not _jax_loaded_after(["--help"])
+  assert not _jax_loaded_after(["list"])
+
+
+def test_every_command_help_is_light():
+  code = ("import sys\nfrom jaxdl import cli\np = cli.build_parser()\n"
+          "for name in cli.COMMANDS:\n  try:\n    p.parse_args([name, '--help'])\n"
+          "  except SystemExit:\n    pass\nprint('JAX' if 'jax' in sys.modules else 'NOJAX')")
+  out = subprocess.run([sys.executable, "-c", code], check=True, timeout=120,
+                       capture_output=True, text=True).stdout
+  assert out.split()[-1] == "NOJAX"
+
+
+def test_every_command_is_a_module_with_help_arguments_and_main():
+  assert list(cli.COMMANDS) == ["train", "list", "sample", "likelihood", "doctor", "reproduce",
+                                "bench", "data", "plot"]
+  for name, module in cli.COMMANDS.items():
+    assert module.__name__.startswith("jaxdl.cli."), name
+    assert isinstance(module.HELP, str) and callable(module.add_arguments), name
+    assert callable(module.main), name
+
+
+def test_no_jaxdl_module_is_imported_by_string():
+  """Registration and commands follow from import statements: no `import_module` or
+  `__import__` of a jaxdl module anywhere in the package (pyarrow's optional import is not one)."""
+  found = []
+  for path in sorted(ROOT.rglob("*.py")):
+    for node in ast.walk(ast.parse(path.read_text())):
+      if isinstance(node, ast.Call):
+        fn = node.func
+        name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
+        if name in ("import_module", "__import__"):
+          arg = node.args[0] if node.args else None
+          literal = arg.value if isinstance(arg, ast.Constant) else ast.unparse(arg or node)
+          if "pyarrow" not in literal:
+            found.append(f"{path.relative_to(ROOT.parent)}: {ast.unparse(node)}")
+  assert not found, found
+
+
+def test_config_flags_become_set_overrides():
+  assert cli.split_config_flags(["train", "--config.optim.lr=3e-3", "--config.seed", "7"]) == [
+      "train", "--set", "optim.lr=3e-3", "--set", "seed=7"]
+
+
+def test_a_failed_run_is_a_run_error_and_bad_input_a_value_error():
+  from jaxdl.schema import ConfigError
+  from jaxdl.train import DiskFailure, NonFiniteLossError, PreflightError, RunError, SpikeError
+  for kind in (NonFiniteLossError, SpikeError, PreflightError, DiskFailure):
+    assert issubclass(kind, RunError), kind
+  assert issubclass(ConfigError, ValueError) and not issubclass(ConfigError, RunError)
+
+
+def test_a_full_disk_in_the_training_timeline_is_a_disk_failure_naming_the_file():
+  full = OSError(errno.ENOSPC, "No space left on device", "/w/metrics.jsonl")
+  with pytest.raises(errors.DiskFailure) as caught:
+    with errors.disk_failures_fail_the_run("/w"):
+      raise full
+  assert caught.value.__cause__ is full
+  assert str(caught.value) == "no space left on device: /w/metrics.jsonl"
+  # The CLI's one line still finds the file under the chain.
+  assert disk_errors.disk_failure(caught.value, "/w") == str(caught.value)
+  # tensorstore's wrapping of the same error (a ValueError) too.
+  wrapped = ValueError("Failed writing: \"/w/checkpoints/5/x\": [os_error_code='28']")
+  with pytest.raises(errors.DiskFailure, match="no space left on device: /w/checkpoints/5/x"):
+    with errors.disk_failures_fail_the_run("/w"):
+      raise wrapped
+
+
+def test_other_errors_in_the_timeline_pass_unchanged():
+  for e in (ValueError("train.steps: bad"), FileNotFoundError(errno.ENOENT, "gone", "/x")):
+    with pytest.raises(type(e)) as caught:
+      with errors.disk_failures_fail_the_run("/w"):
+        raise e
+    assert caught.value is e
+
+
+@pytest.mark.parametrize("raised, code, stopped", [
+    (OSError(errno.ENOSPC, "No space left on device", "/w/config.json"), 2, False),
+    (errors.DiskFailure("no space left on device: /w/metrics.jsonl"), 1, True),
+    (ValueError("train.steps: must be >= 1, got 0"), 2, False),
+])
+def test_train_exit_code_comes_from_the_error_type(raised, code, stopped, tmp_path, monkeypatch,
+                                                   capsys):
+  """The same full disk is bad setup (2) before training and a failed run (1) inside the
+  training timeline, where the loop raises it as a DiskFailure chained from the OSError."""
+  from jaxdl.train import loop
+  if isinstance(raised, errors.DiskFailure):
+    raised.__cause__ = OSError(errno.ENOSPC, "No space left on device", "/w/metrics.jsonl")
+
+  def fail(*args, **kwargs):
+    raise raised
+
+  monkeypatch.setattr(loop, "run", fail)
+  assert cli.main(["train", "moons_mlp", "--workdir", str(tmp_path / "w"), "--no-progress"]) == code
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith("jaxdl: error: "), err
+  assert ("the run stopped, its last good checkpoint is kept" in err[0]) == stopped, err

@@ -1,0 +1,172 @@
+"""jaxdl.schema: the one way to declare a setting, and the codebase holding to it.
+
+The primitives (a setting's default and check, `parse_section` on a class or a registry,
+`default_section`) are tested on small classes written here; the codebase tests walk every
+declared section of the package (train, parallel, data, models, optimizers, schedules, gen,
+reflow, distill) and its source.
+"""
+
+import ast
+import dataclasses
+import pathlib
+import re
+from typing import ClassVar
+
+import pytest
+
+from jaxdl import schema
+from jaxdl.schema import (NONNEG, POSITIVE, ConfigError, Settings, default_section, one_of,
+                          parse_section, setting)
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent / "jaxdl"
+
+
+@dataclasses.dataclass(frozen=True)
+class Toy(Settings):
+  prefix: ClassVar[str] = "toy."
+  steps: int = setting(10, POSITIVE)
+  rate: float = setting(0.5, NONNEG)
+  mode: str = setting("a", one_of("a", "b"))
+  shape: tuple = (2,)
+  limit: float | None = setting(None, POSITIVE)
+
+
+def test_a_settings_class_checks_itself_in_one_line_naming_the_key():
+  assert Toy() == Toy(steps=10, rate=0.5, mode="a", shape=(2,), limit=None)
+  for kwargs, message in ((dict(steps=0), "toy.steps: must be > 0, got 0"),
+                          (dict(rate=-1.0), "toy.rate: must be >= 0, got -1.0"),
+                          (dict(mode="c"), "toy.mode: expected one of 'a', 'b', got 'c'"),
+                          (dict(rate=float("inf")), "toy.rate: must be a finite number, got inf"),
+                          (dict(limit=0.0), "toy.limit: must be > 0, got 0.0")):
+    with pytest.raises(ConfigError) as e:
+      Toy(**kwargs)
+    assert str(e.value) == message
+
+
+def test_parse_section_types_each_key_and_refuses_unknown_ones():
+  t = parse_section({"steps": 3, "rate": 2, "shape": [4, 5]}, Toy)
+  assert (t.steps, t.rate, t.shape) == (3, 2.0, (4, 5)) and isinstance(t.rate, float)
+  assert parse_section(None, Toy) == Toy()  # an absent section: the defaults
+  for section, message in (({"stepz": 3}, r"^toy\.stepz: unknown key; expected one of limit, "),
+                           ({"steps": True}, r"^toy\.steps: expected int, got True$"),
+                           ({"steps": 2**63}, r"^toy\.steps: 9223372036854775808 does not fit"),
+                           ({"steps": "3"}, r"^toy\.steps: expected int, got '3'$"),
+                           ({"steps": None}, r"^toy\.steps: must be set \(expected int\)$")):
+    with pytest.raises(ConfigError, match=section and message):
+      parse_section(section, Toy)
+
+
+def test_default_section_round_trips_through_parse_section():
+  cfg = default_section(Toy, steps=7)
+  assert cfg.steps == 7 and cfg.limit is None and cfg.get_type("limit") is float
+  assert parse_section(cfg, Toy) == Toy(steps=7)
+  with pytest.raises(ConfigError, match="^toy.nope: unknown key"):
+    default_section(Toy, nope=1)
+
+
+REGISTRY = {}
+register = schema.registrar(REGISTRY, "rule")
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule(Settings):
+  prefix: ClassVar[str] = "rule."
+  kind: ClassVar[str] = "rule"
+  off_values: ClassVar[dict] = {"decay": 0.0}
+
+
+@register("plain")
+@dataclasses.dataclass(frozen=True)
+class Plain(Rule):
+  lr: float = setting(0.1, POSITIVE)
+
+
+@register("decayed")
+@dataclasses.dataclass(frozen=True)
+class Decayed(Rule):
+  lr: float = setting(0.1, POSITIVE)
+  decay: float = setting(0.01, NONNEG)
+
+
+def test_a_registry_section_builds_the_named_class_and_refuses_keys_it_lacks():
+  assert parse_section({"name": "decayed", "decay": 0.5}, REGISTRY) == Decayed(decay=0.5)
+  assert parse_section({}, REGISTRY, default="plain") == Plain()
+  assert parse_section({"name": "plain", "decay": 0.0}, REGISTRY) == Plain()  # "off" is fine
+  with pytest.raises(ConfigError, match=r"^rule\.decay: rule 'plain' has no decay \(got 0\.5\); "
+                                        r"use one that has it \('decayed'\), or leave it unset$"):
+    parse_section({"name": "plain", "decay": 0.5}, REGISTRY)
+  assert parse_section({"name": "plain", "decay": 0.5}, REGISTRY, strict=False) == Plain()
+  with pytest.raises(ConfigError, match=r"^rule\.name: unknown rule 'x'; expected one of "
+                                        r"plain, decayed$"):
+    parse_section({"name": "x"}, REGISTRY)
+  with pytest.raises(TypeError, match="register a frozen dataclass"):
+    register("loose")(type("Loose", (), {}))
+
+
+# ----------------------------------------------------------------------------- the codebase
+
+
+def _sections():
+  """Every declared section class of the package: (prefix, class)."""
+  import jaxdl.generative.settings  # noqa: F401  (the gen sections)
+  from jaxdl.config import ParallelSettings, TrainSettings
+  from jaxdl.data import SOURCES
+  from jaxdl.generative.distill import DistillSettings
+  from jaxdl.generative.reflow import ReflowSettings
+  from jaxdl.generative.settings import GEN_SETTINGS
+  from jaxdl.optim import OPTIMIZERS, OptimConfig
+  from jaxdl.optim.schedules import SCHEDULES
+  return [TrainSettings, ParallelSettings, OptimConfig, DistillSettings, ReflowSettings,
+          *SOURCES.values(), *OPTIMIZERS.values(), *SCHEDULES.values(), *GEN_SETTINGS.values()]
+
+
+def test_every_section_is_declared_with_the_one_primitive_and_round_trips():
+  from jaxdl.optim import OptimConfig, default_optim_config, parse_optim
+  assert parse_optim(default_optim_config()) == OptimConfig()  # the rule and schedule inside
+  for cls in _sections():
+    assert issubclass(cls, Settings), cls
+    assert cls.prefix.endswith("."), cls
+    if cls is OptimConfig:
+      continue
+    cfg = default_section(cls)
+    if cls.name:
+      cfg.name = cls.name
+    built = parse_section(cfg, {cls.name: cls} if cls.name else cls)
+    assert built == cls(), cls
+
+
+def _defs(kind, name):
+  found = []
+  for path in ROOT.rglob("*.py"):
+    for node in ast.walk(ast.parse(path.read_text())):
+      if isinstance(node, kind) and node.name == name:
+        found.append(str(path.relative_to(ROOT)))
+  return sorted(found)
+
+
+def test_one_settings_primitive_and_one_parse_section_in_the_package():
+  assert _defs(ast.FunctionDef, "parse_section") == ["schema.py"]
+  assert _defs(ast.FunctionDef, "setting") == ["schema.py"]
+  assert _defs(ast.ClassDef, "Check") == ["schema.py"]
+  assert _defs(ast.ClassDef, "ConfigError") == ["schema.py"]
+  # Field checks are declared through `setting`, not by hand-built field metadata.
+  hand_made = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py")
+               if 'metadata={"check"' in p.read_text() and p.name != "schema.py"]
+  assert hand_made == []
+
+
+def test_no_declared_setting_is_read_with_a_restated_default():
+  """`section.get("key", literal)` restates a default its class declares; the parsed section
+  (or the locked config) has the key."""
+  from jaxdl.models import MODELS
+  declared = {f.name for cls in _sections() for f in dataclasses.fields(cls)}
+  for builder in MODELS.values():
+    cls = builder if isinstance(builder, type) else getattr(builder, "model_class", None)
+    if cls is not None:
+      declared |= {f.name for f in dataclasses.fields(cls)} - {"parent", "name"}
+  pattern = re.compile(r"\.get\(\"(\w+)\", ")
+  offenders = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}"
+               for p in sorted(ROOT.rglob("*.py")) if p.name != "schema.py"
+               for i, line in enumerate(p.read_text().splitlines(), 1)
+               for key in pattern.findall(line) if key in declared]
+  assert offenders == []
