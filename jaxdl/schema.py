@@ -229,15 +229,14 @@ def coerce(key: str, value, hint):
     return tuple(value) if isinstance(value, list) else value
   if t is float and isinstance(value, (int, float)) and not isinstance(value, bool):
     return float(value)
-  if t is list and isinstance(value, str):
-    return (value,)
   if t is list and isinstance(value, (list, tuple)):
     return tuple(value)
   if t in (int, bool, str) and type(value) is t:
     if t is int and not -2**63 <= value < 2**63:
       raise ConfigError(f"{key}: {value} does not fit in a 64-bit integer")
     return value
-  raise ConfigError(f"{key}: expected {getattr(t, '__name__', t)}, got {value!r}")
+  expected = "tuple" if t is list else getattr(t, "__name__", t)  # fields hold tuples
+  raise ConfigError(f"{key}: expected {expected}, got {value!r}")
 
 
 def _refusal(cls, key: str, value, registry: dict) -> str:

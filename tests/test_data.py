@@ -308,20 +308,21 @@ def test_sharding_and_path_errors(tmp_path):
 
 def test_sources_are_typed_and_check_themselves():
   assert data.DATASETS == ("moons", "digits", "toy2d", "text", "textfile", "npz",
-                           "assoc_recall", "digit_strings", "karate", "graph_npz", "cycles_trees",
-                           "arrayrecord", "stdlib_bpe", "parquet", "hf_disk", "image_folder",
-                           "npz_images")
+                           "assoc_recall", "digit_strings", "digit_tokens", "karate", "graph_npz",
+                           "cycles_trees", "arrayrecord", "stdlib_bpe", "parquet", "hf_disk",
+                           "image_folder", "npz_images")
   src = data.parse_data(make_config("toy2d", n=512).data)
   assert isinstance(src, data.sources.Toy2D) and (src.name, src.n, src.batch_size) == (
       "toy2d", 512, 256)
   # Built directly, a source refuses bad values as a parsed one does.
-  with pytest.raises(ValueError, match="^data.scale: 'x' is not one of unit, symmetric$"):
+  with pytest.raises(ValueError,
+                     match="^data.scale: expected one of 'unit', 'symmetric', got 'x'$"):
     data.sources.Digits(scale="x")
   with pytest.raises(ValueError, match="^data.batch_size: must be > 0"):
     data.sources.Text(batch_size=0)  # the base class's check holds under a new default
   cfg = data.default_data_config("text")
   assert (cfg.batch_size, cfg.eval_batch_size, cfg.max_bytes) == (32, 64, 2_000_000)
-  with pytest.raises(TypeError, match="frozen DataSource dataclass"):
+  with pytest.raises(TypeError, match="register a frozen dataclass"):
     data.register_source("loose")(type("Loose", (data.DataSource,), {}))  # no @dataclass
   with pytest.raises(ValueError, match="'moons' is registered twice"):
     data.register_source("moons")(data.sources.Moons)

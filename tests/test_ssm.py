@@ -1,12 +1,14 @@
-"""Selective state-space mixer: the parallel scan equals the step-by-step recurrence, the GPT
-with mixer='ssm' decodes with a constant-size state to the full forward's logits, causality, and
-the bad state size."""
+"""Selective state-space mixer: the parallel scan equals the step-by-step recurrence, segment ids
+restart it (equal to separate runs; all-equal ids change nothing), the GPT with mixer='ssm'
+decodes with a constant-size state to the full forward's logits (and a packed document's),
+causality, and the bad state size."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxdl.data.packing import segment_positions
 from jaxdl.models import build_model, gpt_config
 from jaxdl.models.decoding import init_cache
 from jaxdl.models.gpt import GPT
@@ -36,6 +38,42 @@ def test_scan_equals_step_by_step_recurrence():
   # The recurrence carries information: dropping the state at t = 6 changes the output.
   y_late = scan(v, x[:, 6:])
   assert float(jnp.abs(y_late - y_scan[:, 6:]).max()) > 1e-3
+
+
+def test_segment_ids_restart_the_scan_and_the_convolution():
+  """Two segments of 5 and 7 tokens (longer than the K - 1 = 3 taps) scanned together equal
+  each scanned alone from the zero state; one segment is the plain scan."""
+  layer = SelectiveSSM(8, GPT(d_model=8, mixer="ssm", ssm_state=4, init_name="xavier").block_spec)
+  x = jax.random.normal(jax.random.PRNGKey(0), (2, 12, 8))
+  v = jax.jit(layer.init)(jax.random.PRNGKey(1), x)
+  scan = jax.jit(layer.apply)
+  seg = jnp.broadcast_to(jnp.repeat(jnp.array([3, 4]), jnp.array([5, 7]), total_repeat_length=12),
+                         (2, 12))
+  y_packed = scan(v, x, segment_ids=seg)
+  np.testing.assert_allclose(y_packed[:, :5], scan(v, x[:, :5]), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(y_packed[:, 5:], scan(v, x[:, 5:]), rtol=1e-5, atol=1e-6)
+  y = scan(v, x)
+  np.testing.assert_array_equal(scan(v, x, segment_ids=jnp.full((2, 12), 3)), y)
+  assert float(jnp.abs(y_packed[:, 5:] - y[:, 5:]).max()) > 1e-2  # the reset matters
+
+
+def test_cached_decoding_of_a_document_equals_its_logits_packed():
+  """Cached decoding continues one document: run from an empty cache it gives the second packed
+  document's logits of the full forward with segment ids (a third computation)."""
+  model = build_model(gpt_config("", **TINY))
+  x = np.array(jax.random.randint(jax.random.PRNGKey(2), (1, 10), 0, 31))
+  x[:, [0, 4]] = 31  # end-of-text 31 opens documents of 4 and 6 tokens
+  seg, positions = segment_positions(x, 31)
+  v = jax.jit(lambda k: model.init(k, x, train=False))(jax.random.PRNGKey(3))
+  packed = jax.jit(lambda v, x: model.apply(v, x, train=False, segment_ids=seg,
+                                            positions=positions))(v, x)
+  decode = jax.jit(lambda v, x_t, cache, pos: model.apply(v, x_t, train=False, cache=cache,
+                                                           pos=pos))
+  cache, outs = init_cache(model, 1), []
+  for t in range(4, 10):
+    logits, cache = decode(v, x[:, t:t + 1], cache, jnp.int32(t - 4))
+    outs.append(logits)
+  np.testing.assert_allclose(np.concatenate(outs, 1), packed[:, 4:], rtol=1e-5, atol=1e-5)
 
 
 def test_gpt_ssm_cached_decoding_equals_full_forward_and_is_causal():

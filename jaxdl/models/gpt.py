@@ -4,9 +4,16 @@ Shapes: B batch, T sequence, D model width, V vocab.
 
   x_0 = wte[tokens] + wpe[positions]  (or RoPE inside attention with pos='rope')
   x_L = L transformer blocks (`jaxdl.models.transformer`, causal)
-  Packed documents (`segment_ids`, `positions` from `jaxdl.data.packing`): token i attends to
-  token j iff j <= i and segment_ids[j] = segment_ids[i], and positions restart at 0 in each
-  document, so each document's logits are those it gets run alone.
+  Packed documents (`segment_ids`, `positions` from `jaxdl.data.packing`; each document one run
+  of equal ids): positions restart at 0 in each document, and each mixer reads only its own
+  document's past:
+    attention  token i attends to token j iff j <= i and segment_ids[j] = segment_ids[i]
+    ssm        at a start s (segment_ids[s] != segment_ids[s-1]) the decay is 0, h_s = delta_s
+               B_s u_s, and the causal convolution's taps before s read 0 (`jaxdl.models.ssm`)
+    MLP / MoE  token by token
+  so each document's logits are those it gets run alone. An MoE's expert capacity is shared by
+  every token of the batch: with a capacity factor below moe_experts / moe_top_k, one document's
+  choices can be dropped because of another's (`jaxdl.models.moe`).
   logits = LN_f(x_L) wte^T  (tied head; `lm_head` when tie_embeddings is off)
 Parameter names follow GPT-2 (wte, wpe, h.ln_1, h.attn.c_attn, ...), so `convert.py` is a
 renaming. Decoding (KV cache, sampling, generate) is in `jaxdl.models.decoding`.
@@ -94,6 +101,9 @@ class GPT(transformer.TransformerModel):
     if cache is not None and (segment_ids is not None or positions is not None):
       raise ValueError("GPT: cached decoding continues one document; segment_ids and "
                        "positions are for packed training batches")
+    if segment_ids is not None and positions is None:
+      raise ValueError(f"GPT: segment_ids without positions (model.pos={self.pos!r}): packed "
+                       "documents need both, from jaxdl.data.packing.segment_positions")
     emb = functools.partial(nn.Embed, features=self.d_model, dtype=self.dtype,
                             param_dtype=self.param_dtype,
                             embedding_init=nn.initializers.normal(0.02))
@@ -103,13 +113,10 @@ class GPT(transformer.TransformerModel):
       wpe = emb(self.block_size, name="wpe")
       x_BxTxD = x_BxTxD + (wpe(pos + jnp.arange(t))[None] if positions is None
                            else wpe(positions))
-    mask_Bx1xTxT = None
-    if segment_ids is not None:
-      mask_Bx1xTxT = (segment_ids[:, :, None] == segment_ids[:, None, :])[:, None]
     x_BxTxD = nn.Dropout(self.dropout, deterministic=not train)(x_BxTxD)
     x_BxTxD, new_cache = transformer.apply_blocks(self, x_BxTxD, train=train, cache=cache,
-                                                  pos=pos, mask=mask_Bx1xTxT,
-                                                  positions=positions)
+                                                  pos=pos, positions=positions,
+                                                  segment_ids=segment_ids)
     if self.tie_embeddings:
       logits_BxTxV = wte.attend(x_BxTxD)
     else:

@@ -13,6 +13,13 @@ choices per token, C expert capacity (tokens per expert).
            (1 at perfect balance; Switch Transformer)
   z-loss   L_z = mean_n (logsumexp_e z_ne)^2 (keeps router logits small; ST-MoE)
 
+Capacity couples tokens. Every term above is per token except `kept`: C and the slots count
+the choices of all N tokens of the batch (rows, packed documents and, for second choices, later
+tokens too), so a token's output can depend on other documents and on its own future. With
+capacity_factor >= E / K, C = N and nothing can be dropped (an expert holds at most one choice
+per token): the layer is then exactly token by token, and each packed document gets the output
+it gets alone.
+
 Dispatch is by index: each kept choice is scattered to its slot (e, position) of an (E, C, D)
 buffer and gathered back, O(N K D) data movement; a one-hot (N, E, C) dispatch einsum would cost
 O(N E C D) = O(cf K N^2 D), quadratic in the tokens of a batch (`jaxdl bench --only

@@ -18,6 +18,17 @@ Training evaluates the recurrence for all t at once with `jax.lax.associative_sc
 (a, b) meaning h -> a h + b, composed as (a1, b1) then (a2, b2) = (a2 a1, a2 b1 + b2): O(T)
 work, O(log T) depth. Decoding carries the state (h (B, E, N), the last K - 1 pre-conv inputs
 (B, K - 1, E)), whose size does not grow with T (`step`).
+
+Packed documents (`segment_ids` (B, T), each document one run of equal ids, as
+`jaxdl.data.packing` makes them): a document starts at s_t = [t > 0 and id_t != id_{t-1}], and
+r_t = s_1 + ... + s_t numbers the runs. Both places where a token reads its past stop there:
+
+  h_t = (1 - s_t) exp(delta_t A) * h_{t-1} + delta_t B_t u_t   (at a start: as from h = 0)
+  (conv_K u)_t = sum_j w_j [r_{t-K+1+j} = r_t] u_{t-K+1+j} + c  (taps before a start read 0)
+
+so a document's u, h and outputs are exactly those it gets alone from the zero state (up to the
+scan's float reassociation). In the scan the zero decay a_s = 0 cuts every product a_t ... a_s
+that carries h_{s-1} forward. Decoding (a state) continues one document and takes no ids.
 """
 
 from __future__ import annotations
@@ -49,8 +60,8 @@ def _combine(left, right):
 class SelectiveSSM(nn.Module):
   """x (B, T, D) -> (B, T, D) by the recurrence of the module docstring.
 
-  `__call__(x)` scans all T in parallel; `step(x_BxD, h_BxExN) -> (out_BxD, h)` advances one
-  token; `init_state(batch)` is h_0 = 0.
+  `__call__(x, segment_ids=None)` scans all T in parallel, restarting at each packed document;
+  `step(x_BxD, h_BxExN) -> (out_BxD, h)` advances one token; `init_state(batch)` is h_0 = 0.
   """
 
   features: int  # D, the width of x
@@ -86,12 +97,19 @@ class SelectiveSSM(nn.Module):
   def inner(self) -> int:
     return self.spec.expand * self.features
 
-  def _mix_in(self, x_BxTxD, tail_BxKm1xE):
-    """(u, z, new tail): u = silu(conv_K(x W_u)) over the tail's K - 1 earlier inputs then x's."""
+  def _mix_in(self, x_BxTxD, tail_BxKm1xE, run_BxT=None):
+    """(u, z, new tail): u = silu(conv_K(x W_u)) over the tail's K - 1 earlier inputs then x's;
+    with run ids r (module docstring) tap j of token t reads 0 unless r_{t-K+1+j} = r_t."""
     u_BxTxE, z_BxTxE = jnp.moveaxis(self.in_proj(x_BxTxD), -2, 0)
-    t = u_BxTxE.shape[1]
+    b, t = u_BxTxE.shape[:2]
+    k = self.spec.conv
     ext_BxT1xE = jnp.concatenate([tail_BxKm1xE.astype(u_BxTxE.dtype), u_BxTxE], axis=1)
-    conv_BxTxE = sum(ext_BxT1xE[:, j:j + t] * self.conv_w[j] for j in range(self.spec.conv))
+    taps = [ext_BxT1xE[:, j:j + t] for j in range(k)]
+    if run_BxT is not None:
+      run_BxT1 = jnp.concatenate([jnp.zeros((b, k - 1), run_BxT.dtype), run_BxT], axis=1)
+      taps = [jnp.where((run_BxT1[:, j:j + t] == run_BxT)[..., None], tap, 0)
+              for j, tap in enumerate(taps)]
+    conv_BxTxE = sum(tap * self.conv_w[j] for j, tap in enumerate(taps))
     return jax.nn.silu(conv_BxTxE + self.conv_b).astype(self.cfg.dtype), z_BxTxE, ext_BxT1xE[:, t:]
 
   def _inputs(self, u):
@@ -106,12 +124,23 @@ class SelectiveSSM(nn.Module):
     y = jnp.einsum("...en,...n->...e", h, c_out) + self.d_skip * u.astype(jnp.float32)
     return self.out_proj((y * jax.nn.silu(z.astype(jnp.float32))).astype(self.cfg.dtype))
 
-  def __call__(self, x_BxTxD, state=None):
+  def __call__(self, x_BxTxD, state=None, segment_ids=None):
     """All T at once from the zero state; with a state (h0, tail), continues from it and also
-    returns the state after x (cached decoding: h_t = (a_t ... a_1) h0 + the scan's h_t from 0)."""
+    returns the state after x (cached decoding: h_t = (a_t ... a_1) h0 + the scan's h_t from 0).
+    `segment_ids` (B, T) restart the recurrence and the convolution at each document's start
+    (module docstring)."""
+    if state is not None and segment_ids is not None:
+      raise ValueError("SelectiveSSM: a state continues one document; segment_ids are for the "
+                       "full forward of packed documents (model.mixer='ssm')")
     h0_BxExN, tail = self.init_state(x_BxTxD.shape[0]) if state is None else state
-    u, z, tail = self._mix_in(x_BxTxD, tail)
+    start_BxT = run_BxT = None
+    if segment_ids is not None:
+      start_BxT = jnp.pad(segment_ids[:, 1:] != segment_ids[:, :-1], ((0, 0), (1, 0)))
+      run_BxT = jnp.cumsum(start_BxT, axis=1, dtype=jnp.int32)
+    u, z, tail = self._mix_in(x_BxTxD, tail, run_BxT)
     a_BxTxExN, b_BxTxExN, c_BxTxN = self._inputs(u)
+    if start_BxT is not None:  # a = 0 at a start: h_s = b_s forgets the previous document
+      a_BxTxExN = jnp.where(start_BxT[:, :, None, None], 0.0, a_BxTxExN)
     a_BxTxExN, h_BxTxExN = jax.lax.associative_scan(_combine, (a_BxTxExN, b_BxTxExN), axis=1)
     if state is None:
       return self._output(h_BxTxExN, c_BxTxN, u, z)

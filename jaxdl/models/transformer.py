@@ -148,17 +148,27 @@ class MlpBlock(nn.Module):
 
 
 class Block(nn.Module):
-  """One transformer block; `__call__(x, cache, pos, mask, positions) -> (x, new_cache)`
-  (scan-friendly). `mask` (B, 1, T, S) bool narrows attention beyond causality (packed documents
-  see only their own segment); `positions` (B, T) are the RoPE positions when given.
+  """One transformer block; `__call__(x, cache, pos, mask, positions, segment_ids) ->
+  (x, new_cache)` (scan-friendly). `mask` (B, 1, T, S) bool narrows attention beyond causality;
+  `positions` (B, T) are the RoPE positions when given. `segment_ids` (B, T) keep packed
+  documents apart in either mixer: attention also needs segment_ids[s] = segment_ids[t], the SSM
+  restarts its state and convolution at each document's start (`jaxdl.models.ssm`). The MLP
+  (and an MoE's experts) act token by token, so they need nothing; an MoE's capacity is shared
+  by the batch, though (`jaxdl.models.moe`).
   """
 
   cfg: BlockSpec
   train: bool = False
 
   @nn.compact
-  def __call__(self, x_BxTxD, cache=None, pos=0, mask=None, positions=None):
+  def __call__(self, x_BxTxD, cache=None, pos=0, mask=None, positions=None, segment_ids=None):
     cfg, train = self.cfg, self.train
+    if cfg.ssm_spec is not None and mask is not None:
+      raise ValueError("Block: model.mixer='ssm' cannot apply an attention mask; packed documents "
+                       "pass segment_ids")
+    if segment_ids is not None and cfg.ssm_spec is None:
+      seg_Bx1xTxT = (segment_ids[:, :, None] == segment_ids[:, None, :])[:, None]
+      mask = seg_Bx1xTxT if mask is None else jnp.logical_and(mask, seg_Bx1xTxT)
     dropout = nn.Dropout(cfg.dropout, deterministic=not train)
     if cfg.drop_path > 0:  # one keep/drop draw per example, broadcast over (T, D)
       path = nn.Dropout(cfg.drop_path, broadcast_dims=(1, 2), deterministic=not train,
@@ -171,7 +181,7 @@ class Block(nn.Module):
       if cfg.ssm_spec is not None:  # the same residual slot; its cache is the state (h, tail)
         mix = ssm.SelectiveSSM(h_BxTxD.shape[-1], cfg, name="ssm")
         if cache is None:
-          return mix(h_BxTxD), None
+          return mix(h_BxTxD, segment_ids=segment_ids), None
         y_BxTxD, (h_BxExN, tail_BxKm1xE) = mix(h_BxTxD, (cache["h"], cache["conv"]))
         return y_BxTxD, {"h": h_BxExN, "conv": tail_BxKm1xE}
       attn = attention.MultiHeadAttention(
@@ -197,29 +207,31 @@ class Block(nn.Module):
 
 
 def apply_blocks(model: TransformerModel, x_BxTxD, *, train: bool, cache=None, pos=0,
-                 mask=None, positions=None):
+                 mask=None, positions=None, segment_ids=None):
   """The stack of `model`: L = n_layer `Block(model.block_spec)` in order, then the final norm
   'ln_f' under pre-LN; returns (x, new_cache).
 
   Call inside `model`'s compact method: the params land in its scope ('h' scanned, 'h_i'
   unrolled, 'ln_f'). `cache` (L, B, S, H, K) per key is split by layer; `remat` recomputes each
   block's activations in the backward pass; `scan_unroll` layers run per scan iteration;
-  `mask` and `positions` go to every block unchanged.
+  `mask`, `positions` and `segment_ids` go to every block unchanged.
   """
   cfg, n_layer = model.block_spec, model.n_layer
   block_cls = nn.remat(Block, prevent_cse=not model.scan_layers) if model.remat else Block
   if model.scan_layers:
     stack = nn.scan(block_cls, variable_axes={"params": 0, moe.AUX: 0, "watch": 0},
                     split_rngs={"params": True, "dropout": True},
-                    in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast), length=n_layer,
+                    in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
+                    length=n_layer,
                     unroll=max(1, min(model.scan_unroll, n_layer)))
-    x_BxTxD, new_cache = stack(cfg, train, name="h")(x_BxTxD, cache, pos, mask, positions)
+    x_BxTxD, new_cache = stack(cfg, train, name="h")(x_BxTxD, cache, pos, mask, positions,
+                                                     segment_ids)
   else:
     new = []
     for i in range(n_layer):
       layer_cache = None if cache is None else jax.tree.map(lambda a, i=i: a[i], cache)
       x_BxTxD, c = block_cls(cfg, train, name=f"h_{i}")(x_BxTxD, layer_cache, pos, mask,
-                                                        positions)
+                                                        positions, segment_ids)
       new.append(c)
     new_cache = None if cache is None else jax.tree.map(lambda *a: jnp.stack(a), *new)
   if cfg.ln == "pre":
