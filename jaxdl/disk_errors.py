@@ -44,6 +44,54 @@ def disk_failure(e: BaseException, workdir: str | None = None) -> str | None:
   return None
 
 
+def unwritable_dir(path: str, flag: str) -> str | None:
+  """Why directory `path` (given as `flag`) cannot be written, as one line naming it, or None;
+  creates nothing, so a command can refuse before its work starts.
+
+  Refused: a path that is (or lies under) a file, a name longer than the file system allows,
+  and a folder that cannot be written (no write permission, or no write bits at all, which even
+  root is refused so a folder made read-only on purpose stays untouched).
+  """
+  full = os.path.abspath(path)
+  existing = full
+  while not os.path.exists(existing):
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    return f"{flag} {path}: {existing} is a file, not a directory"
+  try:
+    name_max = os.pathconf(existing, "PC_NAME_MAX")
+  except (OSError, ValueError):
+    name_max = 255
+  for part in full[len(existing):].split(os.sep):
+    if len(os.fsencode(part)) > name_max:
+      return (f"{flag} {path}: the name is too long for the file system "
+              f"({len(os.fsencode(part))} > {name_max} bytes per name)")
+  if not _writable(existing):
+    return f"{flag} {path}: {existing} is read-only"
+  return None
+
+
+def unwritable_file(path: str, flag: str) -> str | None:
+  """Why file `path` (given as `flag`, e.g. --json) cannot be written, as one line, or None:
+  its folder must exist and be writable, and the path must not be a folder itself."""
+  parent = os.path.dirname(os.path.abspath(path))
+  if os.path.isdir(path):
+    return f"{flag} {path}: is a directory, expected a file path"
+  if not os.path.isdir(parent):
+    what = "is a file" if os.path.exists(parent) else "does not exist"
+    return f"{flag} {path}: its folder {parent} {what}; expected an existing folder"
+  if os.path.exists(path) and not os.access(path, os.W_OK):
+    return f"{flag} {path}: the file is read-only"
+  if not _writable(parent):
+    return f"{flag} {path}: its folder {parent} is read-only"
+  return None
+
+
+def _writable(directory: str) -> bool:
+  """Write permission on `directory`, and at least one write bit (root passes any mode check)."""
+  return os.access(directory, os.W_OK | os.X_OK) and bool(os.stat(directory).st_mode & 0o222)
+
+
 def silence_stderr() -> None:
   """Points this process's stderr at /dev/null once a full disk or a permission error has been
   reported. What is left to run is library threads and exit hooks (orbax's save threads,

@@ -74,6 +74,10 @@ def files(tmp_path_factory):
   (root / "truncated.npz").write_bytes(data[:len(data) // 2])
   np.savez(root / "negative.npz", x=x, y=np.where(y == 2, -1, y))
   (root / "a_file").write_text("not a directory\n")
+  texts = root / "texts"
+  texts.mkdir()
+  for i in range(4):
+    (texts / f"doc{i}.txt").write_text(f"document {i}: the quick brown fox\n" * 3)
   readonly = root / "readonly"
   readonly.mkdir()
   readonly.chmod(0o555)
@@ -130,6 +134,16 @@ CASES = {
                               "--steps", "moons_run"),
     "locate_missing_workdir": (lambda r: ["doctor", "moons_mlp:smoke", "--workdir", "{W}",
                                           "--locate", "5"], "{W}", "fresh"),
+    # Output paths and sizes are checked before any work (issue 26, items 1d-e).
+    "data_out_under_a_file": (lambda r: ["data", "prepare", str(r / "texts"), "--out",
+                                         str(r / "a_file" / "prep")], "a_file", "a_file"),
+    "data_out_read_only": (lambda r: ["data", "tokenizer", str(r / "texts"), "--out",
+                                      str(r / "readonly" / "prep")], "--out", "readonly"),
+    "data_vocab_huge": (lambda r: ["data", "tokenizer", str(r / "texts"), "--vocab",
+                                   "100000000000", "--out", "{W}"], "--vocab", "fresh"),
+    "bench_json_missing_folder": (lambda r: ["bench", "--json", "{W}/x.json"], "{W}", "fresh"),
+    "reproduce_json_missing_folder": (lambda r: ["reproduce", "--json", "{W}/x.json"], "{W}",
+                                      "fresh"),
 }
 
 
@@ -161,3 +175,62 @@ def test_list_survives_a_broken_experiment(files, monkeypatch, capsys):
   out = capsys.readouterr().out
   assert "A fine experiment." in out
   assert "bad" in out and "SyntaxError" in out
+
+
+def test_unreadable_source_is_named_as_unreadable(files, tmp_path, monkeypatch, capsys):
+  """A SRC folder (or a folder under it) that cannot be listed is said to be unreadable, not
+  "no documents". The tests run as root, whom file modes do not stop: the listing fails by
+  injection (PermissionError, as for an unprivileged user on a chmod 000 folder)."""
+  import errno
+  import os
+  src = files / "texts"
+  real_listdir, real_scandir = os.listdir, os.scandir
+
+  def denied(real, path):
+    def call(p=".", *a):
+      if pathlib.Path(p) == path:
+        raise PermissionError(errno.EACCES, "Permission denied", str(p))
+      return real(p, *a)
+    return call
+  monkeypatch.setattr(os, "listdir", denied(real_listdir, src))
+  assert run_cli(["data", "prepare", str(src), "--out", str(tmp_path / "a")]) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.count("\n") == 0 and "cannot read" in err and str(src) in err, err
+  monkeypatch.setattr(os, "listdir", real_listdir)
+  sub = src / "locked"
+  sub.mkdir()
+  try:
+    monkeypatch.setattr(os, "scandir", denied(real_scandir, sub))
+    assert run_cli(["data", "prepare", str(src), "--out", str(tmp_path / "b")]) == 2
+  finally:
+    sub.rmdir()
+  err = capsys.readouterr().err.strip()
+  assert err.count("\n") == 0 and "cannot read" in err and str(sub) in err, err
+  assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+SPLIT = ["--val-frac", "0.6"]  # docs 0 and 2 of the four go to train, 1 and 3 to val
+
+
+def test_a_second_prepare_into_one_out_is_refused_then_the_lock_is_released(files, tmp_path,
+                                                                            capsys):
+  """`jaxdl data` locks --out like a workdir: while another live process holds it, a prepare
+  there exits 2 naming the holder; once that process is gone its stale lock is taken over."""
+  import json
+  import socket
+  import subprocess
+  out = tmp_path / "prep"
+  out.mkdir()
+  holder = subprocess.Popen(["sleep", "60"])
+  try:
+    (out / ".lock").write_text(json.dumps({"host": socket.gethostname(), "pid": holder.pid,
+                                           "started": "2026-01-02T03:04:05"}))
+    assert run_cli(["data", "prepare", str(files / "texts"), "--out", str(out), *SPLIT]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--out" in err and "is in use by" in err, err
+    assert sorted(p.name for p in out.iterdir()) == [".lock"]  # nothing written
+  finally:
+    holder.kill()
+    holder.wait()
+  assert run_cli(["data", "prepare", str(files / "texts"), "--out", str(out), *SPLIT]) == 0
+  assert (out / "manifest.json").exists() and not (out / ".lock").exists()

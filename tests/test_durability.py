@@ -19,6 +19,7 @@ import pytest
 from jaxdl import cli
 from jaxdl.config import load_config
 from jaxdl.doctor.diagnoses import diagnose_workdir
+from jaxdl import train
 from jaxdl.train import loop, run, step as jstep, writers
 from jaxdl.train.checkpoint import Checkpointer, load_state
 from jaxdl.train.step import TrainState
@@ -45,7 +46,7 @@ class _Records(logging.Handler):
 
 def test_huge_lr_stops_on_grad_norm_and_saves_no_nonfinite_state(tmp_path):
   # lr 1e6: the loss stays finite while |g| overflows (and Adam's second moment with it).
-  with pytest.raises(loop.NonFiniteLossError) as e:
+  with pytest.raises(train.NonFiniteLossError) as e:
     run(_config("optim.lr=1e6", "train.ckpt_every=1"), tmp_path, progress=False)
   assert e.value.what in ("grad_norm", "state") and e.value.what in str(e.value).replace(
       "parameters / optimizer state", "state")
@@ -67,15 +68,15 @@ def test_step_reports_a_nonfinite_state_with_finite_loss_and_gradients():
   _, metrics = step(state, {})
   metrics = {k: float(v) for k, v in metrics.items()}
   assert metrics["grad_norm"] == 1.0 and metrics["state_finite"] == 0.0
-  assert loop.NonFiniteLossError.find(metrics) == "state"
+  assert train.NonFiniteLossError.find(metrics) == "state"
 
 
 def test_fp16_skipped_step_is_not_a_failure():
   # Loss scaling reports grads_finite: an overflowing (skipped) step keeps the old state.
   skipped = {"loss": 0.7, "grad_norm": math.inf, "grads_finite": 0.0, "state_finite": 1.0}
-  assert loop.NonFiniteLossError.find(skipped) is None
-  assert loop.NonFiniteLossError.find({**skipped, "loss": math.nan}) == "loss"
-  assert loop.NonFiniteLossError.find({"loss": 0.7, "grad_norm": math.inf}) == "grad_norm"
+  assert train.NonFiniteLossError.find(skipped) is None
+  assert train.NonFiniteLossError.find({**skipped, "loss": math.nan}) == "loss"
+  assert train.NonFiniteLossError.find({"loss": 0.7, "grad_norm": math.inf}) == "grad_norm"
 
 
 def test_torn_metrics_line_is_skipped_once_and_a_resumed_run_appends_after_it(tmp_path):

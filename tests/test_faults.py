@@ -172,6 +172,21 @@ def test_complete_run_in_the_cli_prints_the_stored_summary(base, tmp_path, capsy
   assert _digest(workdir) == before  # nothing retrained, re-evaluated or re-plotted
 
 
+def test_complete_run_killed_before_its_summary_recomputes_and_stores_it(base, tmp_path, capsys):
+  """A kill between the final checkpoint and summary.json: the rerun restores the final step,
+  evaluates it (the same numbers), reads its train metrics back, stores the summary, exit 0."""
+  workdir = _copy(base, tmp_path)
+  (workdir / "summary.json").unlink()
+  assert _cli(workdir) == 0
+  printed = json.loads(capsys.readouterr().out)
+  assert printed["step"] == STEPS and printed["start_step"] == STEPS
+  assert printed["eval"] == base[1]["eval"] and printed["train"] == base[1]["train"]
+  stored = jworkdir.read_summary(workdir)
+  assert stored["eval"] == base[1]["eval"] and stored["step"] == STEPS
+  assert _cli(workdir) == 0  # and from now on it is a complete run with its summary
+  assert json.loads(capsys.readouterr().out)["eval"] == base[1]["eval"]
+
+
 def test_force_with_another_model_moves_the_old_run_aside(base, tmp_path, caplog):
   workdir = _copy(base, tmp_path)
   old = _digest(workdir)
@@ -312,3 +327,38 @@ def test_a_real_full_disk_is_one_line_and_the_run_resumes_once_space_is_freed(sm
   done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
   assert done.returncode == 0, done.stderr[-3000:]
   assert json.loads(done.stdout)["step"] == 20 and load_state(workdir)[0] == 20
+
+
+@pytest.fixture
+def read_only_checkpoints(tmp_path):
+  """A workdir whose checkpoints/ folder cannot be written: chmod 555 for an unprivileged user;
+  as root (whom modes do not stop) a read-only tmpfs mounted there; skipped where neither."""
+  workdir = tmp_path / "w"
+  ckpts = workdir / "checkpoints"
+  ckpts.mkdir(parents=True)
+  if os.geteuid() != 0:
+    ckpts.chmod(0o555)
+    yield workdir
+    ckpts.chmod(0o755)
+    return
+  r = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(ckpts)],
+                     capture_output=True)
+  if r.returncode != 0:
+    pytest.skip("cannot mount a read-only tmpfs here")
+  yield workdir
+  subprocess.run(["umount", "-l", str(ckpts)], check=False)
+
+
+def test_a_failed_async_save_ends_the_program_in_seconds_with_one_line(read_only_checkpoints):
+  """After an asynchronous save fails, orbax's signalling threads of that save wait (as threads
+  the interpreter joins at exit) for a signal it never sends; the program must not wait with
+  them: one line, exit 1, well within the timeout (it used to hang until killed)."""
+  workdir = read_only_checkpoints
+  cmd = [sys.executable, "-m", "jaxdl", "train", "moons_mlp:smoke", "--workdir", str(workdir),
+         "--no-progress", "--set", "train.steps=2", "--set", "train.plot=False"]
+  done = subprocess.run(cmd, env=_one_device_env(), capture_output=True, text=True, timeout=60)
+  err = [line for line in done.stderr.splitlines() if line.strip()]
+  assert done.returncode == 1 and len(err) == 1, done.stderr[-3000:]
+  assert str(workdir / "checkpoints") in err[0] and (
+      "read-only" in err[0] or "permission denied" in err[0]), err[0]
+  assert not (workdir / ".lock").exists()

@@ -102,7 +102,8 @@ def test_bits_per_byte_is_total_nats_over_total_utf8_bytes():
   would give 1.1 log2 V. A train batch's is its own total nats over its total bytes."""
   from jaxdl.data.pipeline import Dataset
   from jaxdl.data.tokenize import bytes_tokenizer
-  from jaxdl.train import loop, step, strategies
+  from jaxdl import train
+  from jaxdl.train import step, strategies
   tok = bytes_tokenizer()
   stream = packing.ArrayStream(packing.join_documents(tok.encode_batch(["ab", "é", "xyz€"]),
                                                       tok.eot_id))
@@ -121,7 +122,7 @@ def test_bits_per_byte_is_total_nats_over_total_utf8_bytes():
   eval_step = step.make_eval_step(apply_fn, task.loss_fn)
   state = types.SimpleNamespace(params={}, model_state={})   # the model has no parameters
   eval_fn = jax.jit(lambda batch: eval_step(state, batch))
-  metrics = loop.evaluate(lambda _, batch: eval_fn(batch), state, ds,
+  metrics = train.evaluate(lambda _, batch: eval_fn(batch), state, ds,
                           strategies.make_strategy("jit", 1))
   np.testing.assert_allclose(metrics["loss"], np.log(v), rtol=1e-6)
   np.testing.assert_allclose(metrics["bits_per_byte"], 1.2 * np.log2(v), rtol=1e-6)

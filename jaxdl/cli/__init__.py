@@ -1,10 +1,11 @@
 """The `jaxdl` command line: train, list, sample, likelihood, doctor, reproduce, bench, data, plot.
 
-Exit codes: 0 success (also after a SIGTERM checkpoint), 1 a run that failed (a
-`jaxdl.train.RunError`: non-finite loss, unrecoverable spike, failed preflight, full disk while
-training), 2 bad input (a `jaxdl.schema.ConfigError` or another ValueError before training:
-unknown experiment, key, type or value; a workdir of another run). Bad input is one line on
-stderr and leaves the workdir untouched.
+Exit codes: 0 success (also after a SIGTERM, which stops `train` cleanly at any moment, saving
+the current step during training), 130 a `train` stopped as cleanly by SIGINT (Ctrl-C), 1 a run
+that failed (a `jaxdl.train.RunError`: non-finite loss, unrecoverable spike, failed preflight,
+full disk while training), 2 bad input (a `jaxdl.schema.ConfigError` or another ValueError
+before training: unknown experiment, key, type or value; a workdir of another run). Bad input is
+one line on stderr and leaves the workdir untouched.
 
 Each command is one module of this package defining `HELP`, `add_arguments(parser)` and
 `main(args) -> int`; it imports jax and the library inside `main`, so `jaxdl --help` and

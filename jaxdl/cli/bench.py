@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 
+from jaxdl import disk_errors
 from jaxdl.bench import BENCHES  # the names only: the benchmarks import jax when they run
 
 HELP = "measure throughput, MFU, compile time, loop/checkpoint/sampler/data costs vs baselines"
@@ -66,6 +67,9 @@ def main(args) -> int:
   from jaxdl.bench import run_benches
   try:
     names = selected(args.only)
+    problem = args.json and disk_errors.unwritable_file(args.json, "--json")
+    if problem:  # before the benchmarks run, not after
+      raise ValueError(problem)
   except ValueError as e:
     print(f"jaxdl: error: {e}", file=sys.stderr)
     return 2

@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 import sys
 
+from jaxdl import disk_errors
+
 HELP = "prepare a folder of text files, a Parquet file or an image folder (ArrayRecord)"
 
 
@@ -43,11 +45,23 @@ def add_arguments(parser) -> None:
   tok.add_argument("--vocab", type=int, default=4096, help="vocabulary size")
 
 
+def check(args) -> None:
+  """Every argument checked before the work starts (one-line ValueError): --val-frac, --vocab,
+  a readable SRC, a writable --out."""
+  from jaxdl.data import prepare, tokenize
+  if not 0 < args.val_frac < 1:
+    raise ValueError(f"--val-frac: must be in (0, 1), got {args.val_frac}")
+  if args.data_command == "tokenizer":
+    tokenize.check_vocab_size(args.vocab)
+  prepare.check_source(args.src)
+  problem = disk_errors.unwritable_dir(args.out, "--out")
+  if problem:
+    raise ValueError(problem)
+
+
 def run(args) -> dict:
   """The command's work; returns the manifest (prepare) or a summary (tokenizer)."""
   from jaxdl.data import images, prepare
-  if not 0 < args.val_frac < 1:
-    raise ValueError(f"--val-frac: must be in (0, 1), got {args.val_frac}")
   text = dict(pattern=args.pattern, max_bytes=args.max_bytes, column=args.column,
               val_frac=args.val_frac)
   if args.data_command == "tokenizer":
@@ -72,8 +86,13 @@ def _is_image_folder(src: str) -> bool:
 
 
 def main(args) -> int:
+  from jaxdl.train import workdir
   try:
-    result = run(args)
+    check(args)
+    # Locked like a workdir: a second `jaxdl data` writing the same --out is refused in one line
+    # instead of interleaving its files with this one's.
+    with workdir.lock(args.out, expect_config=workdir.read_config(args.out), flag="--out"):
+      result = run(args)
   except ValueError as e:
     print(f"jaxdl: error: {str(e).splitlines()[0]}", file=sys.stderr)
     return 2

@@ -11,6 +11,8 @@ import json
 import sys
 import time
 
+from jaxdl import disk_errors
+
 HELP = "measure every worked number of the course material through jaxdl (claims table)"
 
 
@@ -58,6 +60,10 @@ def main(args) -> int:
   if unknown:
     print(f"jaxdl: error: --only: unknown claim(s) {unknown}; expected some of {list(CLAIMS)}",
           file=sys.stderr)
+    return 2
+  problem = args.json and disk_errors.unwritable_file(args.json, "--json")
+  if problem:  # before the claims are measured, not after
+    print(f"jaxdl: error: {problem}", file=sys.stderr)
     return 2
   t0 = time.perf_counter()
   rows = run_claims(names or None, quick=args.quick,

@@ -1,9 +1,13 @@
 """`jaxdl train [EXPERIMENT[:ARG]]`: train an experiment, resuming its workdir's run.
 
-Prints the run's summary as JSON. Exit codes come from the error's type: a
-`jaxdl.train.RunError` (non-finite loss, unrecoverable spike, failed preflight, a full disk while
-training) is a failed run, 1; a ValueError before training (`jaxdl.schema.ConfigError`, a workdir
-of another run or in use) and a full disk or permission error during setup are bad input, 2.
+Prints the run's summary as JSON. A SIGTERM or SIGINT (Ctrl-C) at any moment stops the run
+cleanly, in one line on stderr: during training the current step is saved; the workdir's lock is
+released; exit 0 after SIGTERM (a preemption), 130 after SIGINT. Exit codes of failures come
+from the error's type: a `jaxdl.train.RunError` (non-finite loss, unrecoverable spike, failed
+preflight, a full disk while training) is a failed run, 1; a ValueError before training
+(`jaxdl.schema.ConfigError`, a workdir of another run or in use) and a full disk or permission
+error during setup are bad input, 2. After a full disk or permission error the program ends at
+once (`_disk_error`).
 """
 
 from __future__ import annotations
@@ -42,33 +46,33 @@ def add_arguments(p) -> None:
 
 
 def check_workdir(workdir: str) -> str | None:
-  """Why `workdir` cannot hold a run, as one line naming the path, or None; creates nothing.
-
-  Refused: a path that is (or lies under) a file, a name longer than the file system allows,
-  and a folder that cannot be written (no write permission, or no write bits at all, which
-  even root is refused so a folder made read-only on purpose stays untouched).
-  """
-  path = os.path.abspath(workdir)
-  existing = path
-  while not os.path.exists(existing):
-    existing = os.path.dirname(existing)
-  if not os.path.isdir(existing):
-    return f"--workdir {workdir}: {existing} is a file, not a directory"
-  try:
-    name_max = os.pathconf(existing, "PC_NAME_MAX")
-  except (OSError, ValueError):
-    name_max = 255
-  for part in path[len(existing):].split(os.sep):
-    if len(os.fsencode(part)) > name_max:
-      return (f"--workdir {workdir}: the name is too long for the file system "
-              f"({len(os.fsencode(part))} > {name_max} bytes per name)")
-  mode = os.stat(existing).st_mode
-  if not os.access(existing, os.W_OK | os.X_OK) or not mode & 0o222:
-    return f"--workdir {workdir}: {existing} is read-only"
-  return None
+  """Why `workdir` cannot hold a run, as one line naming the path, or None; creates nothing
+  (`jaxdl.disk_errors.unwritable_dir`)."""
+  return disk_errors.unwritable_dir(workdir, "--workdir")
 
 
 def main(args) -> int:
+  # First, before jax loads: a SIGTERM or SIGINT from here on stops the run cleanly. The CLI
+  # polls for it (after loading the config; the loop at its milestones and every step), except
+  # where an experiment's own code runs, which the signal interrupts (`Interrupted`).
+  from jaxdl.stop_signals import Interrupted, Preemption
+  with Preemption() as preempt, preempt.polled():
+    try:
+      return _main(args, preempt)
+    except Interrupted as e:
+      return _stopped(e.signal_name, "; nothing new saved")
+
+
+def _stopped(signal_name: str, kept: str) -> int:
+  """Says in one line that a signal stopped the run (`kept`: when, and what was saved); the exit
+  code: 0 after SIGTERM (a preemption: the run stopped as asked and resumes), 130 (128 + 2, the
+  shell's convention) after SIGINT, so a script interrupted by Ctrl-C does not go on."""
+  print(f"jaxdl: stopped by {signal_name}{kept} (rerun the same command to resume)",
+        file=sys.stderr)
+  return 130 if signal_name == "SIGINT" else 0
+
+
+def _main(args, preempt) -> int:
   # An experiment file may name the generative and planted-bug tasks and models without
   # importing them; these imports register them.
   import jaxdl.course.planted  # noqa: F401 -- registers the planted-bug models and tasks
@@ -84,6 +88,8 @@ def main(args) -> int:
   except ConfigError as e:
     print(f"jaxdl: error: {str(e).splitlines()[0]}", file=sys.stderr)
     return 2
+  if preempt.requested:  # while jax loaded or the config was read: nothing touched yet
+    return _stopped(preempt.requested, " before training started; nothing saved")
   workdir = args.workdir or default_workdir(args.experiment, config)
   problem = check_workdir(workdir) or (distributed.check(args) if args.distributed else None)
   if problem:
@@ -92,7 +98,7 @@ def main(args) -> int:
   if args.distributed:
     distributed.initialize(args)
   try:
-    summary = _run(args, config, module, workdir)
+    summary = _run(args, config, module, workdir, preempt)
   except NonFiniteLossError as e:
     print(f"jaxdl: {e}", file=sys.stderr)
     _locate(config, workdir, e.step)
@@ -111,10 +117,14 @@ def main(args) -> int:
     print(f"jaxdl: error: {str(e).splitlines()[0]}", file=sys.stderr)  # bad config or value,
     return 2                                                              # another run's workdir
   print(json.dumps({"workdir": workdir, **_jsonable(summary)}, indent=2, allow_nan=False))
+  if summary.get("preempted") and preempt.requested:
+    return _stopped(preempt.requested, f" at step {summary['step']}; " + (
+        "its checkpoint is saved" if summary["step"] > summary["start_step"] else
+        "nothing new to save"))
   return 0
 
 
-def _run(args, config, module, workdir: str) -> dict:
+def _run(args, config, module, workdir: str, preempt) -> dict:
   """Trains `config` through the loop, or through the experiment's own `run`."""
   from jaxdl import doctor
   from jaxdl.train import loop
@@ -122,21 +132,29 @@ def _run(args, config, module, workdir: str) -> dict:
   from jaxdl.train.errors import disk_failures_fail_the_run
   if hasattr(module, "run"):  # an experiment with its own loop (the optimizer toys)
     with workdirs.lock(workdir, expect_config=workdirs.read_config(workdir)):
-      with disk_failures_fail_the_run(workdir):
+      with disk_failures_fail_the_run(workdir), preempt.polled(False):
         return module.run(config, workdir)
   # An experiment may add its own hooks: `hooks(config) -> [jaxdl.train.Hook, ...]`.
   own = module.hooks(config) if hasattr(module, "hooks") else []
   summary = loop.run(config, workdir, force=args.force, progress=not args.no_progress,
-                     hooks=[*doctor.hooks_for(config), *own])
-  if hasattr(module, "after_training"):  # e.g. print a sample from the trained model
-    summary.update(module.after_training(config, workdir, summary) or {})
+                     hooks=[*doctor.hooks_for(config), *own], preempt=preempt)
+  if hasattr(module, "after_training") and not summary.get("preempted"):
+    with preempt.polled(False):  # e.g. print a sample from the trained model
+      summary.update(module.after_training(config, workdir, summary) or {})
   return summary
 
 
 def _disk_error(args, line: str, code: int) -> int:
+  """Reports a full disk or a permission error in one line. The `jaxdl` program then ends at
+  once: the run has closed all it owns, and what is left are library threads retrying the same
+  writes, and orbax's signalling threads of the failed save, which wait (as threads the
+  interpreter joins at exit) for a signal that save never sends, for orbax's coordination
+  timeout of many minutes."""
   print(f"jaxdl: error: {line}", file=sys.stderr, flush=True)
-  if args.as_program:  # what is left are library threads retrying the same writes
+  if args.as_program:
     disk_errors.silence_stderr()
+    sys.stdout.flush()
+    os._exit(code)  # pylint: disable=protected-access
   return code
 
 

@@ -24,7 +24,7 @@ from typing import Iterator
 import numpy as np
 
 from jaxdl.data import records
-from jaxdl.data.tokenize import Tokenizer, get_tokenizer, train_bpe
+from jaxdl.data.tokenize import Tokenizer, check_vocab_size, get_tokenizer, train_bpe
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
@@ -33,10 +33,31 @@ def in_val(name: str, val_frac: float) -> bool:
   return zlib.crc32(name.encode()) / 2**32 < val_frac
 
 
+def check_source(src: str) -> None:
+  """One-line ValueError unless `src` exists and can be read (a folder listed, a file opened):
+  an unreadable source is named as such, never mistaken for one without documents."""
+  if not os.path.exists(src):
+    raise ValueError(f"SRC: not found: {src!r}")
+  try:
+    if os.path.isdir(src):
+      os.listdir(src)
+    else:
+      with open(src, "rb"):
+        pass
+  except OSError as e:
+    raise ValueError(f"SRC: cannot read {src!r} ({e.strerror or type(e).__name__}); expected "
+                     f"a readable folder or file") from None
+
+
+def _unreadable(e: OSError):
+  raise ValueError(f"SRC: cannot read {e.filename!r} ({e.strerror or type(e).__name__})")
+
+
 def _walk(root: str, pattern: str) -> list[str]:
-  """Relative paths under `root` matching `pattern`, sorted; caches and packages skipped."""
+  """Relative paths under `root` matching `pattern`, sorted; caches and packages skipped; a
+  folder that cannot be listed is a one-line ValueError naming it."""
   out = []
-  for dirpath, dirnames, filenames in os.walk(root):
+  for dirpath, dirnames, filenames in os.walk(root, onerror=_unreadable):
     dirnames[:] = [d for d in dirnames if d not in ("site-packages", "dist-packages",
                                                       "__pycache__") and not d.startswith(".")]
     out += [os.path.relpath(os.path.join(dirpath, f), root) for f in filenames
@@ -48,8 +69,7 @@ def text_documents(src: str, *, pattern: str = "*.txt", max_bytes: int = 0, colu
                    val_frac: float = 0.1) -> dict[str, list[str]]:
   """{'train': [...], 'val': [...]} documents of a text folder or a Parquet file (module doc);
   `max_bytes` > 0 caps the bytes read (the last file is cut there)."""
-  if not os.path.exists(src):
-    raise ValueError(f"SRC: not found: {src!r}")
+  check_source(src)
   if src.endswith(".parquet"):
     texts = [(str(i), t) for i, t in enumerate(read_parquet_column(src, column))]
   else:
@@ -59,8 +79,11 @@ def text_documents(src: str, *, pattern: str = "*.txt", max_bytes: int = 0, colu
     for rel in _walk(src, pattern):
       if max_bytes and total >= max_bytes:
         break
-      with open(os.path.join(src, rel), "rb") as f:
-        data = f.read(max_bytes - total if max_bytes else -1)
+      try:
+        with open(os.path.join(src, rel), "rb") as f:
+          data = f.read(max_bytes - total if max_bytes else -1)
+      except OSError as e:
+        _unreadable(e)
       total += len(data)
       try:
         texts.append((rel, data.decode("utf-8")))
@@ -148,6 +171,7 @@ def tokenizer_entry(tok: Tokenizer) -> dict:
 def train_tokenizer(src: str, out_dir: str, *, vocab: int, pattern: str = "*.txt",
                     max_bytes: int = 0, column: str = "text", val_frac: float = 0.1) -> Tokenizer:
   """A BPE of `vocab` ids trained on the train split of `src`, saved as out_dir/tokenizer.json."""
+  check_vocab_size(vocab)  # before reading anything
   docs = text_documents(src, pattern=pattern, max_bytes=max_bytes, column=column,
                         val_frac=val_frac)
   tok = train_bpe(docs["train"], vocab)

@@ -112,14 +112,27 @@ def _wrap(hf, where: str) -> Tokenizer:
   return Tokenizer("bpe", int(hf.get_vocab_size()), int(eot), hf)
 
 
+# The largest BPE vocabulary `train_bpe` accepts: 2^20 ids is 20x GPT-2's and more than any
+# model here embeds, while a larger request makes the tokenizers library try to allocate for it
+# up front and abort the process (measured: --vocab 10^11 is SIGABRT, exit 134).
+MAX_VOCAB = 2**20
+
+
+def check_vocab_size(vocab_size: int) -> None:
+  """One-line ValueError naming --vocab unless 257 <= vocab_size <= MAX_VOCAB."""
+  if vocab_size < 257:
+    raise ValueError(f"--vocab: a byte-level BPE needs at least 257 ids (256 bytes + "
+                     f"{EOT}), got {vocab_size}")
+  if vocab_size > MAX_VOCAB:
+    raise ValueError(f"--vocab: at most {MAX_VOCAB} (2**20) ids, got {vocab_size}")
+
+
 def train_bpe(texts: Iterable[str], vocab_size: int, *, min_frequency: int = 2) -> Tokenizer:
   """A byte-level BPE with `vocab_size` ids (256 byte symbols + merges + '<|endoftext|>' = id 0),
   trained on `texts`. Deterministic: the same texts give the same merges."""
   from tokenizers import Tokenizer as HF  # pylint: disable=g-import-not-at-top
   from tokenizers import decoders, models, pre_tokenizers, trainers
-  if vocab_size < 257:
-    raise ValueError(f"--vocab: a byte-level BPE needs at least 257 ids (256 bytes + "
-                     f"{EOT}), got {vocab_size}")
+  check_vocab_size(vocab_size)
   hf = HF(models.BPE())
   hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
   hf.decoder = decoders.ByteLevel()

@@ -2,12 +2,13 @@
 
 from jaxdl.train.assembly import Run, build
 from jaxdl.train.checkpoint import load_run, load_state
-from jaxdl.train.errors import DiskFailure, RunError
+from jaxdl.train.errors import (DiskFailure, NonFiniteLossError, PreflightError, RunError,
+                                SpikeError)
 from jaxdl.train.hooks import Hook, Hooks
-from jaxdl.train.loop import (NonFiniteLossError, PreflightError, SpikeError, evaluate, run)
+from jaxdl.train.loop import run
 from jaxdl.train.resume import WorkdirMismatchError
-from jaxdl.train.step import (TrainState, create_train_state, make_eval_step, make_train_step,
-                              step_rngs)
+from jaxdl.train.step import (TrainState, create_train_state, evaluate, make_eval_step,
+                              make_train_step, step_rngs)
 from jaxdl.train.tasks import TASKS, Task, make_task, register_task
 from jaxdl.train.workdir import WorkdirError, WorkdirLockedError
 

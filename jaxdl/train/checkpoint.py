@@ -208,6 +208,18 @@ class Checkpointer:
       self.manager.close()
 
 
+def saved_steps(directory) -> list[int]:
+  """The step directories in `directory`, sorted (listed only: nothing is opened or verified)."""
+  directory = pathlib.Path(directory)
+  return sorted(int(p.name) for p in directory.iterdir()
+                if p.name.isdigit()) if directory.is_dir() else []
+
+
+def latest_saved_step(directory) -> int | None:
+  """The newest step directory in `directory` (listed only), or None when there is none."""
+  return (saved_steps(directory) or [None])[-1]
+
+
 def restorable(directory, abstract_state) -> bool:
   """Whether the latest checkpoint in `directory` holds a state of `abstract_state`'s tree,
   shapes and dtypes (read from its metadata; False when there is none or it cannot be read)."""

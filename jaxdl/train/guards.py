@@ -1,5 +1,5 @@
-"""In-run guards: loss / gradient-norm spike detection for rewinding, early stopping, SIGTERM as
-a flag, and a teardown that closes every resource of a run even when one fails.
+"""In-run guards: loss / gradient-norm spike detection for rewinding, early stopping, and a
+teardown that closes every resource of a run even when one fails.
 
 A step is a spike when its value exceeds `factor` times the median of the previous `window`
 finite values of the same metric (after at least `window // 2` of them have been seen). The median
@@ -9,8 +9,6 @@ is robust to the spikes themselves, and a factor well above 1 ignores ordinary s
 from __future__ import annotations
 
 import collections
-import signal
-import threading
 
 import numpy as np
 
@@ -42,27 +40,6 @@ class SpikeDetector:
     for k in self.names:
       self.history[k].append(float(metrics[k]))
     return None
-
-
-class Preemption:
-  """Turns SIGTERM into a flag the loop polls, so the current step is saved before exit."""
-
-  def __init__(self):
-    self.requested = False
-    self._old = None
-
-  def __enter__(self):
-    if threading.current_thread() is threading.main_thread():
-      self._old = signal.signal(signal.SIGTERM, self._handle)
-    return self
-
-  def _handle(self, signum, frame):
-    del signum, frame
-    self.requested = True
-
-  def __exit__(self, *exc):
-    if self._old is not None:
-      signal.signal(signal.SIGTERM, self._old)
 
 
 def close_all(closers, failed: BaseException | None) -> None:

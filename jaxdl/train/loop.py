@@ -5,8 +5,9 @@
               the workdir is touched or anything compiles; check the workdir against the run it
               holds (`resume`: a different config is refused; `force` resumes a state that fits,
               else moves the old run aside) and lock it (`workdir`); a complete run returns its
-              stored summary; the hooks' `before_training` (e.g. the doctor's preflight) may
-              refuse too;
+              stored summary (one killed before storing it is restored, and its final
+              checkpoint evaluated for the summary); the hooks' `before_training` (e.g. the
+              doctor's preflight) may refuse too;
   2. restore  (`_train`) the latest verified checkpoint (state + data iterator), else the seeded
               initial state; a new run length must keep the lrs already taken;
   3. compile  the pure train and eval steps (`jaxdl.train.step`) under the strategy;
@@ -14,7 +15,8 @@
               back (no per-step host sync): stop on a non-finite loss (raise, nothing saved),
               rewind on a spike, log on cadence;
   5. eval     on cadence and at the last step (`_Loop.evaluate`), early stopping;
-  6. ckpt     on cadence, at the last step, on SIGTERM (save and return) (`_Loop.save`);
+  6. ckpt     on cadence, at the last step, on SIGTERM / SIGINT (save and return)
+              (`_Loop.save`);
   7. close    profiler, checkpoints (wait for async saves), progress bar and writers; draw
               loss.png; store summary.json; `on_train_end`.
 """
@@ -24,94 +26,29 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import pathlib
 from typing import Any, Sequence
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 
 from jaxdl import optim as joptim
+from jaxdl import stop_signals
 from jaxdl.train import checkpoint as jckpt
 from jaxdl.train import guards, plots, profiling, resume, step as jstep, throughput, trackers
 from jaxdl.train import watch, workdir as jworkdir, writers
 from jaxdl.train.assembly import Run, build
-from jaxdl.train.errors import RunError, disk_failures_fail_the_run
+from jaxdl.train.errors import NonFiniteLossError, SpikeError, disk_failures_fail_the_run
+from jaxdl.train.step import evaluate
 from jaxdl.train.hooks import Hook, Hooks
 
 log = logging.getLogger("jaxdl")
-
-class NonFiniteLossError(RunError):
-  """A step's loss, gradient norm or updated state became NaN or Inf; that state was not saved.
-
-  `what` names the first non-finite part: 'loss', 'grad_norm' (some gradient, or the norm's sum
-  of squares, is not finite) or 'state' (the updated params, optimizer or model state).
-  """
-
-  def __init__(self, step: int, metrics: dict, what: str = "loss"):
-    self.step, self.metrics, self.what = step, metrics, what
-    shown = ", ".join(f"{k} {metrics[k]:.4g}" for k in ("loss", "grad_norm") if k in metrics)
-    part = {"state": "the updated parameters / optimizer state"}.get(what, what)
-    super().__init__(f"{part} became non-finite at step {step} ({shown}); stopped without "
-                     f"saving that state")
-
-  @staticmethod
-  def find(metrics: dict) -> str | None:
-    """The first non-finite part of a step's host metrics, or None when the step is good.
-
-    Under fp16 loss scaling (a `grads_finite` metric) a non-finite gradient is a skipped step,
-    the designed behaviour, and the state is the previous one; only the loss and state count.
-    """
-    if not math.isfinite(metrics["loss"]):
-      return "loss"
-    if "grads_finite" not in metrics and not math.isfinite(metrics.get("grad_norm", 0.0)):
-      return "grad_norm"
-    if metrics.get("state_finite", 1.0) != 1.0:
-      return "state"
-    return None
-
-
-class SpikeError(RunError):
-  """A loss spike the guard could not rewind (no checkpoint yet, or too many rewinds)."""
-
-
-class PreflightError(RunError):
-  """`train.doctor` is on and the preflight checks failed; nothing was written."""
-
 
 def every(step: int, n: int) -> bool:
   return n > 0 and step % n == 0
 
 
-def _pad_to_multiple(batch: dict, multiple: int) -> dict:
-  """Pads an eval batch with masked copies of its first row so it splits over the devices."""
-  n = len(batch["mask"])
-  extra = -n % multiple
-  if not extra:
-    return batch
-  out = {k: np.concatenate([v, np.repeat(v[:1], extra, axis=0)]) for k, v in batch.items()}
-  out["mask"][n:] = 0.0
-  return out
-
-
-def evaluate(eval_fn, state, ds, strategy) -> dict:
-  """Exact mean metrics over the eval split (padded batches weighted by their masks)."""
-  totals = None
-  for batch in ds.eval_batches(process_index=jax.process_index(),
-                               process_count=jax.process_count()):
-    batch = _pad_to_multiple(batch, strategy.num_global_devices // jax.process_count())
-    sums = strategy.first(eval_fn(state, strategy.shard_batch(batch)))
-    totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
-  if totals is None:
-    return {}
-  totals = jax.device_get(totals)
-  count = max(float(totals.pop("count")), 1.0)
-  return {k: float(v) / count for k, v in totals.items()}
-
-
 def run(config, workdir, *, force: bool = False, progress: bool = True,
-        hooks: Sequence[Hook] = ()) -> dict:
+        hooks: Sequence[Hook] = (), preempt: stop_signals.Preemption | None = None) -> dict:
   """Trains `config` in `workdir`, resuming from its latest checkpoint; returns a summary.
 
   The workdir is locked for the run (a second run there raises `WorkdirLockedError`); a run
@@ -126,7 +63,22 @@ def run(config, workdir, *, force: bool = False, progress: bool = True,
     hooks: `jaxdl.train.hooks.Hook`s called before training, per logged step, per evaluation,
       per checkpoint and at the end (`train.doctor=True` needs the doctor's preflight hook,
       `jaxdl.doctor.PreflightHook`, which the CLI passes).
+    preempt: the `jaxdl.stop_signals.Preemption` catching SIGTERM / SIGINT (the CLI's,
+      installed before its imports); None installs one for the call. A signal at any moment
+      stops the run cleanly: during training the current step is saved; during setup or compile
+      nothing new exists to save and the run returns at the next milestone. Either way the
+      summary says `preempted` and the lock is released.
   """
+  if preempt is None:
+    with stop_signals.Preemption() as preempt:
+      return run(config, workdir, force=force, progress=progress, hooks=hooks, preempt=preempt)
+  with preempt.polled():
+    return _setup(config, workdir, force, progress, hooks, preempt)
+
+
+def _setup(config, workdir, force: bool, progress: bool, hooks: Sequence[Hook],
+           preempt: stop_signals.Preemption) -> dict:
+  """Step 1 of the module docstring, then `_train` with the workdir locked."""
   # 1. setup
   workdir = pathlib.Path(workdir)
   jworkdir.check_unlocked(workdir)  # name a run in progress before building anything
@@ -145,21 +97,36 @@ def run(config, workdir, *, force: bool = False, progress: bool = True,
     stored = jworkdir.completed_summary(workdir, r.train.steps)
     if stored is not None:
       return stored
+    if preempt.requested:  # nothing built, loaded or written yet
+      return _stopped(jckpt.latest_saved_step(workdir / "checkpoints") or 0)
     hooks.before_training(r)
     return _train(r, workdir, config_json, abstract, hooks,
-                  None if force else previous, progress)
+                  None if force else previous, progress, preempt)
+
+
+def _stopped(step: int) -> dict:
+  """The summary of a run stopped by a signal before its first step (nothing new to save)."""
+  return {"start_step": step, "preempted": True, "early_stopped": False, "rewinds": 0,
+          "step": step, "train": {}, "eval": {}}
 
 
 def _train(r: Run, workdir: pathlib.Path, config_json: dict, abstract, hooks: Hooks,
-           previous: dict | None, progress: bool) -> dict:
+           previous: dict | None, progress: bool, preempt: stop_signals.Preemption) -> dict:
   """Steps 2-7 of the module docstring, with the workdir locked."""
   workdir.mkdir(parents=True, exist_ok=True)
   loop = _Loop(r, workdir, config_json, abstract, hooks)
   # 2. restore
-  if loop.restore() is None:
-    # Created where it lives (replicated under jit, sharded under fsdp, on every process of a
-    # multi-host run), never whole on one device first; pmap stacks a copy per device later.
-    loop.state = r.init_state(r.strategy.state_shardings(abstract))
+  try:
+    if loop.restore() is None:
+      # Created where it lives (replicated under jit, sharded under fsdp, on every process of a
+      # multi-host run), never whole on one device first; pmap stacks a copy per device later.
+      loop.state = r.init_state(r.strategy.state_shardings(abstract))
+    if preempt.requested:  # the restored (or initial) state is already all there is to keep
+      guards.close_all((loop.ckpt.close, loop.writer.close), failed=None)
+      return _stopped(loop.start)
+  except BaseException as e:
+    guards.close_all((loop.ckpt.close, loop.writer.close), failed=e)
+    raise
   resume.check_run_length(previous, r, loop.start)
   if loop.is_main:
     (workdir / "config.json").write_text(json.dumps(config_json, indent=2))
@@ -178,7 +145,7 @@ def _train(r: Run, workdir: pathlib.Path, config_json: dict, abstract, hooks: Ho
   loop.watcher.compile(r.strategy, loop.state)
   # 4-7. steps, eval, checkpoints, close
   with disk_failures_fail_the_run(workdir):  # a full disk from here on fails the run (exit 1)
-    summary = loop.train(train_fn, eval_fn, progress)
+    summary = loop.train(train_fn, eval_fn, progress, preempt)
   loop.writer.finish(summary)
   if loop.is_main and summary["step"] >= r.train.steps:
     jworkdir.write_summary(workdir, summary)
@@ -292,8 +259,11 @@ class _Loop:
       self.last_train = self.check(dispatched, self.guard)
       self.pending = None
 
-  def train(self, train_fn, eval_fn, progress: bool) -> dict:
-    """Steps 4-7: advances until the last step (or a stop), then closes every resource."""
+  def train(self, train_fn, eval_fn, progress: bool, preempt: stop_signals.Preemption) -> dict:
+    """Steps 4-7: advances until the last step (or a stop), then closes every resource.
+
+    A signal met during compile stops here, before the first step, saving nothing: a restored
+    state is a checkpoint already, and a fresh run's step 0 is not worth one."""
     self.bar = writers.Progress(self.settings.steps, self.start,
                                 enabled=progress and self.is_main)
     self.meter.log_info = progress and self.is_main
@@ -301,18 +271,22 @@ class _Loop:
                "rewinds": 0}
     s = self.start
     closers = (self.profiler.close, self.ckpt.close, self.bar.close, self.writer.close)
-    with guards.Preemption() as preempt:
-      try:
-        while s < self.settings.steps:
-          s, stop = self.advance(s, train_fn, eval_fn, preempt, summary)
-          if stop:
-            break
-        if self.pending is not None:
-          self.last_train = self.check(self.pending, None)
-      except BaseException as e:
-        guards.close_all(closers, failed=e)
-        raise
-      guards.close_all(closers, failed=None)  # 7. close
+    try:
+      if preempt.requested and s < self.settings.steps:  # during compile
+        summary["preempted"] = True
+        self.writer.write_event(s, "preempted")
+      while s < self.settings.steps and not summary["preempted"]:
+        s, stop = self.advance(s, train_fn, eval_fn, preempt, summary)
+        if stop:
+          break
+      if self.pending is not None:
+        self.last_train = self.check(self.pending, None)
+      if s == self.start >= self.settings.steps:  # complete, but killed before summary.json
+        self.recover_final_metrics(eval_fn)
+    except BaseException as e:
+      guards.close_all(closers, failed=e)
+      raise
+    guards.close_all(closers, failed=None)  # 7. close
     if self.is_main and self.settings.plot:
       plots.plot_run(self.workdir, title=self.config.name)
     step = self.strategy.first(self.state.step)
@@ -362,17 +336,31 @@ class _Loop:
       self.writer.write_event(done, "early_stop", patience=train.patience)
     return done, summary["early_stopped"]
 
-  def evaluate(self, step: int, eval_fn) -> dict:
+  def evaluate(self, step: int, eval_fn, *, log: bool = True) -> dict:
     """Logs eval/ metrics, and eval_ema/ of the parameter average under `train.eval_ema`;
-    returns the ones the best checkpoint and early stopping judge (the average's, then)."""
+    returns the ones the best checkpoint and early stopping judge (the average's, then).
+    `log=False` only computes them (a step whose records metrics.jsonl already holds)."""
     metrics = evaluate(eval_fn, self.state, self.ds, self.strategy)
-    self.writer.write(step, "eval", metrics)
+    if log:
+      self.writer.write(step, "eval", metrics)
     if not self.settings.eval_ema:
       return metrics
     averaged = self.state.replace(params=joptim.find_ema(self.state.opt_state))
     ema_metrics = evaluate(eval_fn, averaged, self.ds, self.strategy)
-    self.writer.write(step, "eval_ema", ema_metrics)
+    if log:
+      self.writer.write(step, "eval_ema", ema_metrics)
     return ema_metrics
+
+  def recover_final_metrics(self, eval_fn) -> None:
+    """The summary's metrics of a run restored at its last step (a kill between the final
+    checkpoint and summary.json): eval recomputed from the checkpoint (deterministic), train
+    read back from metrics.jsonl's record of that step ({} when it is gone), nothing logged
+    twice."""
+    self.last_eval = self.evaluate(self.start, eval_fn, log=False)
+    logged = [r for r in writers.read_metrics(self.workdir, "train")
+              if r.get("step") == self.start]
+    self.last_train = ({k: v for k, v in logged[-1].items() if k not in ("step", "split")}
+                       if logged else {})
 
   def _rewind_to(self, step: int, spike: dict, bad_position: int) -> int:
     """Restores the last checkpoint and marks the spiking step's batch to be skipped."""

@@ -59,6 +59,7 @@ from typing import Any, Callable
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from jaxdl.optim import precision
@@ -238,3 +239,29 @@ def make_eval_step(apply_fn: Callable, loss_fn: Callable, *, axis_name: str | No
     return sums
 
   return jax.jit(eval_step) if jit else eval_step
+
+
+def _pad_to_multiple(batch: dict, multiple: int) -> dict:
+  """Pads an eval batch with masked copies of its first row so it splits over the devices."""
+  n = len(batch["mask"])
+  extra = -n % multiple
+  if not extra:
+    return batch
+  out = {k: np.concatenate([v, np.repeat(v[:1], extra, axis=0)]) for k, v in batch.items()}
+  out["mask"][n:] = 0.0
+  return out
+
+
+def evaluate(eval_fn, state, ds, strategy) -> dict:
+  """Exact mean metrics over the eval split (padded batches weighted by their masks)."""
+  totals = None
+  for batch in ds.eval_batches(process_index=jax.process_index(),
+                               process_count=jax.process_count()):
+    batch = _pad_to_multiple(batch, strategy.num_global_devices // jax.process_count())
+    sums = strategy.first(eval_fn(state, strategy.shard_batch(batch)))
+    totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
+  if totals is None:
+    return {}
+  totals = jax.device_get(totals)
+  count = max(float(totals.pop("count")), 1.0)
+  return {k: float(v) / count for k, v in totals.items()}

@@ -85,10 +85,12 @@ def _describe(holder: dict) -> str:
   return f"{holder.get('host', '?')}:{holder.get('pid', '?')} since {since}"
 
 
-def _locked_error(workdir: pathlib.Path, holder: dict) -> WorkdirLockedError:
+def _locked_error(workdir: pathlib.Path, holder: dict,
+                  flag: str = "--workdir") -> WorkdirLockedError:
+  what = "workdir" if flag == "--workdir" else flag
   return WorkdirLockedError(
-      f"workdir {workdir} is in use by {_describe(holder)} ({workdir / LOCK}); wait for that "
-      f"run to finish or stop it, or use another --workdir (if it runs on another host and is "
+      f"{what} {workdir} is in use by {_describe(holder)} ({workdir / LOCK}); wait for that "
+      f"run to finish or stop it, or use another {flag} (if it runs on another host and is "
       f"gone, delete the lock file)")
 
 
@@ -113,7 +115,7 @@ def _create(path: pathlib.Path) -> bool:
   return True
 
 
-def _take_over(workdir: pathlib.Path, holder: dict) -> None:
+def _take_over(workdir: pathlib.Path, holder: dict, flag: str) -> None:
   """Removes a stale lock, making sure it is the one inspected and not a newer run's."""
   path = workdir / LOCK
   aside = workdir / f"{LOCK}.stale-{os.getpid()}"
@@ -123,13 +125,13 @@ def _take_over(workdir: pathlib.Path, holder: dict) -> None:
     return
   if _holder(aside) != holder:  # a live run created its lock in between: give it back
     aside.rename(path)
-    raise _locked_error(workdir, _holder(path) or {})
+    raise _locked_error(workdir, _holder(path) or {}, flag)
   aside.unlink()
-  log.warning("workdir %s: took over the stale lock of %s (that process is gone)", workdir,
-              _describe(holder))
+  log.warning("%s %s: took over the stale lock of %s (that process is gone)",
+              "workdir" if flag == "--workdir" else flag, workdir, _describe(holder))
 
 
-def _acquire(workdir: pathlib.Path) -> bool:
+def _acquire(workdir: pathlib.Path, flag: str) -> bool:
   """Takes the lock; returns whether this call created the workdir directory."""
   created = not workdir.exists()
   try:
@@ -141,12 +143,12 @@ def _acquire(workdir: pathlib.Path) -> bool:
       if holder is None:
         continue  # released in between: try again
       if not _stale(holder):
-        raise _locked_error(workdir, holder)
-      _take_over(workdir, holder)
+        raise _locked_error(workdir, holder, flag)
+      _take_over(workdir, holder, flag)
   except OSError as e:  # a file where the workdir should be, no permission, a name too long
-    raise WorkdirError(f"workdir {workdir}: cannot create its lock file "
-                       f"({e.strerror or type(e).__name__})") from None
-  raise _locked_error(workdir, _holder(workdir / LOCK) or {})
+    raise WorkdirError(f"{'workdir' if flag == '--workdir' else flag} {workdir}: cannot "
+                       f"create its lock file ({e.strerror or type(e).__name__})") from None
+  raise _locked_error(workdir, _holder(workdir / LOCK) or {}, flag)
 
 
 def read_config(workdir) -> dict | None:
@@ -156,8 +158,11 @@ def read_config(workdir) -> dict | None:
 
 
 @contextlib.contextmanager
-def lock(workdir, expect_config: dict | None = None):
+def lock(workdir, expect_config: dict | None = None, flag: str = "--workdir"):
   """Holds `workdir`'s lock for the block (process 0 only); released on any exit.
+
+  `flag` is the option that named the directory, for the messages (`jaxdl data` locks its
+  `--out` folder the same way, so two runs writing one output cannot interleave).
 
   `expect_config` is the workdir's config.json as read (unlocked) before: if another run changed
   it in between, the run stops rather than act on a stale reading. A workdir this call had to
@@ -168,7 +173,7 @@ def lock(workdir, expect_config: dict | None = None):
   if jax.process_index() != 0:
     yield
     return
-  created = _acquire(workdir)
+  created = _acquire(workdir, flag)
   try:
     if read_config(workdir) != expect_config:
       raise WorkdirError(f"workdir {workdir}: another run wrote it while this one was starting; "
@@ -238,11 +243,12 @@ def completed_summary(workdir, steps: int) -> dict | None:
 
   Complete: the latest checkpoint is at `steps` or beyond and matches its checksums, and the
   stored summary is of that step; said in one line. A latest checkpoint at `steps` without a
-  verified summary (a run of an older jaxdl) is said too, and left to the restore.
+  verified summary (a run killed before writing it, or of an older jaxdl) is said too, and left
+  to the loop, which restores it and recomputes the summary (evaluating that checkpoint).
   """
   workdir = pathlib.Path(workdir)
   ckpts = workdir / "checkpoints"
-  saved = [int(p.name) for p in ckpts.iterdir() if p.name.isdigit()] if ckpts.is_dir() else []
+  saved = jckpt.saved_steps(ckpts)
   if not saved or max(saved) < steps:
     return None
   latest, summary = max(saved), read_summary(workdir)
@@ -253,5 +259,5 @@ def completed_summary(workdir, steps: int) -> dict | None:
     return summary
   if problem in (None, "unverified"):
     log.info("workdir %s: already complete at step %d (train.steps=%d), without a verified "
-             "stored summary; restoring it (no metrics to report)", workdir, latest, steps)
+             "stored summary; restoring it to recompute the summary", workdir, latest, steps)
   return None
