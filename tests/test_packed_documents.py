@@ -25,10 +25,10 @@ CONFIGS = {
                     moe_capacity=2.0),
 }
 # The reproduction (two documents of 3 tokens), and a window that opens inside a
-# document (segment 0: [9]) then holds three documents of different lengths; the 2-token one is
-# shorter than the SSM's K - 1 = 3 convolution taps, so the last document's taps reach back over
-# two boundaries.
-ROWS = [([], [[1, 2, 3], [4, 5, 6]]), ([9], [[1, 2, 3, 4, 5], [7], [8, 6, 4]])]
+# document (segment 0: [9, 8]) then holds three documents of different lengths; the 2-token one
+# is shorter than the SSM's K - 1 = 3 convolution taps, so the last document's taps reach back
+# over two boundaries. The pieces run alone have 3 lengths (2, 4, 6): 3 compiles of the forward.
+ROWS = [([], [[1, 2, 3], [4, 5, 6]]), ([9, 8], [[1, 2, 3, 4, 5], [7], [8, 6, 4]])]
 
 
 def _window(cut, docs):
@@ -84,14 +84,15 @@ def test_segment_ids_without_positions_and_a_mask_with_the_ssm_are_refused():
   x_BxT, _ = _window(*ROWS[0])
   seg_BxT, _ = packing.segment_positions(x_BxT, EOT)
   model = build_model(gpt_config("", **BASE))
-  v = model.init(jax.random.PRNGKey(0), x_BxT, train=False)
+  # Traced, not run: the refusals come before any computation (eval_shape compiles nothing).
+  v = jax.eval_shape(lambda k: model.init(k, x_BxT, train=False), jax.random.PRNGKey(0))
   with pytest.raises(ValueError, match="segment_ids without positions.*model.pos") as e:
-    model.apply(v, x_BxT, train=False, segment_ids=seg_BxT)
+    jax.eval_shape(lambda v: model.apply(v, x_BxT, train=False, segment_ids=seg_BxT), v)
   assert "\n" not in str(e.value)
   ssm = build_model(gpt_config("", **BASE, mixer="ssm"))
   block = Block(ssm.block_spec)
   h = jnp.zeros((1, 8, 16))
-  bv = block.init(jax.random.PRNGKey(0), h)
+  bv = jax.eval_shape(block.init, jax.random.PRNGKey(0), h)
   with pytest.raises(ValueError, match="model.mixer='ssm'.*segment_ids") as e:
-    block.apply(bv, h, mask=jnp.ones((1, 1, 8, 8), bool))
+    jax.eval_shape(lambda bv: block.apply(bv, h, mask=jnp.ones((1, 1, 8, 8), bool)), bv)
   assert "\n" not in str(e.value)

@@ -19,11 +19,17 @@ TINY = dict(vocab_size=32, block_size=16, n_layer=2, n_head=2, d_model=16, mixer
             ssm_state=4, init_name="xavier")
 
 
-def test_scan_equals_step_by_step_recurrence():
+@pytest.fixture(scope="module")
+def mixer():
+  """One mixer (d 8, N 4, Xavier), an input (2, 12, 8), its variables and the jitted scan,
+  shared by the scan tests (one compile of the init and of each shape's scan)."""
   layer = SelectiveSSM(8, GPT(d_model=8, mixer="ssm", ssm_state=4, init_name="xavier").block_spec)
   x = jax.random.normal(jax.random.PRNGKey(0), (2, 12, 8))
-  v = jax.jit(layer.init)(jax.random.PRNGKey(1), x)
-  scan = jax.jit(layer.apply)
+  return layer, x, jax.jit(layer.init)(jax.random.PRNGKey(1), x), jax.jit(layer.apply)
+
+
+def test_scan_equals_step_by_step_recurrence(mixer):
+  layer, x, v, scan = mixer
   y_scan = scan(v, x)
   step = jax.jit(lambda v, x_t, h: layer.apply(v, x_t, h, method=layer.step))
   state = layer.apply(v, 2, method=layer.init_state)
@@ -40,13 +46,10 @@ def test_scan_equals_step_by_step_recurrence():
   assert float(jnp.abs(y_late - y_scan[:, 6:]).max()) > 1e-3
 
 
-def test_segment_ids_restart_the_scan_and_the_convolution():
+def test_segment_ids_restart_the_scan_and_the_convolution(mixer):
   """Two segments of 5 and 7 tokens (longer than the K - 1 = 3 taps) scanned together equal
   each scanned alone from the zero state; one segment is the plain scan."""
-  layer = SelectiveSSM(8, GPT(d_model=8, mixer="ssm", ssm_state=4, init_name="xavier").block_spec)
-  x = jax.random.normal(jax.random.PRNGKey(0), (2, 12, 8))
-  v = jax.jit(layer.init)(jax.random.PRNGKey(1), x)
-  scan = jax.jit(layer.apply)
+  _, x, v, scan = mixer
   seg = jnp.broadcast_to(jnp.repeat(jnp.array([3, 4]), jnp.array([5, 7]), total_repeat_length=12),
                          (2, 12))
   y_packed = scan(v, x, segment_ids=seg)
@@ -57,34 +60,40 @@ def test_segment_ids_restart_the_scan_and_the_convolution():
   assert float(jnp.abs(y_packed[:, 5:] - y[:, 5:]).max()) > 1e-2  # the reset matters
 
 
-def test_cached_decoding_of_a_document_equals_its_logits_packed():
-  """Cached decoding continues one document: run from an empty cache it gives the second packed
-  document's logits of the full forward with segment ids (a third computation)."""
+@pytest.fixture(scope="module")
+def tiny_gpt():
+  """TINY's GPT initialized once (key 3), its jitted forward and one-token decode, shared by the
+  decoding tests (one compile of each)."""
   model = build_model(gpt_config("", **TINY))
-  x = np.array(jax.random.randint(jax.random.PRNGKey(2), (1, 10), 0, 31))
-  x[:, [0, 4]] = 31  # end-of-text 31 opens documents of 4 and 6 tokens
-  seg, positions = segment_positions(x, 31)
-  v = jax.jit(lambda k: model.init(k, x, train=False))(jax.random.PRNGKey(3))
-  packed = jax.jit(lambda v, x: model.apply(v, x, train=False, segment_ids=seg,
-                                            positions=positions))(v, x)
+  v = jax.jit(lambda k: model.init(k, jnp.zeros((2, 10), jnp.int32), train=False))(
+      jax.random.PRNGKey(3))
+  forward = jax.jit(lambda v, x: model.apply(v, x, train=False))
+  # One token at a time from an empty state (pos traced: one compile for all steps).
   decode = jax.jit(lambda v, x_t, cache, pos: model.apply(v, x_t, train=False, cache=cache,
                                                            pos=pos))
-  cache, outs = init_cache(model, 1), []
+  return model, v, forward, decode
+
+
+def test_cached_decoding_of_a_document_equals_its_logits_packed(tiny_gpt):
+  """Cached decoding continues one document: run from an empty cache it gives the second packed
+  document's logits of the full forward with segment ids (a third computation)."""
+  model, v, _, decode = tiny_gpt
+  x = np.array(jax.random.randint(jax.random.PRNGKey(2), (2, 10), 0, 31))
+  x[:, [0, 4]] = 31  # end-of-text 31 opens documents of 4 and 6 tokens
+  seg, positions = segment_positions(x, 31)
+  packed = jax.jit(lambda v, x: model.apply(v, x, train=False, segment_ids=seg,
+                                            positions=positions))(v, x)
+  cache, outs = init_cache(model, 2), []
   for t in range(4, 10):
     logits, cache = decode(v, x[:, t:t + 1], cache, jnp.int32(t - 4))
     outs.append(logits)
   np.testing.assert_allclose(np.concatenate(outs, 1), packed[:, 4:], rtol=1e-5, atol=1e-5)
 
 
-def test_gpt_ssm_cached_decoding_equals_full_forward_and_is_causal():
-  model = build_model(gpt_config("", **TINY))
+def test_gpt_ssm_cached_decoding_equals_full_forward_and_is_causal(tiny_gpt):
+  model, v, forward, decode = tiny_gpt
   x = jax.random.randint(jax.random.PRNGKey(2), (2, 10), 0, 32)
-  v = jax.jit(lambda k: model.init(k, x, train=False))(jax.random.PRNGKey(3))
-  forward = jax.jit(lambda v, x: model.apply(v, x, train=False))
   full = forward(v, x)
-  # One token at a time from an empty state (pos traced: one compile for all steps).
-  decode = jax.jit(lambda v, x_t, cache, pos: model.apply(v, x_t, train=False, cache=cache,
-                                                           pos=pos))
   cache, outs = init_cache(model, 2), []
   for t in range(10):
     logits, cache = decode(v, x[:, t:t + 1], cache, jnp.int32(t))
