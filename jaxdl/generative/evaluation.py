@@ -281,9 +281,14 @@ def digit_grid(img_KxMx8x8, path):
 def after_training(config, workdir, summary=None, **eval_kwargs) -> dict:
   """The generative experiments' post-training step: `evaluate` on the final checkpoint, returned
   under 'generative'. `eval_kwargs` go to `evaluate` (e.g. `classifier=` for the digits check);
-  the sample count defaults to `gen.eval_num` (split evenly over the classes on digits)."""
+  the sample count defaults to `gen.eval_num` (split evenly over the classes on digits); a smoke
+  run (`config.smoke`) evaluates the 2-D toys at `gen.steps` only, over 2 rounds."""
   del summary
-  num = parse_gen(config).eval_num
+  gen = parse_gen(config)
+  num = gen.eval_num
+  if config.smoke:  # a smoke run checks the procedure, not the numbers: one step count, 2 rounds
+    eval_kwargs.setdefault("steps_list", (gen.steps,))
+    eval_kwargs.setdefault("repeats", 2)
   if config.data.name == "digits":
     eval_kwargs.setdefault("per_class", max(num // config.gen.num_classes, 1))
   else:
