@@ -150,8 +150,9 @@ def switchable_registry(path: str) -> dict:
 
 def switch_section(path: str, section, name: str):
   """Section `path` re-written for class `name` of its registry: that class's keys at their
-  defaults, with the values of the keys every class has (the registry base's: a data section's
-  batch size) kept from `section`. None when `path` is not a switchable section."""
+  defaults, except the keys the section's current class has too, which keep the section's values
+  (a data section's batch size; a text source's context length when another text source
+  replaces it). None when `path` is not a switchable section."""
   registry = SWITCHABLE.get(path)
   if not registry:
     return None
@@ -159,7 +160,8 @@ def switch_section(path: str, section, name: str):
   if name not in registry:
     fail(base.prefix, "name", f"unknown {base.kind} {name!r}; expected one of "
          f"{', '.join(registry)}")
-  shared = set.intersection(*(set(hints(c)) for c in registry.values()))
+  current = registry.get(section.get("name"))
+  shared = set(hints(registry[name])) & set(hints(current) if current else ())
   return default_section(registry[name], **{k: section[k] for k in shared if k in section})
 
 
