@@ -303,12 +303,18 @@ def small_tmpfs(tmp_path):
   test in test_durability.py stands in)."""
   mnt = tmp_path / "disk"
   mnt.mkdir()
-  r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", str(mnt)],
+  yield from _mounted_tmpfs(mnt, "size=300k")
+
+
+def _mounted_tmpfs(path, options: str):
+  """Yields `path` with a tmpfs of `options` mounted on it, unmounted afterwards; skips the
+  test where mounting is not allowed."""
+  r = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
                      capture_output=True)
   if r.returncode != 0:
-    pytest.skip("cannot mount a tmpfs here")
-  yield mnt
-  subprocess.run(["umount", "-l", str(mnt)], check=False)
+    pytest.skip(f"cannot mount a tmpfs ({options}) here")
+  yield path
+  subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 def test_a_real_full_disk_is_one_line_and_the_run_resumes_once_space_is_freed(small_tmpfs):
@@ -341,12 +347,8 @@ def read_only_checkpoints(tmp_path):
     yield workdir
     ckpts.chmod(0o755)
     return
-  r = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(ckpts)],
-                     capture_output=True)
-  if r.returncode != 0:
-    pytest.skip("cannot mount a read-only tmpfs here")
-  yield workdir
-  subprocess.run(["umount", "-l", str(ckpts)], check=False)
+  for _ in _mounted_tmpfs(ckpts, "ro,size=64k"):
+    yield workdir
 
 
 def test_a_failed_async_save_ends_the_program_in_seconds_with_one_line(read_only_checkpoints):
