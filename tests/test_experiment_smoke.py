@@ -15,7 +15,7 @@ from jaxdl.config import list_experiments
 TESTS = pathlib.Path(__file__).resolve().parent
 # Experiments whose smoke run no other test makes. Two steps each: the point is that the whole
 # command (config, engine, after_training) runs; each experiment's own numbers are its docstring's.
-HERE = ("ddpm_digits_cfg", "ddpm_toy2d", "digits_lstm", "digits_mlp", "digits_vit",
+HERE = ("ddpm_digits_cfg", "ddpm_toy2d", "digits_lstm", "digits_mlp", "digits_vit", "edm_digits",
         "graph_classify")
 # The generative table trains every family (minutes even at smoke size); its rows' code is
 # tested in test_generative_table.py and each family's smoke run in its own test file.

@@ -230,13 +230,14 @@ def test_a_new_sampler_is_one_registered_function(monkeypatch):
   z = lam / n
   np.testing.assert_allclose(sample(None, jax.random.PRNGKey(0), 5, x_init=EPS5),
                              EPS5 * (1 + z + z**2 / 2 + z**3 / 4) ** n, rtol=1e-6)
-  with pytest.raises(ValueError, match=r"needs the 'flow' path.*\['ddim', 'ddpm'\]"):
+  with pytest.raises(ValueError, match=r"needs the 'flow' path.*\['ddim', 'ddpm', 'dpmpp_2m'"):
     samplers.make_sampler(two_point_field, paths.make_path("ddpm", T=10), sampler="heun2")
 
 
 def test_the_registry_names_its_samplers_and_refuses_a_second_registration():
-  assert sorted(samplers.SAMPLERS) == ["ddim", "ddpm", "euler", "heun"]
-  with pytest.raises(ValueError, match=r"sampler='rk4': expected one of \['ddim', 'ddpm', 'euler'"):
+  assert sorted(samplers.SAMPLERS) == ["ddim", "ddpm", "dpmpp_2m", "dpmpp_3m", "edm_heun",
+                                       "euler", "heun"]
+  with pytest.raises(ValueError, match=r"sampler='rk4': expected one of \['ddim', 'ddpm', 'dpmpp"):
     samplers.make_sampler(two_point_field, FLOW, sampler="rk4")
   with pytest.raises(ValueError, match="'euler' is already registered"):
     samplers.register_sampler("euler")(lambda grid, variables, x, i, key, y_B: x)

@@ -20,7 +20,8 @@ HELP = "sample from a trained flow_matching / ddpm / vae / gan run"
 def add_arguments(parser) -> None:
   parser.add_argument("workdir", help="the run's workdir (config.json + checkpoints/)")
   parser.add_argument("--sampler", default=None,
-                      help="ddpm | ddim | euler | heun (default: the run's)")
+                      help="ddpm | ddim | euler | heun | edm_heun | dpmpp_2m | dpmpp_3m "
+                           "(default: the run's)")
   parser.add_argument("--steps", type=int, default=None, help="sampler steps (default: the run's)")
   parser.add_argument("--guidance", type=float, default=None, help="classifier-free guidance w")
   parser.add_argument("--eta", type=float, default=None,

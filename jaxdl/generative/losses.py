@@ -8,6 +8,10 @@ t ~ U{1..T} for DDPM), x_t = alpha_t x + sigma_t eps and the loss is the unweigh
 with target = eps (the DDPM loss, a reweighted ELBO), x (x0 prediction),
 alpha eps - sigma x (v prediction) or x - eps (flow matching velocity; its minimiser is
 v*(y, t) = E[x - eps | x_t = y]). Examples with batch['mask'] = 0 (padding) do not count.
+On the EDM path (`paths.EDMPath`, t = sigma ~ log-normal) the data enter as x / sigma_data and the
+target of prediction 'edm' is F = sigma x - alpha eps: the unweighted MSE of F is Karras et al.'s
+weighted loss lambda(sigma) ||D - x||^2 / D, since D - x = c_out (F - F_target) and
+lambda = 1 / c_out^2 (`paths.EDMPath`).
 
 Shapes: B batch; x_B... a batch with any trailing data dims.
 """
@@ -54,7 +58,7 @@ def denoising_loss(predict_fn: Callable, x, rng_time, rng_noise, path, *, predic
     (loss, per_example_B, aux): loss the masked mean of the per-example MSE.
   """
   paths_lib.check_prediction(prediction, path)  # a target off its path trains the wrong field
-  x = x.astype(jnp.float32)
+  x = x.astype(jnp.float32) / path.data_scale
   t_B = path.sample_train_time(rng_time, x.shape[0])
   eps = jax.random.normal(rng_noise, x.shape, jnp.float32)
   alpha_B, sigma_B = path.alpha_sigma(t_B)

@@ -20,10 +20,18 @@ Classifier-free guidance mixes the raw outputs, out~ = out(x) + w (out(x, c) - o
 batched call of size 2B per evaluation (the null class marks "unconditional"); this is exact for
 eps, x0, v and velocity outputs alike because the conversions are affine in the output.
 
+  'edm_heun'  Karras et al.'s Heun sampler in sigma_ve = sigma / alpha with optional churn, last
+           step Euler; 'dpmpp_2m', 'dpmpp_3m' DPM-Solver++ multistep (`jaxdl.generative.solvers`).
+The grid is the path's own (`path.time_grid`) or one spaced evenly in t, the log-SNR or Karras's
+sigma^(1/rho) (`spacing`, `jaxdl.generative.spacings`).
+
 Each update is one entry of `SAMPLERS`, a pure `step(grid, variables, x, i, key, y_B) -> x_s`
 registered with `@register_sampler(name, continuous_only=...)`; the `Grid` gives it the time grid,
 (alpha, sigma), eta and the network as `grid.predict` (x_hat, eps_hat, out) and `grid.velocity`
 (dx/dt). A new sampler is one such function: `make_sampler(..., sampler=name)` then finds it.
+A multistep rule (`history` = k > 0) is `step(grid, variables, x, hist, i, key, y_B) -> (x_s,
+hist)` with k earlier arrays in the scan's carry; a rule's `prepare` computes its per-step
+constants on the host (`grid.coef`); `order` is the fewest steps it takes.
 
 Shapes: B samples, N steps; x_B... is a batch of samples of `sample_shape`.
 """
@@ -38,6 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdl.generative import paths as paths_lib
+from jaxdl.generative import solvers, spacings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,22 +55,31 @@ class SamplerRule:
 
   continuous_only: the rule evaluates d x/dt (an ODE in continuous time), so it needs a path with
   `path.continuous` (the flow path); on a DDPM path `make_sampler` refuses it.
+  order: the fewest steps the rule takes (a k-th order solver refuses N < k).
+  history: k > 0 for a multistep rule, which carries k earlier arrays (see the module docstring).
+  prepare: `prepare(path, t_N1, alpha_N1, sigma_N1, options) -> dict` of per-step constants
+  (float64 numpy arrays, computed once; `grid.coef`), or None.
   """
   step: Callable
   continuous_only: bool = False
+  order: int = 1
+  history: int = 0
+  prepare: Callable | None = None
 
 
 # name -> SamplerRule, filled by @register_sampler below (and by any module that adds a sampler).
 SAMPLERS: dict[str, SamplerRule] = {}
 
 
-def register_sampler(name: str, *, continuous_only: bool = False):
-  """Decorator: registers `step(grid, variables, x, i, key, y_B) -> x_next` as sampler `name`."""
+def register_sampler(name: str, *, continuous_only: bool = False, order: int = 1,
+                     history: int = 0, prepare: Callable | None = None):
+  """Decorator: registers `step(grid, variables, x, i, key, y_B) -> x_next` as sampler `name`
+  (with `history` > 0: `step(grid, variables, x, hist, i, key, y_B) -> (x_next, hist)`)."""
   def register(step: Callable) -> Callable:
     if name in SAMPLERS:
       # A second registration would silently change what an existing config samples with.
       raise ValueError(f"sampler {name!r} is already registered: {sorted(SAMPLERS)}")
-    SAMPLERS[name] = SamplerRule(step, continuous_only)
+    SAMPLERS[name] = SamplerRule(step, continuous_only, order, history, prepare)
     return step
   return register
 
@@ -125,15 +143,23 @@ class Grid:
   prediction: str
   guidance: float | None
   null_class: int | None
-  clip_x0: float | None
+  clip_x0: float | None  # in the path's units: clip_x0 / path.data_scale
+  coef: Any = None  # the rule's per-step constants (`SamplerRule.prepare`), float32
+  model_time: Callable | None = None  # path.model_time, for `predict_at`
 
   def predict(self, variables, x, j, y_B):
     """(x_hat, eps_hat, raw output) at grid point j."""
+    return self._predict(variables, x, self.tm[j], self.alpha[j], self.sigma[j], y_B)
+
+  def predict_at(self, variables, x, t, alpha, sigma, y_B):
+    """(x_hat, eps_hat) at a time t between the grid's points, with its (alpha, sigma)."""
+    return self._predict(variables, x, self.model_time(t), alpha, sigma, y_B)[:2]
+
+  def _predict(self, variables, x, tm, a, s, y_B):
     # Every sample is at the same time: pass it once, shape (1,), so that a denoiser can embed it
     # once and broadcast (per-sample (B,) times are for training).
-    tm_1 = self.tm[j][None]
-    out = guided_output(self.apply_fn, variables, x, tm_1, y_B, self.guidance, self.null_class)
-    a, s = self.alpha[j], self.sigma[j]
+    out = guided_output(self.apply_fn, variables, x, tm[None], y_B, self.guidance,
+                        self.null_class)
     x_hat, eps_hat = paths_lib.to_x_eps(out, x, a, s, self.prediction)
     if self.clip_x0 is not None:
       x_hat = jnp.clip(x_hat, -self.clip_x0, self.clip_x0)
@@ -187,9 +213,24 @@ def heun(grid, variables, x, i, key, y_B):
   return x + 0.5 * h * (v_t + grid.velocity(variables, x_e, i + 1, y_B))
 
 
+register_sampler("edm_heun", order=2, prepare=solvers.edm_heun_coefficients)(solvers.edm_heun)
+register_sampler("dpmpp_2m", order=2, history=1,
+                 prepare=solvers.multistep_coefficients(2))(solvers.dpmpp)
+register_sampler("dpmpp_3m", order=3, history=2,
+                 prepare=solvers.multistep_coefficients(3))(solvers.dpmpp)
+
+
+def _check_churn(s_churn, s_tmin, s_tmax, s_noise):
+  if not s_churn >= 0 or not s_tmin >= 0 or not s_noise >= 0:
+    raise ValueError(f"s_churn={s_churn}, s_tmin={s_tmin}, s_noise={s_noise}: each must be >= 0")
+  if s_tmax is not None and not s_tmax >= s_tmin:
+    raise ValueError(f"s_tmax={s_tmax}: expected s_tmax >= s_tmin = {s_tmin} (None: no bound)")
+
+
 def _build(apply_fn, path, *, sampler, steps, sample_shape, prediction, eta, guidance,
-           num_classes, t_end, clip_x0):
-  """Validates the settings and returns (init_fn, step_fn, n_steps), shared by both loops."""
+           num_classes, t_end, clip_x0, spacing=None, rho=7.0, s_churn=0.0, s_tmin=0.0,
+           s_tmax=None, s_noise=1.0):
+  """Validates the settings and returns (init_fn, step_fn, n_steps, rule), shared by the loops."""
   if sampler not in SAMPLERS:
     raise ValueError(f"sampler={sampler!r}: expected one of {sorted(SAMPLERS)}")
   if not isinstance(steps, (int, np.integer)) or steps < 1:
@@ -199,6 +240,15 @@ def _build(apply_fn, path, *, sampler, steps, sample_shape, prediction, eta, gui
     discrete = sorted(n for n, r in SAMPLERS.items() if not r.continuous_only)
     raise ValueError(f"sampler={sampler!r} works in continuous time and needs the 'flow' path; "
                      f"for a {path.name!r} path use one of {discrete}")
+  refused = getattr(path, "refuses", {}).get(sampler)
+  if refused:
+    raise ValueError(f"sampler={sampler!r} cannot run on the {path.name!r} path: {refused}")
+  if steps < rule.order:
+    raise ValueError(f"steps={steps}: sampler={sampler!r} is of order {rule.order} and takes "
+                     f"steps >= {rule.order}")
+  _check_churn(s_churn, s_tmin, s_tmax, s_noise)
+  if s_churn and sampler != "edm_heun":
+    raise ValueError(f"s_churn={s_churn}: churn is an option of 'edm_heun', not {sampler!r}")
   # The conversions to (x_hat, eps_hat) hold only on their paths: elsewhere they would return
   # a wrong x_hat silently, so a prediction that does not fit the path is refused here.
   paths_lib.check_prediction(prediction, path)
@@ -208,22 +258,34 @@ def _build(apply_fn, path, *, sampler, steps, sample_shape, prediction, eta, gui
   if eta < 0:
     raise ValueError(f"eta={eta}: expected eta >= 0")
 
-  t_N1 = path.time_grid(steps, t_end) if path.continuous else path.time_grid(steps)
+  t_N1 = spacings.time_grid(path, steps, spacing, rho=rho, t_end=t_end)
   alpha_N1, sigma_N1 = (np.asarray(a, np.float64) for a in path.alpha_sigma(t_N1))
   da, ds = path.d_alpha_sigma(t_N1) if path.continuous else (None, None)
+  coef = None
+  if rule.prepare is not None:
+    options = dict(s_churn=s_churn, s_tmin=s_tmin, s_tmax=s_tmax, s_noise=s_noise)
+    coef = {k: jnp.asarray(v, jnp.bool_ if v.dtype == bool else jnp.float32)
+            if isinstance(v, np.ndarray) else v
+            for k, v in rule.prepare(path, t_N1, alpha_N1, sigma_N1, options).items()}
   grid = Grid(
       t=jnp.asarray(t_N1, jnp.float32), tm=jnp.asarray(path.model_time(t_N1), jnp.float32),
       alpha=jnp.asarray(alpha_N1, jnp.float32), sigma=jnp.asarray(sigma_N1, jnp.float32),
       eta=eta, d_alpha=da, d_sigma=ds, apply_fn=apply_fn, prediction=prediction,
-      guidance=guidance, null_class=num_classes if num_classes else None, clip_x0=clip_x0)
+      guidance=guidance, null_class=num_classes if num_classes else None,
+      clip_x0=None if clip_x0 is None else clip_x0 / path.data_scale, coef=coef,
+      model_time=path.model_time)
 
-  def step_fn(variables, x, i, key, y_B):
-    return rule.step(grid, variables, x, i, key, y_B)
+  def step_fn(variables, carry, i, key, y_B):
+    """One update on the scan's carry (x, hist); hist is () for a one-step rule."""
+    x, hist = carry
+    if rule.history:
+      return rule.step(grid, variables, x, hist, i, key, y_B)
+    return rule.step(grid, variables, x, i, key, y_B), hist
 
   def init_fn(rng, num):
     return jax.random.normal(rng, (num,) + tuple(sample_shape), jnp.float32)
 
-  return init_fn, step_fn, steps
+  return init_fn, step_fn, steps, rule
 
 
 def _check_y(y, num, num_classes):
@@ -243,53 +305,67 @@ def _check_y(y, num, num_classes):
 def make_sampler(apply_fn: Callable, path, *, sampler: str = "heun", steps: int = 50,
                  sample_shape=(2,), prediction: str = "velocity", eta: float = 0.0,
                  guidance: float | None = None, num_classes: int = 0, t_end: float = 1.0,
-                 clip_x0: float | None = None, return_trajectory: bool = False):
+                 clip_x0: float | None = None, return_trajectory: bool = False,
+                 spacing: str | None = None, rho: float = 7.0, s_churn: float = 0.0,
+                 s_tmin: float = 0.0, s_tmax: float | None = None, s_noise: float = 1.0):
   """Builds a jitted sampler for a denoiser trained on `path`.
 
   Args:
     apply_fn: `apply_fn(variables, x_t, t_1, y=y_B or None, train=False) -> out` (the denoiser
       convention; `t_1` is `path.model_time(t)` with shape (1,), shared by the batch; y = None
       or the null class means unconditional).
-    path: `paths.FlowPath()` or a `paths.DDPMPath` (see `paths.make_path`).
+    path: `paths.FlowPath()`, a `paths.DDPMPath` or a `paths.EDMPath` (`paths.make_path`).
     sampler: a name in `SAMPLERS`: 'ddpm' (ancestral), 'ddim', 'euler' or 'heun' (the last two
-      need the flow path), or one added with `register_sampler`.
-    steps: number of updates N >= 1 (network calls: N, 2N for Heun, doubled under guidance).
-      On a DDPM path the grid is an evenly spaced integer sub-sequence of T..0, steps <= T.
+      need a continuous path), 'edm_heun', 'dpmpp_2m', 'dpmpp_3m', or one added with
+      `register_sampler`. A path may refuse one (`path.refuses`: 'heun' on EDM).
+    steps: number of updates N >= the rule's order (network calls: N; 2N for Heun, 2N - 1 for
+      EDM-Heun to sigma = 0; doubled under guidance). On a DDPM path the grid is an integer
+      sub-sequence of T..0, steps <= T.
     sample_shape: shape of one sample, e.g. (2,) or (8, 8, 1).
     prediction: the network's output, one of `path.predictions`: 'velocity' or 'x0' on the flow,
-      'eps', 'x0' or 'v' on DDPM (see `paths.to_x_eps`); another raises ValueError.
+      'eps', 'x0' or 'v' on DDPM, 'edm', 'v', 'eps' or 'x0' on EDM (`paths.to_x_eps`); another
+      raises ValueError.
     eta: DDIM noise scale, c^2 = eta^2 sigma_s^2 (1 - SNR_t/SNR_s); 0 is deterministic.
     guidance: w in out~ = out(x) + w (out(x, c) - out(x)); None samples with y as given
       (unconditional if y is None). Needs num_classes > 0.
     num_classes: K classes of a conditional model; class K is the null class.
     t_end: final flow time (< 1 when the field is singular at t = 1, e.g. the two-point field).
     clip_x0: clip x_hat to [-clip_x0, clip_x0] at each step (pixel data), or None.
-    return_trajectory: also return x at every grid point, shape (N + 1, B, ...), noise first.
+    return_trajectory: also return x_t at every grid point, shape (N + 1, B, ...), noise first
+      (in the path's coordinates: on EDM the data end holds x / sigma_data).
+    spacing: None (the path's own grid), 'time', 'logsnr' or 'karras' (`spacings.time_grid`);
+      rho: Karras's exponent, > 0.
+    s_churn, s_tmin, s_tmax, s_noise: EDM-Heun's churn: gamma = min(s_churn / N, sqrt 2 - 1)
+      where s_tmin <= sigma_ve <= s_tmax (None: no upper bound), fresh noise scaled by s_noise;
+      s_churn = 0 (the default) is the deterministic sampler.
 
   Returns:
     `sample(variables, rng, num, y=None, x_init=None)` -> x_B... (or (x_B..., traj_N1xB...)):
     starts from x_init (num, *sample_shape) if given, else eps ~ N(0, I) drawn from `rng`, and
-    runs the N updates as one `lax.scan`; step i uses the key fold_in(rng_loop, i). `y` is an
-    int or (num,) ints in 0..K-1, checked before the compiled call.
+    runs the N updates as one `lax.scan`; step i uses the key fold_in(rng_loop, i); returns
+    path.data_scale x_N. `y` is an int or (num,) ints in 0..K-1, checked before the compiled call.
   """
-  init_fn, step_fn, n = _build(apply_fn, path, sampler=sampler, steps=steps,
-                               sample_shape=sample_shape, prediction=prediction, eta=eta,
-                               guidance=guidance, num_classes=num_classes, t_end=t_end,
-                               clip_x0=clip_x0)
+  init_fn, step_fn, n, rule = _build(
+      apply_fn, path, sampler=sampler, steps=steps, sample_shape=sample_shape,
+      prediction=prediction, eta=eta, guidance=guidance, num_classes=num_classes, t_end=t_end,
+      clip_x0=clip_x0, spacing=spacing, rho=rho, s_churn=s_churn, s_tmin=s_tmin, s_tmax=s_tmax,
+      s_noise=s_noise)
   needs_y = guidance is not None
+  data_scale = path.data_scale
 
   def core(variables, rng, num, y_B, x_init):
     k_init, k_loop = jax.random.split(rng)
     x0 = init_fn(k_init, num) if x_init is None else jnp.asarray(x_init, jnp.float32)
 
-    def body(x, i):
-      x = step_fn(variables, x, i, jax.random.fold_in(k_loop, i), y_B)
-      return x, (x if return_trajectory else None)
+    def body(carry, i):
+      carry = step_fn(variables, carry, i, jax.random.fold_in(k_loop, i), y_B)
+      return carry, (carry[0] if return_trajectory else None)
 
-    x, traj = jax.lax.scan(body, x0, jnp.arange(n))
+    (x, _), traj = jax.lax.scan(body, (x0, solvers.init_history(x0, rule.history)),
+                                jnp.arange(n))
     if return_trajectory:
-      return x, jnp.concatenate([x0[None], traj])
-    return x
+      return x * data_scale, jnp.concatenate([x0[None], traj])
+    return x * data_scale
 
   core_jit = jax.jit(core, static_argnums=(2,))
 
@@ -308,27 +384,33 @@ def make_sampler(apply_fn: Callable, path, *, sampler: str = "heun", steps: int 
 def make_step(apply_fn: Callable, path, *, sampler: str = "heun", steps: int = 50,
               sample_shape=(2,), prediction: str = "velocity", eta: float = 0.0,
               guidance: float | None = None, num_classes: int = 0, t_end: float = 1.0,
-              clip_x0: float | None = None):
+              clip_x0: float | None = None, **options):
   """The jitted update `step(variables, x, i, key, y_B) -> x` that `make_sampler` with the same
-  arguments scans over i = 0..N-1 (one denoiser call plus the update; two calls for Heun)."""
-  _, step_fn, _ = _build(apply_fn, path, sampler=sampler, steps=steps,
-                         sample_shape=sample_shape, prediction=prediction, eta=eta,
-                         guidance=guidance, num_classes=num_classes, t_end=t_end,
-                         clip_x0=clip_x0)
-  return jax.jit(step_fn)
+  arguments scans over i = 0..N-1 (one denoiser call plus the update; two calls for Heun); for a
+  multistep rule `step(variables, (x, hist), i, key, y_B) -> (x, hist)`, hist starting as
+  `solvers.init_history(x, SAMPLERS[sampler].history)`. `options`: spacing, rho and the churn
+  keys of `make_sampler`."""
+  _, step_fn, _, rule = _build(apply_fn, path, sampler=sampler, steps=steps,
+                               sample_shape=sample_shape, prediction=prediction, eta=eta,
+                               guidance=guidance, num_classes=num_classes, t_end=t_end,
+                               clip_x0=clip_x0, **options)
+  if rule.history:
+    return jax.jit(step_fn)
+  return jax.jit(lambda variables, x, i, key, y_B: step_fn(variables, (x, ()), i, key, y_B)[0])
 
 
 def make_python_loop_sampler(apply_fn: Callable, path, *, sampler: str = "heun", steps: int = 50,
                              sample_shape=(2,), prediction: str = "velocity", eta: float = 0.0,
                              guidance: float | None = None, num_classes: int = 0,
-                             t_end: float = 1.0, clip_x0: float | None = None):
+                             t_end: float = 1.0, clip_x0: float | None = None, **options):
   """The same sampler as a Python loop over the jitted `make_step` (for tests).
 
   Same arguments and same samples as `make_sampler` (same keys, same update), one dispatch per step.
   """
   kw = dict(sampler=sampler, steps=steps, sample_shape=sample_shape, prediction=prediction,
-            eta=eta, guidance=guidance, num_classes=num_classes, t_end=t_end, clip_x0=clip_x0)
-  init_fn, _, n = _build(apply_fn, path, **kw)
+            eta=eta, guidance=guidance, num_classes=num_classes, t_end=t_end, clip_x0=clip_x0,
+            **options)
+  init_fn, _, n, rule = _build(apply_fn, path, **kw)
   step_jit = make_step(apply_fn, path, **kw)
   init_jit = jax.jit(init_fn, static_argnums=(1,))
 
@@ -336,8 +418,11 @@ def make_python_loop_sampler(apply_fn: Callable, path, *, sampler: str = "heun",
     y_B = _check_y(y, int(num), num_classes)
     k_init, k_loop = jax.random.split(rng)
     x = init_jit(k_init, int(num)) if x_init is None else jnp.asarray(x_init, jnp.float32)
+    carry = (x, solvers.init_history(x, rule.history))
     for i in range(n):
-      x = step_jit(variables, x, jnp.asarray(i), jax.random.fold_in(k_loop, i), y_B)
-    return x
+      key = jax.random.fold_in(k_loop, i)
+      carry = (step_jit(variables, carry, jnp.asarray(i), key, y_B) if rule.history
+               else (step_jit(variables, carry[0], jnp.asarray(i), key, y_B), ()))
+    return carry[0] * path.data_scale
 
   return sample

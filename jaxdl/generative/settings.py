@@ -4,8 +4,9 @@
 many samples the post-training checks draw, which judge labels digits); each task's class adds
 its own keys:
 
-  flow_matching, ddpm   `PathSettings` / `DDPMSettings`: the Gaussian path, the prediction, class
-                        conditioning and the default sampler (`jaxdl.generative.tasks`)
+  flow_matching, ddpm,  `PathSettings` / `DDPMSettings` / `EDMSettings`: the Gaussian path, the
+  edm                   prediction, class conditioning and the default sampler
+                        (`jaxdl.generative.tasks`)
   vae                   `VAESettings`: the KL weight and its warmup (`jaxdl.generative.vae`)
   gan                   `GANSettings`: R1, the update order, per-player optimizer keys
                         (`jaxdl.generative.gan`)
@@ -21,7 +22,7 @@ from typing import ClassVar
 
 import ml_collections
 
-from jaxdl.generative import paths, samplers
+from jaxdl.generative import paths, samplers, spacings
 from jaxdl.schema import (NONNEG, POSITIVE, UNIT, ConfigError, Settings, default_section, one_of,
                           parse_section, setting)
 
@@ -60,6 +61,19 @@ class PathSettings(GenSettings):
   eta: float = setting(0.0, NONNEG)
   guidance: float | None = None             # w: (1 + w) f(x, y) - w f(x, null); None: unguided
   clip_x0: float | None = setting(None, POSITIVE)
+  # The grid: None is the path's own ('time'; 'karras' on EDM); `jaxdl.generative.spacings`.
+  spacing: str | None = setting(None, one_of(*spacings.SPACINGS))
+  rho: float = setting(7.0, POSITIVE)       # Karras's exponent of the 'karras' spacing
+  # EDM-Heun's churn (`jaxdl.generative.solvers`): 0 is the deterministic sampler.
+  s_churn: float = setting(0.0, NONNEG)
+  s_tmin: float = setting(0.0, NONNEG)
+  s_tmax: float | None = setting(None, NONNEG)  # None: no upper bound
+  s_noise: float = setting(1.0, NONNEG)
+
+  def __post_init__(self):
+    super().__post_init__()
+    if self.s_tmax is not None and self.s_tmax < self.s_tmin:
+      self.fail("s_tmax", f"must be >= s_tmin = {self.s_tmin}, got {self.s_tmax}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +81,28 @@ class DDPMSettings(PathSettings):
   """ddpm's `gen` section: eps prediction and DDIM sampling by default."""
   prediction: str = "eps"
   sampler: str = "ddim"
+
+
+@dataclasses.dataclass(frozen=True)
+class EDMSettings(PathSettings):
+  """edm's `gen` section: the EDM path (`paths.EDMPath`), F prediction, EDM-Heun at 18 steps.
+
+  sigma_data: sd of the preconditioning; ln sigma ~ N(p_mean, p_std^2) in training; the
+  sampler's Karras grid runs from sigma_max to sigma_min, then 0 (schedule and T are unused).
+  """
+  prediction: str = "edm"
+  sampler: str = "edm_heun"
+  steps: int = 18                            # 35 network calls (Karras et al.'s CIFAR-10 setting)
+  sigma_data: float = setting(0.5, POSITIVE)
+  sigma_min: float = setting(0.002, POSITIVE)
+  sigma_max: float = setting(80.0, POSITIVE)
+  p_mean: float = -1.2
+  p_std: float = setting(1.2, POSITIVE)
+
+  def __post_init__(self):
+    super().__post_init__()
+    if self.sigma_min >= self.sigma_max:
+      self.fail("sigma_min", f"must be < sigma_max = {self.sigma_max}, got {self.sigma_min}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,8 +129,8 @@ class GANSettings(GenSettings):
   d_b2: float | None = setting(None, UNIT)
 
 
-GEN_SETTINGS = {"flow_matching": PathSettings, "ddpm": DDPMSettings, "vae": VAESettings,
-                "gan": GANSettings}
+GEN_SETTINGS = {"flow_matching": PathSettings, "ddpm": DDPMSettings, "edm": EDMSettings,
+                "vae": VAESettings, "gan": GANSettings}
 
 
 def default_gen_config(task: str) -> ml_collections.ConfigDict:
@@ -106,10 +142,15 @@ def default_gen_config(task: str) -> ml_collections.ConfigDict:
 
 
 def path_from_config(config, settings: PathSettings | None = None):
-  """The Gaussian path of the run: FlowPath for 'flow_matching', DDPMPath for 'ddpm'."""
+  """The Gaussian path of the run: FlowPath for 'flow_matching', DDPMPath for 'ddpm', EDMPath
+  for 'edm'."""
   if config.task == "flow_matching":
     return paths.FlowPath()
   settings = settings or parse_gen(config)
+  if config.task == "edm":
+    return paths.EDMPath(sigma_data=settings.sigma_data, sigma_min=settings.sigma_min,
+                         sigma_max=settings.sigma_max, p_mean=settings.p_mean,
+                         p_std=settings.p_std)
   return paths.make_path("ddpm", T=settings.T, schedule=settings.schedule)
 
 

@@ -1,13 +1,14 @@
-"""The generative training tasks 'flow_matching' and 'ddpm', and post-training evaluation.
+"""The generative training tasks 'flow_matching', 'ddpm' and 'edm', and their run's sampler.
 
 Both read `config.gen` (`jaxdl.generative.settings.PathSettings`):
-  path:       'flow' for flow_matching; 'ddpm' uses schedule ('linear' | 'cosine') and T
+  path:       'flow' for flow_matching; 'ddpm' uses schedule ('linear' | 'cosine') and T; 'edm'
+              sigma_data, sigma_min, sigma_max, p_mean, p_std (`EDMSettings`, `paths.EDMPath`)
   prediction: the network output and regression target ('velocity' for the flow; 'eps', 'x0' or
-              'v' for DDPM), see `jaxdl.generative.losses`
+              'v' for DDPM; 'edm', Karras's F, for EDM), see `jaxdl.generative.losses`
   num_classes, p_uncond: class conditioning; each label becomes the null class K = num_classes
               with probability p_uncond in training (classifier-free guidance)
-  sample_shape, sampler, steps, eta, guidance, clip_x0: the default sampler of `make_run_sampler`
-              (and `jaxdl sample`)
+  sample_shape, sampler, steps, eta, guidance, clip_x0, spacing, rho, s_churn, s_tmin, s_tmax,
+  s_noise:    the default sampler of `make_run_sampler` (and `jaxdl sample`)
 
 Batches are {'x': (B, ...)} and optionally {'y': int (B,)} and {'mask': (B,)}. The loss draws t
 from rngs['time'], eps from rngs['noise'] and the condition drop from rngs['label_drop']; in
@@ -72,6 +73,13 @@ def ddpm(config, train_settings) -> Task:
   return _make_task(config)
 
 
+@register_task("edm")
+def edm(config, train_settings) -> Task:
+  """Karras et al.'s loss: the MSE of F on the EDM path, ln sigma ~ N(p_mean, p_std^2)."""
+  del train_settings
+  return _make_task(config)
+
+
 def make_run_sampler(config, model, *, sampler=None, steps=None, guidance=None, eta=None,
                      sample_shape=None, return_trajectory=False):
   """`make_sampler` for a trained run: the path, prediction and classes come from its config.
@@ -88,7 +96,8 @@ def make_run_sampler(config, model, *, sampler=None, steps=None, guidance=None, 
       prediction=gen.prediction,
       eta=gen.eta if eta is None else eta, guidance=guidance if guidance is not None else
       gen.guidance, num_classes=gen.num_classes, clip_x0=gen.clip_x0,
-      return_trajectory=return_trajectory)
+      return_trajectory=return_trajectory, spacing=gen.spacing, rho=gen.rho,
+      s_churn=gen.s_churn, s_tmin=gen.s_tmin, s_tmax=gen.s_tmax, s_noise=gen.s_noise)
 
 
 # Re-exported: experiments and the likelihood read them from here.

@@ -24,7 +24,7 @@ from jaxdl.generative.settings import parse_gen
 from jaxdl.train import load_run
 
 ONE_CALL_TASKS = ("vae", "gan")
-GENERATIVE_TASKS = ("flow_matching", "ddpm", *ONE_CALL_TASKS)
+GENERATIVE_TASKS = ("flow_matching", "ddpm", "edm", *ONE_CALL_TASKS)
 EXACT_MAX_DIMS = 16  # divergence 'auto': the exact trace costs D JVPs per evaluation
 
 

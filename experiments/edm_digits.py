@@ -1,0 +1,33 @@
+"""Class-conditional EDM on 8x8 digits: Karras preconditioning, EDM-Heun at 35 network calls.
+
+Run:
+  jaxdl train experiments/edm_digits.py               # workdir runs/edm_digits
+  jaxdl train edm_digits:smoke                        # tiny U-Net, 60 steps, for tests
+  jaxdl sample runs/edm_digits --class 3 --out three.png
+  jaxdl sample runs/edm_digits --class 3 --sampler dpmpp_2m --steps 10 --out three_dpm.png
+
+Setup: fm_digits_cfg's data, U-Net, optimizer and guidance (sklearn digits in [-1, 1], a
+two-level conv U-Net with 10 class embeddings plus a null class, labels dropped with probability
+0.1, AdamW 2e-3 warmup-cosine, batch 64, 3,000 steps), trained on the EDM path (task 'edm',
+`jaxdl.generative.paths.EDMPath`): sigma_data = 0.5, ln sigma ~ N(-1.2, 1.2^2), the network fed
+c_in (x + sigma eps) and c_noise = ln(sigma)/4, its output F regressed with the EDM weighting.
+After training, `after_training` draws 50 samples per class with EDM-Heun (18 steps on the
+Karras rho = 7 grid from sigma = 80 to 0.002, then 0: 35 network calls) and guidance w = 2,
+writes digits_grid.png and reports the fraction the judge labels as the conditioning class.
+
+Expected: class_accuracy >= 0.90 at w = 2 (the full config has not been measured yet).
+"""
+
+from jaxdl.course import digits_judge
+from jaxdl.course.generative_configs import digits_config
+from jaxdl.config import parse_arg
+
+
+def get_config(arg=None):
+  c = digits_config("edm", "edm_digits", arg)
+  c.description = "Class-conditional EDM on digits, EDM-Heun at 35 calls; classifier >= 90%"
+  c.gen.steps = 5 if parse_arg(arg, smoke=False).smoke else 18
+  return c
+
+
+after_training = digits_judge.class_check  # `jaxdl train` calls it once trained
