@@ -5,8 +5,13 @@ weights; the fast path calls `jax.nn.dot_product_attention` (cuDNN flash attenti
 bf16/fp16 with causal-or-no mask, XLA elsewhere); on CPU causal self-attention skips the masked
 blocks (`attention_causal_chunked`). A mask is boolean, True = attend.
 
-Shapes: B batch, T query length, S key length, C a chunk of queries, D model width, H heads,
-K head width (D = H K).
+Grouped-query attention (Ainslie et al., 2023): the keys and values have N heads, N dividing
+the H query heads, and query head h reads key/value head floor(h / G), G = H / N (N = H:
+multi-head, N = 1: multi-query). Every path computes it grouped, Q as B x T x N x G x K, so the
+N key/value heads are never repeated; `jax.nn.dot_product_attention` takes N < H as is.
+
+Shapes: B batch, T query length, S key length, C a chunk of queries, D model width, H query
+heads, N key/value heads, G = H / N queries per key/value head, K head width (D = H K).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jaxdl.models import lora as lora_lib
 from jaxdl.models.layers import RMSNorm
 
 Dtype = Any
@@ -35,12 +41,41 @@ def causal_mask(t: int, s: int | None = None, offset=0) -> jax.Array:
   return jnp.arange(s)[None, :] <= (offset + jnp.arange(t))[:, None]
 
 
-def max_attention_logit(q_BxTxHxK, k_BxSxHxK, mask=None, *, causal=False) -> jax.Array:
+def check_heads(h: int, n: int) -> None:
+  if n <= 0 or h % n:
+    raise ValueError(f"attention: {h} query heads are not a multiple of {n} key/value heads")
+
+
+def attention_scores(q_BxTxHxK, k_BxSxNxK) -> jax.Array:
+  """Q K^T per query head, BxHxTxS in float32 (unscaled); query head h reads key head h // G."""
+  b, t, h, k = q_BxTxHxK.shape
+  s, n = k_BxSxNxK.shape[1:3]
+  if n == h:
+    return jnp.einsum("bthk,bshk->bhts", q_BxTxHxK, k_BxSxNxK, preferred_element_type=jnp.float32)
+  check_heads(h, n)
+  q_BxTxNxGxK = q_BxTxHxK.reshape(b, t, n, h // n, k)
+  s_BxNxGxTxS = jnp.einsum("btngk,bsnk->bngts", q_BxTxNxGxK, k_BxSxNxK,
+                           preferred_element_type=jnp.float32)
+  return s_BxNxGxTxS.reshape(b, h, t, s)
+
+
+def weighted_values(w_BxHxTxS, v_BxSxNxK) -> jax.Array:
+  """sum_s w[h, t, s] v[s, h // G]: BxTxHxK."""
+  b, h, t, s = w_BxHxTxS.shape
+  n, k = v_BxSxNxK.shape[2:]
+  if n == h:
+    return jnp.einsum("bhts,bshk->bthk", w_BxHxTxS, v_BxSxNxK)
+  out_BxTxNxGxK = jnp.einsum("bngts,bsnk->btngk", w_BxHxTxS.reshape(b, n, h // n, t, s),
+                             v_BxSxNxK)
+  return out_BxTxNxGxK.reshape(b, t, h, k)
+
+
+def max_attention_logit(q_BxTxHxK, k_BxSxNxK, mask=None, *, causal=False) -> jax.Array:
   """max over b, h and the allowed (t, s) of q_t . k_s / sqrt(K), in float32: the largest
   attention logit, a training-health signal (`jaxdl.train.watch`)."""
-  t, s, k = q_BxTxHxK.shape[1], k_BxSxHxK.shape[1], q_BxTxHxK.shape[-1]
-  logits_BxHxTxS = jnp.einsum("bthk,bshk->bhts", q_BxTxHxK.astype(jnp.float32),
-                              k_BxSxHxK.astype(jnp.float32)) / jnp.sqrt(jnp.float32(k))
+  t, s, k = q_BxTxHxK.shape[1], k_BxSxNxK.shape[1], q_BxTxHxK.shape[-1]
+  logits_BxHxTxS = attention_scores(q_BxTxHxK.astype(jnp.float32),
+                                    k_BxSxNxK.astype(jnp.float32)) / jnp.sqrt(jnp.float32(k))
   allowed = jnp.ones((1, 1, t, s), bool)
   if causal:
     allowed = causal_mask(t, s)[None, None]
@@ -49,12 +84,11 @@ def max_attention_logit(q_BxTxHxK, k_BxSxHxK, mask=None, *, causal=False) -> jax
   return jnp.max(jnp.where(allowed, logits_BxHxTxS, -jnp.inf))
 
 
-def attention_reference(q_BxTxHxK, k_BxSxHxK, v_BxSxHxK, mask=None, *, causal=False,
+def attention_reference(q_BxTxHxK, k_BxSxNxK, v_BxSxNxK, mask=None, *, causal=False,
                         dropout_rate=0.0, dropout_rng=None):
   """Readable path: returns (out BxTxHxK, weights BxHxTxS); softmax in fp32."""
   scale = 1.0 / math.sqrt(q_BxTxHxK.shape[-1])
-  logits_BxHxTxS = jnp.einsum("bthk,bshk->bhts", q_BxTxHxK, k_BxSxHxK,
-                              preferred_element_type=jnp.float32) * scale
+  logits_BxHxTxS = attention_scores(q_BxTxHxK, k_BxSxNxK) * scale
   t, s = logits_BxHxTxS.shape[-2:]
   if causal:
     mask = causal_mask(t, s) if mask is None else jnp.logical_and(mask, causal_mask(t, s))
@@ -65,36 +99,42 @@ def attention_reference(q_BxTxHxK, k_BxSxHxK, v_BxSxHxK, mask=None, *, causal=Fa
   if dropout_rate > 0.0 and dropout_rng is not None:
     keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, w_BxHxTxS.shape)
     w_drop = jnp.where(keep, w_BxHxTxS / (1.0 - dropout_rate), 0.0)
-  out = jnp.einsum("bhts,bshk->bthk", w_drop.astype(v_BxSxHxK.dtype), v_BxSxHxK)
+  out = weighted_values(w_drop.astype(v_BxSxNxK.dtype), v_BxSxNxK)
   return out, w_BxHxTxS
 
 
-def attention_causal_chunked(q_BxTxHxK, k_BxTxHxK, v_BxTxHxK, num_chunks: int = 4):
+def attention_causal_chunked(q_BxTxHxK, k_BxTxNxK, v_BxTxNxK, num_chunks: int = 4):
   """Causal self-attention that skips the all-masked blocks: query chunk [lo, hi) only reads
   keys [0, hi), so about (n + 1) / 2n of the T x T scores are computed. Per chunk, with S the
   masked scores Q K^T / sqrt(K) and m their row max (held constant: the output does not depend
   on it),
     P = exp(S - m),  O = (P V) / rowsum(P)  (= softmax(S) V; the divide is on C x K, not C x S).
-  Exact up to rounding; computed head-major (B x H x T x K) so the chunks' matmuls need no
-  copies."""
-  q, k, v = (jnp.transpose(a, (0, 2, 1, 3)) for a in (q_BxTxHxK, k_BxTxHxK, v_BxTxHxK))
-  t = q.shape[2]
-  scale = 1.0 / math.sqrt(q.shape[-1])
+  Exact up to rounding; computed head-major (B x H x T x K, or B x N x G x T x K grouped) so the
+  chunks' matmuls need no copies."""
+  q, k, v = (jnp.transpose(a, (0, 2, 1, 3)) for a in (q_BxTxHxK, k_BxTxNxK, v_BxTxNxK))
+  b, h, t, kk = q.shape
+  n = k.shape[1]
+  if n == h:
+    qk, pv = "bhtk,bhsk->bhts", "bhts,bhsk->bhtk"
+  else:  # grouped: query head h = i G + g reads key/value head i
+    check_heads(h, n)
+    q = q.reshape(b, n, h // n, t, kk)
+    qk, pv = "bngtk,bnsk->bngts", "bngts,bnsk->bngtk"
+  scale = 1.0 / math.sqrt(kk)
   bounds = [round(i * t / num_chunks) for i in range(num_chunks + 1)]
   outs = []
   for lo, hi in zip(bounds[:-1], bounds[1:]):
     if hi == lo:
       continue
-    s_BxHxCxS = jnp.einsum("bhtk,bhsk->bhts", q[:, :, lo:hi], k[:, :, :hi],
-                           preferred_element_type=jnp.float32) * scale
-    s_BxHxCxS = jnp.where(causal_mask(hi - lo, hi, offset=lo), s_BxHxCxS,
-                          jnp.finfo(jnp.float32).min)
-    p_BxHxCxS = jnp.exp(s_BxHxCxS - jax.lax.stop_gradient(
-        jnp.max(s_BxHxCxS, axis=-1, keepdims=True)))
-    o_BxHxCxK = jnp.einsum("bhts,bhsk->bhtk", p_BxHxCxS.astype(v.dtype), v[:, :, :hi],
-                           preferred_element_type=jnp.float32)
-    outs.append((o_BxHxCxK / jnp.sum(p_BxHxCxS, axis=-1, keepdims=True)).astype(v.dtype))
-  return jnp.transpose(jnp.concatenate(outs, axis=2), (0, 2, 1, 3))
+    s_xCxS = jnp.einsum(qk, q[..., lo:hi, :], k[:, :, :hi],
+                        preferred_element_type=jnp.float32) * scale
+    s_xCxS = jnp.where(causal_mask(hi - lo, hi, offset=lo), s_xCxS, jnp.finfo(jnp.float32).min)
+    p_xCxS = jnp.exp(s_xCxS - jax.lax.stop_gradient(jnp.max(s_xCxS, axis=-1, keepdims=True)))
+    o_xCxK = jnp.einsum(pv, p_xCxS.astype(v.dtype), v[:, :, :hi],
+                        preferred_element_type=jnp.float32)
+    outs.append((o_xCxK / jnp.sum(p_xCxS, axis=-1, keepdims=True)).astype(v.dtype))
+  out_BxHxTxK = jnp.concatenate(outs, axis=-2).reshape(b, h, t, kk)
+  return jnp.transpose(out_BxHxTxK, (0, 2, 1, 3))
 
 
 def resolve_impl(impl: str, *, dtype, causal: bool, has_mask: bool, t: int, s: int) -> str:
@@ -111,10 +151,11 @@ def resolve_impl(impl: str, *, dtype, causal: bool, has_mask: bool, t: int, s: i
   return "xla"
 
 
-def dot_product_attention(q_BxTxHxK, k_BxSxHxK, v_BxSxHxK, mask=None, *, causal=False,
+def dot_product_attention(q_BxTxHxK, k_BxSxNxK, v_BxSxNxK, mask=None, *, causal=False,
                           impl: str = "auto", return_weights=False, dropout_rate=0.0,
                           dropout_rng=None):
-  """softmax(Q K^T / sqrt(K)) V. Returns out BxTxHxK, or (out, weights BxHxTxS).
+  """softmax(Q K^T / sqrt(K)) V. Returns out BxTxHxK, or (out, weights BxHxTxS). The keys and
+  values may have fewer heads N than the queries (grouped-query attention, module docstring).
 
   impl: 'reference' (einsum + softmax); 'chunked' (causal self-attention skipping masked
   blocks; XLA when there is a mask); 'xla' / 'cudnn' (`jax.nn.dot_product_attention`); or
@@ -123,20 +164,21 @@ def dot_product_attention(q_BxTxHxK, k_BxSxHxK, v_BxSxHxK, mask=None, *, causal=
   score), XLA otherwise.
   Returned weights and attention dropout need the reference path.
   """
-  chex.assert_rank([q_BxTxHxK, k_BxSxHxK, v_BxSxHxK], 4)
-  chex.assert_equal_shape_prefix([k_BxSxHxK, v_BxSxHxK], 3)
+  chex.assert_rank([q_BxTxHxK, k_BxSxNxK, v_BxSxNxK], 4)
+  chex.assert_equal_shape_prefix([k_BxSxNxK, v_BxSxNxK], 3)
+  check_heads(q_BxTxHxK.shape[2], k_BxSxNxK.shape[2])
   impl = resolve_impl(impl, dtype=q_BxTxHxK.dtype, causal=causal, has_mask=mask is not None,
-                      t=q_BxTxHxK.shape[1], s=k_BxSxHxK.shape[1])
+                      t=q_BxTxHxK.shape[1], s=k_BxSxNxK.shape[1])
   if return_weights or impl == "reference" or (dropout_rate > 0.0 and dropout_rng is not None):
-    out, w = attention_reference(q_BxTxHxK, k_BxSxHxK, v_BxSxHxK, mask, causal=causal,
+    out, w = attention_reference(q_BxTxHxK, k_BxSxNxK, v_BxSxNxK, mask, causal=causal,
                                  dropout_rate=dropout_rate, dropout_rng=dropout_rng)
     return (out, w) if return_weights else out
-  self_causal = causal and mask is None and q_BxTxHxK.shape[1] == k_BxSxHxK.shape[1]
+  self_causal = causal and mask is None and q_BxTxHxK.shape[1] == k_BxSxNxK.shape[1]
   if impl == "chunked":
     if self_causal:
-      return attention_causal_chunked(q_BxTxHxK, k_BxSxHxK, v_BxSxHxK)
+      return attention_causal_chunked(q_BxTxHxK, k_BxSxNxK, v_BxSxNxK)
     impl = "xla"  # e.g. cached decoding: an explicit mask, nothing to skip
-  return jax.nn.dot_product_attention(q_BxTxHxK, k_BxSxHxK, v_BxSxHxK, mask=mask,
+  return jax.nn.dot_product_attention(q_BxTxHxK, k_BxSxNxK, v_BxSxNxK, mask=mask,
                                       is_causal=causal, implementation=impl)
 
 
@@ -157,19 +199,23 @@ def apply_rope(x_BxTxHxK, positions_T, base: float = 10000.0):
 
 
 class MultiHeadAttention(nn.Module):
-  """Multi-head self- or cross-attention with output projection W_O.
+  """Multi-head self- or cross-attention with output projection W_O; `num_kv_heads` N key/value
+  heads (0: N = H; N < H: grouped-query attention, module docstring).
 
-  Self-attention uses one fused projection `c_attn` (D -> 3D, the GPT-2 layout); cross-attention
-  projects queries with `q_proj` and keys/values from `context` with `kv_proj`. `c_proj` is W_O.
+  Self-attention uses one fused projection `c_attn` (D -> (H + 2 N) K: queries, keys, values;
+  3D and the GPT-2 layout when N = H); cross-attention projects queries with `q_proj` and
+  keys/values from `context` with `kv_proj`. `c_proj` is W_O. `lora` adds low-rank adapters
+  to the sites 'attn/q', 'attn/k', 'attn/v', 'attn/o' it names (`jaxdl.models.lora`).
 
   Call: `y = mha(x, context=None, *, train, mask=None)`; `positions` (B, T) replaces
   pos .. pos + T - 1 as the RoPE positions (packed documents restart theirs). With
   `return_weights=True` or a `cache` it returns `(y, aux)` with
   aux = {'weights': BxHxTxS | None, 'cache': {'k','v'} | None}.
-  A cache holds keys/values BxSmaxxHxK; the T new tokens sit at positions pos .. pos + T - 1.
+  A cache holds keys/values BxSmaxxNxK; the T new tokens sit at positions pos .. pos + T - 1.
   """
 
   num_heads: int
+  num_kv_heads: int = 0
   causal: bool = False
   qk_norm: bool = False
   rope: bool = False
@@ -178,6 +224,7 @@ class MultiHeadAttention(nn.Module):
   impl: str = "auto"
   kernel_init: Callable = nn.initializers.lecun_normal()
   out_init: Callable = nn.initializers.lecun_normal()
+  lora: lora_lib.LoraSpec | None = None
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
@@ -187,19 +234,30 @@ class MultiHeadAttention(nn.Module):
     b, t, d = x_BxTxD.shape
     if d % self.num_heads:
       raise ValueError(f"{self.name}: width {d} is not divisible by num_heads {self.num_heads}")
-    h, k = self.num_heads, d // self.num_heads
-    def dense(n, name, init):
-      return nn.Dense(n, use_bias=self.use_bias, kernel_init=init, dtype=self.dtype,
+    h, n, k = self.num_heads, self.num_kv_heads or self.num_heads, d // self.num_heads
+    check_heads(h, n)
+    def dense(features, name, init):
+      return nn.Dense(features, use_bias=self.use_bias, kernel_init=init, dtype=self.dtype,
                       param_dtype=self.param_dtype, name=name)
+    def adapter(site, features):
+      return lora_lib.adapter(self.lora, site, features, self.dtype, self.param_dtype)
     if context is None:
-      qkv = dense(3 * d, "c_attn", self.kernel_init)(x_BxTxD).reshape(b, t, 3, h, k)
-      q, k_, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+      qkv = dense((h + 2 * n) * k, "c_attn", self.kernel_init)(x_BxTxD)
+      q, k_, v = jnp.split(qkv, [h * k, (h + n) * k], axis=-1)
+      kv_in = x_BxTxD
     else:
       chex.assert_rank(context, 3)
-      q = dense(d, "q_proj", self.kernel_init)(x_BxTxD).reshape(b, t, h, k)
-      kv = dense(2 * d, "kv_proj", self.kernel_init)(context)
-      k_, v = kv.reshape(b, context.shape[1], 2, h, k)[:, :, 0], kv.reshape(
-          b, context.shape[1], 2, h, k)[:, :, 1]
+      q = dense(d, "q_proj", self.kernel_init)(x_BxTxD)
+      k_, v = jnp.split(dense(2 * n * k, "kv_proj", self.kernel_init)(context), 2, axis=-1)
+      kv_in = context
+    s, src = kv_in.shape[1], {"q": x_BxTxD, "k": kv_in, "v": kv_in}
+    qkv = {"q": q, "k": k_, "v": v}
+    for part, a in qkv.items():
+      delta = adapter("attn/" + part, a.shape[-1])
+      if delta is not None:
+        qkv[part] = a + delta(src[part])
+    q, k_, v = (qkv["q"].reshape(b, t, h, k), qkv["k"].reshape(b, s, n, k),
+                qkv["v"].reshape(b, s, n, k))
     if self.qk_norm:
       q = RMSNorm(dtype=self.dtype, param_dtype=self.param_dtype, name="q_norm")(q)
       k_ = RMSNorm(dtype=self.dtype, param_dtype=self.param_dtype, name="k_norm")(k_)
@@ -228,7 +286,11 @@ class MultiHeadAttention(nn.Module):
                                 return_weights=return_weights, dropout_rate=self.attn_dropout,
                                 dropout_rng=rng)
     out, w = res if return_weights else (res, None)
-    y_BxTxD = dense(d, "c_proj", self.out_init)(out.reshape(b, t, d))
+    out_BxTxD = out.reshape(b, t, d)
+    y_BxTxD = dense(d, "c_proj", self.out_init)(out_BxTxD)
+    delta = adapter("attn/o", d)
+    if delta is not None:
+      y_BxTxD = y_BxTxD + delta(out_BxTxD)
     if return_weights or cache is not None:
       return y_BxTxD, {"weights": w, "cache": new_cache}
     return y_BxTxD

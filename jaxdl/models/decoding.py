@@ -1,7 +1,7 @@
 """Decoding a GPT: the KV cache, next-token sampling and generation as one jitted lax loop.
 
-Shapes: B batch, P prompt length, N total length, S cache length, V vocab, L layers, H heads,
-K head width.
+Shapes: B batch, P prompt length, N total length, S cache length, V vocab, L layers, H heads
+(the cache holds the n_kv_head key/value heads), K head width.
 
 Generation: the prompt fills the cache in one forward pass; each new token t_i is drawn from
 p(t_i | t_<i) = softmax(logits_i / temperature), restricted to the top_k largest logits and to the
@@ -15,7 +15,8 @@ import jax.numpy as jnp
 
 
 def init_cache(model, batch_size: int, max_len: int | None = None, dtype=None) -> dict:
-  """Zero KV cache {'k', 'v'} of shape (L, B, S, H, K), S = max_len (default block_size); for
+  """Zero KV cache {'k', 'v'} of shape (L, B, S, N, K), S = max_len (default block_size), N the
+  key/value heads (n_kv_head; fewer than the H query heads under grouped-query attention); for
   mixer='ssm' the recurrent state {'h'} (L, B, E, N), fp32, and the convolution's last inputs
   {'conv'} (L, B, ssm_conv - 1, E), whatever the length."""
   if getattr(model, "mixer", "attention") == "ssm":
@@ -26,7 +27,7 @@ def init_cache(model, batch_size: int, max_len: int | None = None, dtype=None) -
   s = max_len or model.block_size
   if model.pos == "learned" and s > model.block_size:
     raise ValueError(f"GPT: cache length {s} exceeds block_size {model.block_size}")
-  shape = (model.n_layer, batch_size, s, model.n_head, model.d_model // model.n_head)
+  shape = (model.n_layer, batch_size, s, model.kv_heads, model.d_model // model.n_head)
   z = jnp.zeros(shape, dtype or model.dtype)
   return {"k": z, "v": z}
 

@@ -15,6 +15,9 @@ Shapes: B batch, T sequence, D model width, V vocab.
   every token of the batch: with a capacity factor below moe_experts / moe_top_k, one document's
   choices can be dropped because of another's (`jaxdl.models.moe`).
   logits = LN_f(x_L) wte^T  (tied head; `lm_head` when tie_embeddings is off)
+Attention has n_head query heads and n_kv_head key/value heads (grouped-query attention; 0 means
+n_head). With lora_rank > 0 low-rank adapters sit beside the dense layers lora_targets names and
+only they train (`jaxdl.models.lora`; `lora.merge` folds them into the base weights).
 Parameter names follow GPT-2 (wte, wpe, h.ln_1, h.attn.c_attn, ...), so `convert.py` is a
 renaming. Decoding (KV cache, sampling, generate) is in `jaxdl.models.decoding`.
 """
@@ -29,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from jaxdl.models import layers, moe, register_model, ssm, transformer
+from jaxdl.models import layers, lora, moe, register_model, ssm, transformer
 from jaxdl.schema import NONNEG, POSITIVE, ConfigError, fail, one_of, setting
 
 
@@ -61,9 +64,16 @@ class GPT(transformer.TransformerModel):
   ssm_state: int = setting(16, POSITIVE)
   ssm_expand: int = setting(2, POSITIVE)
   ssm_conv: int = setting(4, POSITIVE)
+  # LoRA (`jaxdl.models.lora`): lora_rank = r > 0 adds (lora_alpha / r) x A B beside each dense
+  # layer that a pattern of lora_targets names (attn/q, attn/k, attn/v, attn/o, mlp/c_fc,
+  # mlp/c_proj) and freezes every other parameter (trains only A and B); 0: off.
+  lora_rank: int = setting(0, NONNEG)
+  lora_alpha: float = setting(16.0, POSITIVE)
+  lora_targets: tuple[str, ...] = ("q", "v")
 
   def check(self):
     super().check()
+    _ = self.lora_spec  # resolves lora_targets: a pattern that matches nothing fails here
     if self.moe_experts and self.moe_top_k > self.moe_experts:
       fail("model.", "moe_top_k", f"must be in [1, {self.moe_experts}] (moe_experts), got "
            f"{self.moe_top_k}")
@@ -88,8 +98,29 @@ class GPT(transformer.TransformerModel):
       return None
     return ssm.SsmSpec(self.ssm_state, self.ssm_expand, self.ssm_conv)
 
-  @nn.compact
+  @property
+  def lora_spec(self) -> lora.LoraSpec | None:
+    """The adapters (None when lora_rank is 0): the sites lora_targets matches among this
+    model's (attention ones unless mixer='ssm', MLP ones unless moe_experts > 0)."""
+    if not self.lora_rank:
+      return None
+    sites = ((lora.ATTENTION_SITES if self.mixer == "attention" else ()) +
+             (lora.MLP_SITES if not self.moe_experts else ()))
+    return lora.LoraSpec(self.lora_rank, self.lora_alpha,
+                         lora.resolve_sites(self.lora_targets, sites))
+
   def __call__(self, x, *, train: bool, cache=None, pos=0, segment_ids=None, positions=None):
+    forward = GPT.forward
+    if self.lora_rank and not self.is_initializing():
+      # The base is frozen: read through stop_gradient, its parameters' gradients are symbolic
+      # zeros, so the backward pass computes no weight gradient but the adapters'.
+      forward = nn.map_variables(forward, "params", trans_in_fn=lora.freeze_base, mutable=False)
+    return forward(self, x, train=train, cache=cache, pos=pos, segment_ids=segment_ids,
+                   positions=positions)
+
+  @nn.compact
+  def forward(self, x, *, train: bool, cache=None, pos=0, segment_ids=None, positions=None):
+    """The forward pass of `__call__` (which freezes the base parameters under LoRA)."""
     chex.assert_rank(x, 2, custom_message=f"{self.name or 'GPT'}: tokens must be int (B, T)")
     if not jnp.issubdtype(x.dtype, jnp.integer):
       raise TypeError(f"GPT: tokens must be integers, got {x.dtype}")

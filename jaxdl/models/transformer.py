@@ -7,6 +7,8 @@ Block, post-LN:         x <- LN(x + Attn(x));  x <- LN(x + MLP(x))
 DropPath (stochastic depth, `drop_path` p): in training each residual branch of each example is
 dropped whole with probability p and kept ones are scaled by 1 / (1 - p), so E[branch] holds.
 MLP: c_proj(GELU(c_fc x)) with F = 4D, or SwiGLU c_proj(silu(x W_g) * (x W_u)) with F = 8D/3.
+Attention: H = n_head query heads, N = n_kv_head key/value heads (grouped-query when N < H).
+LoRA (`lora_spec`, `jaxdl.models.lora`): low-rank adapters beside the sites it names.
 Variants: the MLP a mixture of experts (`moe_spec`, `jaxdl.models.moe`), the attention a
 selective state-space mixer (`ssm_spec`, `jaxdl.models.ssm`), each in the same residual slot.
 Settings: GPT and ViT subclass `TransformerModel`, whose fields are the shared `model` keys; the
@@ -25,7 +27,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jaxdl.models import attention, layers, moe, ssm
+from jaxdl.models import attention, layers, lora, moe, ssm
 from jaxdl.schema import NONNEG, POSITIVE, UNIT, fail, one_of, setting
 
 Dtype = Any
@@ -38,6 +40,9 @@ class TransformerModel(layers.Model):
   causal: ClassVar[bool] = True  # attention sees only earlier tokens
   n_layer: int = setting(4, POSITIVE)
   n_head: int = setting(4, POSITIVE)
+  # Key/value heads N (grouped-query attention, `jaxdl.models.attention`): 0 means N = n_head;
+  # N must divide n_head (1: multi-query). The KV cache holds N heads.
+  n_kv_head: int = setting(0, NONNEG)
   d_model: int = setting(128, POSITIVE)
   mlp: str = setting("gelu", one_of("gelu", "swiglu"))
   mlp_hidden: int = setting(0, NONNEG)  # F; 0: 4 D (gelu) or 8 D / 3 (swiglu)
@@ -65,11 +70,20 @@ class TransformerModel(layers.Model):
   rope: ClassVar[bool] = False
   moe_spec: ClassVar[moe.MoeSpec | None] = None
   ssm_spec: ClassVar[ssm.SsmSpec | None] = None
+  lora_spec: ClassVar[lora.LoraSpec | None] = None
 
   def check(self):
     if self.ssm_spec is None and self.d_model % self.n_head:
       fail("model.", "d_model", f"must be divisible by n_head={self.n_head} (heads of equal "
            f"width), got {self.d_model}")
+    if self.ssm_spec is None and self.n_head % self.kv_heads:
+      fail("model.", "n_kv_head", f"must divide n_head={self.n_head} (each key/value head "
+           f"serves n_head / n_kv_head query heads), got {self.n_kv_head}")
+
+  @property
+  def kv_heads(self) -> int:
+    """N, the key/value heads (n_kv_head, or n_head when it is 0)."""
+    return self.n_kv_head or self.n_head
 
   @property
   def block_spec(self) -> BlockSpec:
@@ -82,6 +96,7 @@ class BlockSpec:
   MoE and SSM) takes one `cfg` field instead of restating every setting and its default."""
 
   n_head: int
+  n_kv_head: int  # 0: n_head
   causal: bool
   n_residual: int  # residual branches in the stack, 2 L: scales the output projections' init
   mlp: str
@@ -99,6 +114,7 @@ class BlockSpec:
   epsilon: float
   moe_spec: moe.MoeSpec | None  # the MLP is a mixture of experts (`jaxdl.models.moe`)
   ssm_spec: ssm.SsmSpec | None  # the token mixer is a selective SSM (`jaxdl.models.ssm`)
+  lora_spec: lora.LoraSpec | None  # low-rank adapters (`jaxdl.models.lora`)
   dtype: Dtype
   param_dtype: Dtype
 
@@ -135,16 +151,21 @@ class MlpBlock(nn.Module):
     cfg, d = self.cfg, x_BxTxD.shape[-1]
     dense = functools.partial(nn.Dense, use_bias=cfg.use_bias, dtype=cfg.dtype,
                               param_dtype=cfg.param_dtype)
+
+    def adapted(layer, site, h_BxTxN):  # layer(h), plus the site's LoRA delta when adapted
+      delta = lora.adapter(cfg.lora_spec, site, layer.features, cfg.dtype, cfg.param_dtype)
+      return layer(h_BxTxN) if delta is None else layer(h_BxTxN) + delta(h_BxTxN)
+
     if cfg.mlp == "gelu":
       f = cfg.mlp_hidden or 4 * d
-      h_BxTxF = nn.gelu(dense(f, kernel_init=cfg.kernel_init, name="c_fc")(x_BxTxD),
-                        approximate=True)
+      h_BxTxF = nn.gelu(adapted(dense(f, kernel_init=cfg.kernel_init, name="c_fc"), "mlp/c_fc",
+                                x_BxTxD), approximate=True)
     else:  # swiglu
       f = cfg.mlp_hidden or 8 * d // 3
-      gate, up = jnp.split(dense(2 * f, kernel_init=cfg.kernel_init, name="c_fc")(x_BxTxD), 2,
-                           axis=-1)
+      gate, up = jnp.split(adapted(dense(2 * f, kernel_init=cfg.kernel_init, name="c_fc"),
+                                   "mlp/c_fc", x_BxTxD), 2, axis=-1)
       h_BxTxF = nn.silu(gate) * up
-    return dense(d, kernel_init=cfg.out_init, name="c_proj")(h_BxTxF)
+    return adapted(dense(d, kernel_init=cfg.out_init, name="c_proj"), "mlp/c_proj", h_BxTxF)
 
 
 class Block(nn.Module):
@@ -185,9 +206,10 @@ class Block(nn.Module):
         y_BxTxD, (h_BxExN, tail_BxKm1xE) = mix(h_BxTxD, (cache["h"], cache["conv"]))
         return y_BxTxD, {"h": h_BxExN, "conv": tail_BxKm1xE}
       attn = attention.MultiHeadAttention(
-          num_heads=cfg.n_head, causal=cfg.causal, qk_norm=cfg.qk_norm, rope=cfg.rope,
-          use_bias=cfg.use_bias, attn_dropout=cfg.attn_dropout, impl=cfg.attn_impl,
-          kernel_init=cfg.kernel_init, out_init=cfg.out_init, dtype=cfg.dtype,
+          num_heads=cfg.n_head, num_kv_heads=cfg.n_kv_head, causal=cfg.causal,
+          qk_norm=cfg.qk_norm, rope=cfg.rope, use_bias=cfg.use_bias,
+          attn_dropout=cfg.attn_dropout, impl=cfg.attn_impl, kernel_init=cfg.kernel_init,
+          out_init=cfg.out_init, lora=cfg.lora_spec, dtype=cfg.dtype,
           param_dtype=cfg.param_dtype, name="attn")
       if cache is None:
         return attn(h_BxTxD, train=train, pos=pos, mask=mask, positions=positions), None
@@ -212,7 +234,7 @@ def apply_blocks(model: TransformerModel, x_BxTxD, *, train: bool, cache=None, p
   'ln_f' under pre-LN; returns (x, new_cache).
 
   Call inside `model`'s compact method: the params land in its scope ('h' scanned, 'h_i'
-  unrolled, 'ln_f'). `cache` (L, B, S, H, K) per key is split by layer; `remat` recomputes each
+  unrolled, 'ln_f'). `cache` (L, B, S, N, K) per key is split by layer; `remat` recomputes each
   block's activations in the backward pass; `scan_unroll` layers run per scan iteration;
   `mask`, `positions` and `segment_ids` go to every block unchanged.
   """

@@ -6,6 +6,10 @@ Default rule: decay weight matrices (leaves named 'kernel': Dense and Conv weigh
 `optim.decay_embeddings` is true, embedding tables (leaves named 'embedding'); never biases,
 norm scales or offsets. `optim.decay_mask`, a list of regular expressions, replaces the default
 rule: a parameter is decayed iff `re.search` finds any pattern in its path.
+
+Frozen parameters (`freeze`): a chain can train only the parameters a path predicate selects
+(a LoRA model's adapters, `jaxdl.models.lora`); the others get a zero update and no optimizer
+state, and every link of the chain, clipping included, sees only the trained ones.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Callable
 
 import jax
 import numpy as np
+import optax
 
 
 def path_str(path) -> str:
@@ -70,3 +75,18 @@ def mask_table(params, pred: Callable[[str], bool], weight_decay: float) -> str:
   lines.append(f"decayed {n_dec:,} of {n_all:,} parameters "
                f"({sum(r[3] for r in rows)} of {len(rows)} arrays), weight_decay={weight_decay}")
   return "\n".join(lines)
+
+
+def freeze(tx: optax.GradientTransformation,
+           trainable: Callable[[str], bool]) -> optax.GradientTransformation:
+  """`tx` on the parameters whose path `trainable` accepts; the others frozen.
+
+  optax.multi_transform({train: tx, frozen: set_to_zero}): tx's state (moments, EMA, ...) holds
+  only the trained leaves, its clipping norm is theirs, and a frozen leaf's update is 0 (so its
+  gradient, unused, is dropped by XLA unless something else reads it)."""
+
+  def labels(params):
+    return jax.tree_util.tree_map_with_path(
+        lambda p, _: "train" if trainable(path_str(p)) else "frozen", params)
+
+  return optax.multi_transform({"train": tx, "frozen": optax.set_to_zero()}, labels)

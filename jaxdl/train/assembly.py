@@ -27,9 +27,10 @@ import optax
 from jaxdl import data as jdata
 from jaxdl import models as jmodels
 from jaxdl import optim as joptim
+from jaxdl.models.lora import trainable_predicate
 from jaxdl.config import ParallelSettings, TrainSettings, parse_parallel, parse_train
 from jaxdl.schema import ConfigError
-from jaxdl.optim import precision
+from jaxdl.optim import masks, precision
 from jaxdl.train import step, strategies, tasks, trackers
 from jaxdl.train.step import TrainState, create_train_state
 
@@ -72,14 +73,18 @@ class Run:
   def with_optim(self, optim: joptim.OptimConfig, config) -> Run:
     """This run under another parsed `optim` section (`config`: the config recording it): the
     chain and schedule rebuilt from the parsed object (`jaxdl.train.resume.pin_wsd_warmup`)."""
-    tx, schedule = build_optimizer(self.task, optim, self.train.steps)
+    tx, schedule = build_optimizer(self.task, optim, self.train.steps, self.model)
     return dataclasses.replace(self, config=config, optim=optim, tx=tx, schedule=schedule)
 
 
-def build_optimizer(task: tasks.Task, optim: joptim.OptimConfig, steps: int):
+def build_optimizer(task: tasks.Task, optim: joptim.OptimConfig, steps: int, model=None):
   """`(tx, schedule)` of the parsed `optim` section over T = `steps` updates (the task's own
-  chains when it has them, e.g. the GAN's two players)."""
-  return task.optimizer(optim, steps) if task.optimizer else optim.build(steps)
+  chains when it has them, e.g. the GAN's two players). A model that trains only some of its
+  parameters (LoRA adapters: `jaxdl.models.lora.trainable_predicate`) freezes the others: no
+  optimizer state, zero update (`jaxdl.optim.masks.freeze`)."""
+  tx, schedule = task.optimizer(optim, steps) if task.optimizer else optim.build(steps)
+  trainable = trainable_predicate(model)
+  return (tx if trainable is None else masks.freeze(tx, trainable)), schedule
 
 
 def apply_precision(model, policy: precision.Policy, overrides: dict):
@@ -110,8 +115,11 @@ def build(config) -> Run:
   if train.eval_ema and optim.ema_decay is None:
     raise ValueError("train.eval_ema: the run keeps no parameter average; set optim.ema_decay "
                      "(e.g. 0.999) or train.eval_ema=False")
+  if train.eval_ema and trainable_predicate(model) is not None:
+    raise ConfigError("train.eval_ema: a LoRA model (model.lora_rank > 0) averages only its "
+                      "adapters, not a whole parameter set to evaluate; set train.eval_ema=False")
   trackers.check(train.loggers)
-  tx, schedule = build_optimizer(task, optim, train.steps)
+  tx, schedule = build_optimizer(task, optim, train.steps, model)
   policy = precision.get_policy(train.precision)
   model = apply_precision(model, policy, strategy.model_overrides)
   init_key, base_key = jax.random.split(jax.random.PRNGKey(config.seed))
