@@ -1,17 +1,20 @@
 """Gradient accumulation's step time, and the augmented digits pipeline vs the digits CNN.
 
   accum    one train step at train.grad_accum = N on a batch of N M rows vs N plain steps on
-           batches of M rows: ratio = t(N, N M) / (N t(1, M)); the scan over microbatches costs
-           nothing beyond the microbatch steps when it is <= 1.1 (target). Same model, optimizer
-           and data; only the batch and N differ. Run for the digits CNN and for a small GPT:
-           on XLA:CPU a convolution's kernel gradient inside a loop body (the scan) is far slower
-           than outside one (jax-ml/jax#12868), which the CNN row shows and the GPT row does not.
-           Measured under a load average of ~25 (N = 4): CNN, M = 128, 12.9x wall (10.8x CPU
-           seconds); char_gpt, M = 16, 1.08x wall (0.96x CPU): the target is met where the
-           loop body has no convolution. Fully unrolling the microbatch scan
-           (`lax.scan(..., unroll=True)`) takes the CNN to 1.50x (1.36x CPU), but it is not
-           adopted: it compiles N copies of the step and frees the scheduler to keep several
-           microbatches' activations alive at once, the memory the accumulation exists to save.
+           batches of M rows: ratio = t(N, N M) / (N t(1, M)) (target <= 1.1), and the compiled
+           steps' temporary memory, m(N, N M) / m(1, M) (target <= 1.3: the loop keeps one
+           microbatch's activations alive, not N). Same model, optimizer and data; only the
+           batch and N differ. For the digits CNN, the digits MLP with BatchNorm, a small char
+           GPT and the digits U-Net (`ACCUM_FAMILIES`). Measured at N = 4 on this 2-core CPU
+           under a load average of 5-10 (wall / CPU seconds, memory):
+             digits_cnn     unroll  1.51 / 1.34   3.58x   (scan: 5.97 / 5.86, 1.04x)
+             digits_mlp_bn  scan    0.96 / 0.92   1.57x
+             char_gpt       scan    1.09 / 1.00   1.03x   (unroll: 2.06 / 1.30, 3.77x)
+             unet           unroll  0.90 / 1.29   3.91x   (scan: 31.2 / 9.17, 0.95x)
+           No loop form meets both targets for the convolutional models on XLA:CPU (see
+           `jaxdl.train.step`): its while bodies run convolution gradients outside its fast
+           kernels (jax-ml/jax#12868), and unrolled, its scheduler keeps every microbatch's
+           data-independent buffers alive at once.
   augment  batches/s of the digits training pipeline with data.augment (random shifts by pad +
            crop, then mixup) at batch M vs the CNN train step's steps/s at batch M: >= 1 means
            the step never waits for data (the pipeline runs in the calling thread here, with no
@@ -61,17 +64,56 @@ def _runner(step, state, batch):
   return run
 
 
+# family -> (experiment, M rows per microbatch, overrides): the model families `jaxdl bench
+# accum` covers. The GPT is char_gpt shrunk as in the loop bench (d 64, 2 layers).
+ACCUM_FAMILIES = {
+    "digits_cnn": ("digits_cnn", MICRO, ()),
+    "digits_mlp_bn": ("digits_mlp", MICRO, ("model.norm='batch'",)),
+    "char_gpt": ("char_gpt", 16, ("model.d_model=64", "model.n_layer=2", "train.eval_every=0")),
+    "unet": ("fm_digits_cfg", 64, ()),
+}
+
+
+def temp_bytes(step, state, batch) -> int:
+  """The compiled step's temporary buffers (XLA's `memory_analysis().temp_size_in_bytes`): the
+  activations and workspace it allocates beyond its arguments and outputs."""
+  return int(step.lower(state, batch).compile().memory_analysis().temp_size_in_bytes)
+
+
 def bench_grad_accum(n: int = 4, steps: int = 5, rounds: int = 5, micro: int = MICRO,
                      overrides: tuple = (), experiment: str = "digits_cnn") -> dict:
-  """Seconds per step at N = n on n M rows and at N = 1 on M rows; ratio t_n / (n t_1)."""
+  """Seconds per step at N = n on n M rows and at N = 1 on M rows, ratio t_n / (n t_1); and
+  the two compiled steps' temporary memory, ratio m_n / m_1."""
+  from jaxdl.train.step import accum_loop, step_rngs
   _, step_n, state_n, batch_n = _built(n * micro, n, overrides, experiment)
-  _, step_1, state_1, batch_1 = _built(micro, 1, overrides, experiment)
+  r, step_1, state_1, batch_1 = _built(micro, 1, overrides, experiment)
+  mem_n, mem_1 = temp_bytes(step_n, state_n, batch_n), temp_bytes(step_1, state_1, batch_1)
+  loop = accum_loop(_grad_fn(r), state_1.params, state_1.model_state, batch_1,
+                    step_rngs(r.base_key, 0))
   t = interleaved({"accum": _runner(step_n, state_n, batch_n),
                    "micro": _runner(step_1, state_1, batch_1)}, steps=steps, rounds=rounds)
-  return {"n": n, "micro_rows": micro, "accum_step_s": t["accum"]["wall"],
+  return {"n": n, "micro_rows": micro, "loop": loop, "accum_step_s": t["accum"]["wall"],
           "micro_step_s": t["micro"]["wall"],
           "ratio": t["accum"]["wall"] / (n * t["micro"]["wall"]),
-          "ratio_cpu": t["accum"]["cpu"] / (n * t["micro"]["cpu"])}
+          "ratio_cpu": t["accum"]["cpu"] / (n * t["micro"]["cpu"]),
+          "temp_bytes": mem_n, "micro_temp_bytes": mem_1, "memory_ratio": mem_n / mem_1}
+
+
+def _grad_fn(r):
+  """The gradient of the run's task loss, as `make_train_step` takes it (for `accum_loop`)."""
+  def objective(params, model_state, batch, rngs):
+    loss, (metrics, new_state) = r.task.loss_fn(r.model.apply, params, model_state, batch, rngs,
+                                                True)
+    return loss, (loss, metrics, new_state)
+
+  return jax.grad(objective, has_aux=True)
+
+
+def bench_accum_families(n: int = 4, families=tuple(ACCUM_FAMILIES)) -> dict:
+  """`bench_grad_accum` for each family of `ACCUM_FAMILIES`."""
+  return {name: bench_grad_accum(n, micro=ACCUM_FAMILIES[name][1],
+                                 overrides=ACCUM_FAMILIES[name][2],
+                                 experiment=ACCUM_FAMILIES[name][0]) for name in families}
 
 
 def _pipeline_vs_step(it, step, state, batch, steps: int, rounds: int) -> dict:

@@ -32,14 +32,24 @@ check is one fused reduction inside the step, read back with the other metrics (
 Gradient accumulation (N > 1). Microbatch i holds rows i, i + N, i + 2N, ... of the batch (a
 strided split). A batch sharded over devices in contiguous blocks of B / D rows then gives every
 microbatch B / (N D) rows of each device's block, so no row moves between devices; this needs N
-to divide B / D (`check_grad_accum`, before anything compiles). A `lax.scan` over the N
-microbatches carries
+to divide B / D (`check_grad_accum`, before anything compiles). A loop over the N microbatches
+carries
 
     g_sum <- g_sum + grad L_i(theta)                     (float32, shape of theta)
     model_state <- the state after microbatch i          (e.g. BatchNorm running averages)
 
-and returns g = g_sum / N, one gradient copy alive at a time, so activation memory is that of
-one microbatch. Each task loss is a mean over its rows, so with equal microbatches
+and returns g = g_sum / N. Its form (`accum_loop`) is chosen by measurement (`jaxdl bench
+accum`, N = 4, this 2-core CPU, jax 0.10.2): a `lax.scan` keeps one microbatch's activations
+alive (compiled temporary memory 0.95-1.04x one microbatch step's for the CNN, GPT and U-Net),
+but XLA:CPU leaves the convolution gradients inside a while body out of its fast (YNNPACK)
+kernels: 6.0x the time of N microbatch steps for the digits CNN, 9.2x (CPU seconds) for the
+U-Net. So on a CPU a step whose gradient holds a convolution runs the N microbatches as a
+Python-unrolled loop (1.3x for both, at 3.6-3.9x the temporary memory: XLA's CPU scheduler
+hoists the data-independent work of every microbatch); every other step, and every step on an
+accelerator, scans (char GPT 1.09x wall / 1.00x CPU, memory 1.03x; MLP with BatchNorm 0.96x,
+memory 1.57x, its float32 gradient sum being a quarter of so small a step's buffers).
+
+Each task loss is a mean over its rows, so with equal microbatches
 
     g = (1/N) sum_i grad L_i = grad of the mean over all B rows = the step's gradient at N = 1,
 
@@ -61,6 +71,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.extend import core as jcore
 
 from jaxdl.optim import precision
 
@@ -123,25 +134,71 @@ def split_microbatches(batch: dict, n: int) -> dict:
   return jax.tree.map(split, batch)
 
 
+def _holds_convolution(jaxpr) -> bool:
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == "conv_general_dilated":
+      return True
+    for value in eqn.params.values():
+      for sub in value if isinstance(value, (tuple, list)) else (value,):
+        if isinstance(sub, (jcore.Jaxpr, jcore.ClosedJaxpr)) and _holds_convolution(
+            getattr(sub, "jaxpr", sub)):
+          return True
+  return False
+
+
+def accum_loop(grad_fn: Callable, params, model_state, micro: dict, rngs: dict) -> str:
+  """'unroll' where XLA:CPU would run a convolution's gradient inside the scan (several times
+  slower there than outside a loop, see the module docstring), else 'scan'."""
+  if jax.default_backend() != "cpu":
+    return "scan"
+  jaxpr = jax.make_jaxpr(grad_fn)(params, model_state, micro, rngs).jaxpr
+  return "unroll" if _holds_convolution(jaxpr) else "scan"
+
+
 def accumulate_gradients(grad_fn: Callable, params, model_state, batch: dict, rngs: dict,
-                         n: int):
+                         n: int, *, loop: str = "auto"):
   """`grad_fn(params, model_state, batch, rngs) -> (grads, (loss, metrics, model_state))` over
   N microbatches (2.): the mean gradient (summed in float32), the mean loss and metrics, and the
-  model state after the last microbatch. N = 1 calls `grad_fn` once on the whole batch."""
+  model state after the last microbatch. N = 1 calls `grad_fn` once on the whole batch.
+
+  loop: 'scan' (one microbatch's activations alive at a time), 'unroll' (N copies of the
+  microbatch step in the program, run in order), or 'auto' (`accum_loop`).
+  """
   if n == 1:
     return grad_fn(params, model_state, batch, rngs)
+  micro_rngs = lambda i: {k: jax.random.fold_in(key, i) for k, key in rngs.items()}  # noqa: E731
+  if loop == "auto":
+    micro = jax.tree.map(lambda x: jax.ShapeDtypeStruct((x.shape[0] // n, *x.shape[1:]),
+                                                        x.dtype), batch)
+    loop = accum_loop(grad_fn, params, model_state, micro, micro_rngs(0))
 
-  def body(carry, xs):
-    g_sum, state = carry
-    i, micro = xs
-    micro_rngs = {k: jax.random.fold_in(key, i) for k, key in rngs.items()}
-    grads, (loss, metrics, state) = grad_fn(params, state, micro, micro_rngs)
-    g_sum = jax.tree.map(lambda s, g: s + g.astype(jnp.float32), g_sum, grads)
-    return (g_sum, state), (loss, metrics)
+  def add(g_sum, grads):
+    return jax.tree.map(lambda s, g: s + g.astype(jnp.float32), g_sum, grads)
 
-  g_zero = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
-  (g_sum, model_state), (loss_N, metrics_N) = jax.lax.scan(
-      body, (g_zero, model_state), (jnp.arange(n), split_microbatches(batch, n)))
+  g_sum = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
+  if loop == "unroll":
+    values = []
+    for i in range(n):
+      micro = jax.tree.map(lambda x, i=i: x[i::n], batch)
+      grads, (loss, metrics, model_state) = grad_fn(params, model_state, micro, micro_rngs(i))
+      g_sum = add(g_sum, grads)
+      values.append((loss, metrics))
+    loss_N, metrics_N = jax.tree.map(lambda *v: jnp.stack(v), *values)
+  elif loop == "scan":
+    rows_M = jnp.arange(jax.tree.leaves(batch)[0].shape[0] // n) * n
+
+    def body(carry, i):
+      g_sum, state = carry
+      # Rows i, i + N, ... gathered in the body: one microbatch is copied at a time, where a
+      # split before the loop would copy (transpose) the whole batch.
+      micro = jax.tree.map(lambda x: jnp.take(x, rows_M + i, axis=0), batch)
+      grads, (loss, metrics, state) = grad_fn(params, state, micro, micro_rngs(i))
+      return (add(g_sum, grads), state), (loss, metrics)
+
+    (g_sum, model_state), (loss_N, metrics_N) = jax.lax.scan(
+        body, (g_sum, model_state), jnp.arange(n))
+  else:
+    raise ValueError(f"accumulate_gradients: loop {loop!r}; expected 'auto', 'scan' or 'unroll'")
   grads = jax.tree.map(lambda s, p: (s / n).astype(p.dtype), g_sum, params)
   loss, metrics = jax.tree.map(lambda v_N: jnp.mean(v_N.astype(jnp.float32), axis=0),
                                (loss_N, metrics_N))
@@ -164,8 +221,8 @@ def make_train_step(apply_fn: Callable, loss_fn: Callable, tx: optax.GradientTra
       (the mesh makes every reduction global).
     jit: return the step jitted with the state donated (for single-device use); the parallel
       strategies wrap the un-jitted step themselves.
-    grad_accum: N, the number of microbatches the batch is split into for one update (a
-      `lax.scan`, gradients summed in float32). 1: no accumulation.
+    grad_accum: N, the number of microbatches the batch is split into for one update (a scan,
+      or an unrolled loop where `accum_loop` says so; gradients summed in float32). 1: none.
     watch: `health(step, params, grads, new_params) -> vector`, the health signals of
       `jaxdl.train.watch.make_health`, returned as the metric 'watch'; None: not computed.
 

@@ -9,14 +9,24 @@ evaluating and checkpointing between them is left out, so the rate is the traini
   FLOP/s     = steps/s x F_step;              MFU = FLOP/s / (peak per device x devices)
 
 F_step, the FLOPs of one train step, comes from the model's own formula where there is one, else
-from XLA's cost analysis of the compiled step:
+from counting the matmuls of the step's jaxpr:
 
   GPT (PaLM appendix B, as nanoGPT and llm.c count it): F_token = 6 N + 12 L D T, N the
   parameters touched by matmuls (all but the position table wpe), L layers, D width, T context;
   F_step = F_token x B x T.
-  XLA: `compiled.cost_analysis()['flops']` of the per-device program x devices. XLA counts the
-  body of a while loop once, whatever its trip count, so a step holding a loop (scanned layers)
-  is reported as not countable rather than undercounted.
+  Any other step (`matmul_flops`): the sum over the jaxpr of the traced step (forward, backward
+  and update, global shapes) of
+    dot_general   2 x |out| x K                 K the contracted size
+    convolution   2 x B x C_out x C_in/G x (output positions x kernel taps on real input,
+                  padding and dilation holes left out), as XLA counts it
+    attention     4 B H T S D forward, 8 B H T S D backward (a fused kernel, e.g. cuDNN)
+  with a scan's body counted `length` times, a cond's costlier branch once, a pmap's body once
+  per device. Only matmuls count (elementwise work, normalization and the optimizer are left
+  out, as in the GPT formula), so the count is a property of the model and batch, not of how
+  XLA compiles them: dropout and noise add none. Random numbers are primitives in the jaxpr
+  (XLA:CPU lowers threefry to a while loop; it is not a loop here), scanned layers and the
+  microbatch loop are counted per iteration, and only a `lax.while_loop` around matmuls (a
+  trip count known only at run time) makes a step uncountable; the log names it and its line.
 
 The peak is per device and per compute dtype: a known table of dense bf16 matmul peaks for
 accelerators (datasheet numbers, used for bf16/fp16 runs on those), else a large matmul timed
@@ -38,12 +48,15 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import pathlib
 import time
 
 import jax
 import jax.numpy as jnp
+from jax._src import source_info_util
+from jax.extend import core as jcore
 
 from jaxdl.models.gpt import gpt_costs
 
@@ -133,26 +146,103 @@ def _gpt_flops(model, x_shape) -> float:
   return tokens * transformer_flops_per_token(n, model.n_layer, model.d_model, context)
 
 
-def count_step_flops(r, train_fn, state, batch) -> tuple[float | None, str]:
-  """(FLOPs of one global train step, or None, and how they were counted).
+class NotCountable(Exception):
+  """A step whose matmul FLOPs are not known before it runs; the message says why."""
 
-  Lowers and compiles `train_fn` for (state, batch) before its first call: jit caches the
-  executable, so the first step reuses it and nothing is compiled twice.
+
+def _sub_jaxprs(params: dict):
+  for value in params.values():
+    for x in value if isinstance(value, (tuple, list)) else (value,):
+      if isinstance(x, jcore.ClosedJaxpr):
+        yield x.jaxpr
+      elif isinstance(x, jcore.Jaxpr):
+        yield x
+
+
+def _size(shape) -> int:
+  return math.prod(int(d) for d in shape)
+
+
+def _conv_taps(n: int, k: int, out: int, stride: int, pad_lo: int, lhs_dil: int,
+               rhs_dil: int) -> int:
+  """Pairs (o, j) of an output position and a kernel tap whose input, at o stride + j rhs_dil -
+  pad_lo in the dilated input, is a real element (not padding, not a dilation hole)."""
+  count = 0
+  for o in range(out):
+    for j in range(k):
+      at = o * stride + j * rhs_dil - pad_lo
+      count += 0 <= at <= (n - 1) * lhs_dil and at % lhs_dil == 0
+  return count
+
+
+def _eqn_flops(eqn) -> float:
+  """The matmul FLOPs of one primitive that is not a loop or call (0 for everything else)."""
+  name = eqn.primitive.name
+  out = eqn.outvars[0].aval.shape if eqn.outvars else ()
+  if name == "dot_general":
+    (contract, _), _ = eqn.params["dimension_numbers"]
+    lhs = eqn.invars[0].aval.shape
+    return 2.0 * _size(out) * _size(lhs[d] for d in contract)
+  if name == "conv_general_dilated":
+    p = eqn.params
+    lhs, rhs = eqn.invars[0].aval.shape, eqn.invars[1].aval.shape
+    lhs_spec, rhs_spec, out_spec = p["dimension_numbers"]
+    taps = 1  # (output position, kernel tap) pairs that meet a real input element, per dim
+    for i, (lo, _) in enumerate(p["padding"]):
+      taps *= _conv_taps(lhs[lhs_spec[2 + i]], rhs[rhs_spec[2 + i]], out[out_spec[2 + i]],
+                         p["window_strides"][i], lo, p["lhs_dilation"][i], p["rhs_dilation"][i])
+    return 2.0 * out[out_spec[0]] * out[out_spec[1]] * rhs[rhs_spec[1]] * taps
+  if "dot_product_attention" in name and ("fwd" in name or "bwd" in name):
+    (b, t, h, d), s = eqn.invars[0].aval.shape, eqn.invars[1].aval.shape[1]  # q BTHD, k BSKD
+    return (8.0 if "bwd" in name else 4.0) * b * h * t * s * d
+  return 0.0
+
+
+def matmul_flops(jaxpr) -> float:
+  """Matmul FLOPs of one run of `jaxpr` (module docstring); raises NotCountable at a
+  `lax.while_loop` whose body holds matmuls."""
+  jaxpr = getattr(jaxpr, "jaxpr", jaxpr)  # a ClosedJaxpr's own
+  total = 0.0
+  for eqn in jaxpr.eqns:
+    name, params = eqn.primitive.name, eqn.params
+    inner = [matmul_flops(j) for j in _sub_jaxprs(params)]
+    if name == "while":
+      if sum(inner):
+        raise NotCountable(
+            "the step holds a lax.while_loop around matmuls, whose trip count is known only "
+            f"when it runs (at {source_info_util.summarize(eqn.source_info)})")
+    elif name == "cond":
+      total += max(inner)
+    elif name == "scan":
+      total += params["length"] * sum(inner)
+    elif name == "xla_pmap":
+      total += params["axis_size"] * sum(inner)
+    elif name == "shard_map":  # one body per device of the mesh's manual axes
+      mesh, axes = params["mesh"], params.get("manual_axes", ())
+      total += _size(mesh.shape[a] for a in axes) * sum(inner)
+    else:  # calls (jit, remat, custom_jvp/vjp) run their body once
+      total += _eqn_flops(eqn) + sum(inner)
+  return total
+
+
+def count_step_flops(r, train_fn, state, batch) -> tuple[float | None, str]:
+  """(FLOPs of one global train step, or None, and how they were counted, or why not).
+
+  Traces `train_fn` for (state, batch) before its first call: jit keeps the trace, so the first
+  step does not trace again. Nothing is compiled here.
   """
   if r.config.model.get("name") == "gpt" and r.task.kind == "lm":
     global_x = (r.data.batch_size, batch["x"].shape[-1])
     return _gpt_flops(r.model, global_x), "GPT formula 6N + 12LDT per token"
-  if r.strategy.name == "pmap" or not hasattr(train_fn, "lower"):
-    return None, "no FLOP formula for this model and no XLA count under this strategy"
-  compiled = train_fn.lower(state, batch).compile()
-  if " while(" in compiled.as_text():
-    return None, "the step holds a loop (scanned layers?), which XLA's cost analysis counts once"
-  cost = compiled.cost_analysis()
-  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-  flops = (cost or {}).get("flops", 0.0)
+  jaxpr = (train_fn.trace(state, batch).jaxpr if hasattr(train_fn, "trace")
+           else jax.make_jaxpr(train_fn)(state, batch))
+  try:
+    flops = matmul_flops(jaxpr)
+  except NotCountable as e:
+    return None, str(e)
   if flops <= 0:
-    return None, "XLA's cost analysis reports no FLOPs"
-  return flops * r.strategy.num_global_devices, "XLA cost analysis of the compiled step"
+    return None, "the step holds no matmul or convolution to count"
+  return flops, "matmuls and convolutions of the step's jaxpr"
 
 
 class Meter:
