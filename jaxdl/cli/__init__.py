@@ -1,4 +1,5 @@
-"""The `jaxdl` command line: train, list, sample, likelihood, doctor, reproduce, bench, data, plot.
+"""The `jaxdl` command line: train, list, sample, likelihood, doctor, reproduce, bench, data, plot,
+sweep.
 
 Exit codes: 0 success (also after a SIGTERM, which stops `train` cleanly at any moment, saving
 the current step during training), 130 a `train` stopped as cleanly by SIGINT (Ctrl-C), 1 a run
@@ -18,15 +19,17 @@ import argparse
 import sys
 
 from jaxdl.cli import (bench, data, doctor, likelihood, listing, logs, plot, reproduce, sample,
-                       train)
+                       sweep, train)
 
 # The commands in the order `jaxdl --help` lists them.
 COMMANDS = {"train": train, "list": listing, "sample": sample, "likelihood": likelihood,
-            "doctor": doctor, "reproduce": reproduce, "bench": bench, "data": data, "plot": plot}
+            "doctor": doctor, "reproduce": reproduce, "bench": bench, "data": data, "plot": plot,
+            "sweep": sweep}
 
 
 def build_parser() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(prog="jaxdl", description=__doc__.splitlines()[0])
+  summary = " ".join(__doc__.split("\n\n")[0].split())  # the docstring's first paragraph
+  parser = argparse.ArgumentParser(prog="jaxdl", description=summary)
   sub = parser.add_subparsers(dest="command")
   for name, command in COMMANDS.items():
     command.add_arguments(sub.add_parser(name, help=command.HELP))

@@ -1,0 +1,25 @@
+"""Sweeps: many runs of one experiment as one directory (`jaxdl sweep`, `jaxdl sweep report`).
+
+A sweep directory holds
+
+  sweep.json      the index (`index`): the experiment, the `--set` overrides every run shares,
+                  the grid, the seeds, each run's overrides, status, exit code and error, the git
+                  revision and library versions of the invocation that last ran it;
+  runs/<name>/    one ordinary `jaxdl train` workdir per point and seed;
+  logs/<name>.log each run's captured stdout and stderr, appended attempt after attempt;
+  report/         the report's figures.
+
+A run's name is its overrides, keys sorted, values canonical (`optim.lr=0.001,seed=0`; `1e-3`
+and `0.001` are one point), so the same grid always names the same directories and a grown grid
+adds directories beside them (`grid`). The modules:
+
+  grid     parse `--grid KEY=V1,V2`, expand points x seeds, name runs, validate every point's
+           config in-process with `jaxdl.config.load_config` before anything starts
+  index    sweep.json: read, merge a new invocation in, write atomically; provenance
+  runner   run the pending runs as `python -m jaxdl train` subprocesses, J at a time, devices
+           split between them; resume on a rerun
+  report   per-point statistics of a metric over seeds (mean, t interval), the table, CSV /
+           JSON and the figures
+
+Importing this package loads nothing heavy; import the module you need.
+"""

@@ -1,0 +1,233 @@
+"""`jaxdl sweep report`: one row per point of a sweep, a metric's statistics over its seeds.
+
+For each run, from its workdir: the metric's records in metrics.jsonl (`eval/loss`: the `eval`
+split's `loss`; a step logged twice, as a resumed run does, counts once, its last record), its
+final value (summary.json's, for a finished run) and its best (min, or max for `--mode max`).
+For each point, over its finished runs' values x_1..x_n:
+
+  mean  m = (1/n) sum x_i,   95% t interval  m +- t_{0.975, n-1} s / sqrt(n),
+  s^2 = (1/(n-1)) sum (x_i - m)^2   (no interval for n = 1),
+
+and the counts of finished / failed / running / pending runs; the point with the best mean final
+value is marked '*'. A run's status comes from its workdir, not only from sweep.json (a killed
+sweep leaves `running` behind): `running` while a live process holds its lock, `finished` with
+summary.json, `failed` as recorded (exit code and error) or when its loss or metric is
+non-finite, else `pending`. A failed run is a row with its error; nothing in a run makes the
+report fail.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import pathlib
+
+from jaxdl.course.sweeps import index as jindex
+from jaxdl.course.sweeps.runner import lock_holder
+from jaxdl.train import plots
+from jaxdl.train.workdir import read_summary
+from jaxdl.train.writers import read_metrics, read_records
+
+STATUSES = (jindex.FINISHED, jindex.FAILED, jindex.RUNNING, jindex.PENDING)
+
+
+def split_metric(metric: str) -> tuple[str, str]:
+  """`eval/loss` -> ('eval', 'loss'); a bare `loss` is the eval split's."""
+  split, _, key = metric.rpartition("/")
+  return split or "eval", key
+
+
+def default_mode(metric: str) -> str:
+  return "max" if "acc" in split_metric(metric)[1] else "min"
+
+
+def t_interval(values, level: float = 0.95) -> tuple[float | None, float | None]:
+  """(mean, half-width of the two-sided t interval); (None, None) for no values, (mean, None)
+  for one."""
+  n = len(values)
+  if n == 0:
+    return None, None
+  mean = sum(values) / n
+  if n == 1:
+    return mean, None
+  from scipy import stats  # a dependency of scikit-learn, which jaxdl requires
+  s = math.sqrt(sum((x - mean) ** 2 for x in values) / (n - 1))
+  return mean, float(stats.t.ppf(0.5 + level / 2, n - 1)) * s / math.sqrt(n)
+
+
+def _series(workdir: pathlib.Path, split: str, key: str) -> list[tuple[int, float | None]]:
+  """(step, value) of `split`'s `key`, one per step (the last record of a step logged twice)."""
+  by_step = {}
+  for r in read_records(workdir / "metrics.jsonl"):
+    if r.get("split") == split and key in r:
+      by_step[r["step"]] = r[key]
+  return sorted(by_step.items())
+
+
+def _nonfinite(series) -> int | None:
+  return next((step for step, v in series if v is None or not math.isfinite(v)), None)
+
+
+def run_result(sweep_dir: pathlib.Path, name: str, record: dict, metric: str,
+               mode: str) -> dict:
+  """One run's status, error, final and best value of `metric`."""
+  split, key = split_metric(metric)
+  workdir = sweep_dir / record["workdir"]
+  series = _series(workdir, split, key)
+  summary = read_summary(workdir)
+  if lock_holder(workdir):
+    status, error = jindex.RUNNING, None
+  elif summary is not None:
+    status, error = jindex.FINISHED, None
+  elif record.get("status") == jindex.FAILED:
+    status, error = jindex.FAILED, record.get("error") or f"exit code {record.get('returncode')}"
+  else:
+    status, error = jindex.PENDING, record.get("error")
+  bad_loss, bad_metric = _nonfinite(_series(workdir, "train", "loss")), _nonfinite(series)
+  if status != jindex.RUNNING and (bad_loss is not None or bad_metric is not None):
+    what, step = ("train/loss", bad_loss) if bad_loss is not None else (metric, bad_metric)
+    status = jindex.FAILED
+    error = error if error and record.get("status") == jindex.FAILED else (
+        f"non-finite {what} at step {step}")
+  finite = [v for _, v in series if v is not None and math.isfinite(v)]
+  final = finite[-1] if finite and series[-1][1] == finite[-1] else None
+  if status == jindex.FINISHED:
+    stored = (summary.get(split) or {}).get(key)
+    final = stored if isinstance(stored, (int, float)) else final
+    if final is None:
+      error = f"no {metric} recorded"
+  best = (min(finite) if mode == "min" else max(finite)) if finite else None
+  return {"run": name, "point": record["point"], "seed": record["seed"],
+          "values": record.get("values", {}), "status": status, "error": error,
+          "final": final, "best": best, "workdir": str(workdir)}
+
+
+def summarize(sweep_dir, metric: str = "eval/loss", mode: str | None = None) -> dict:
+  """The report of the sweep in `sweep_dir`: {metric, mode, keys, rows (one per point), runs}."""
+  sweep_dir = pathlib.Path(sweep_dir)
+  index = jindex.read(sweep_dir)
+  if index is None:
+    raise FileNotFoundError(f"{sweep_dir}: no {jindex.INDEX} (not a sweep directory)")
+  mode = mode or default_mode(metric)
+  runs = [run_result(sweep_dir, name, rec, metric, mode) for name, rec in index["runs"].items()]
+  points: dict[str, list[dict]] = {}
+  for r in runs:
+    points.setdefault(r["point"], []).append(r)
+  rows = [_row(point, results) for point, results in points.items()]
+  scored = [r for r in rows if r["final_mean"] is not None]
+  if scored:
+    pick = min if mode == "min" else max
+    pick(scored, key=lambda r: r["final_mean"])["best_point"] = True
+  return {"sweep": str(sweep_dir), "experiment": index.get("experiment"), "metric": metric,
+          "mode": mode, "keys": list(index.get("grid", {})), "rows": rows, "runs": runs}
+
+
+def _row(point: str, results: list[dict]) -> dict:
+  done = [r for r in results if r["status"] == jindex.FINISHED]
+  final_mean, final_ci = t_interval([r["final"] for r in done if r["final"] is not None])
+  best_mean, best_ci = t_interval([r["best"] for r in done if r["best"] is not None])
+  errors = [f"seed {r['seed']}: {r['error']}" for r in results
+            if r["error"] and r["status"] == jindex.FAILED]
+  return {"point": point, "values": results[0]["values"], "seeds": len(results),
+          **{s: sum(r["status"] == s for r in results) for s in STATUSES},
+          "final_mean": final_mean, "final_ci95": final_ci, "best_mean": best_mean,
+          "best_ci95": best_ci, "error": "; ".join(errors) or None, "best_point": False}
+
+
+def _pm(mean, half) -> str:
+  if mean is None:
+    return "-"
+  return f"{mean:.4g}" + (f" ± {half:.2g}" if half is not None else "")
+
+
+def format_table(report: dict) -> str:
+  """The report as a text table (fin/fail/run/pend: the runs of the point by status)."""
+  header = ["", "point", "fin/fail/run/pend", f"final {report['metric']}",
+            f"best {report['metric']} ({report['mode']})", "error"]
+  lines = [header]
+  for r in report["rows"]:
+    counts = "/".join(str(r[s]) for s in STATUSES)
+    lines.append(["*" if r["best_point"] else "", r["point"], counts,
+                  _pm(r["final_mean"], r["final_ci95"]), _pm(r["best_mean"], r["best_ci95"]),
+                  r["error"] or ""])
+  widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
+  out = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)) + "  " + line[-1]
+         for line in lines]
+  out.append(f"mean ± 95% t interval over finished seeds; * the best mean final "
+             f"{report['metric']} ({report['mode']})")
+  return "\n".join(line.rstrip() for line in out)
+
+
+def write_csv(report: dict, path) -> pathlib.Path:
+  """One line per point: the swept values, the counts and the statistics."""
+  path = pathlib.Path(path)
+  fields = ["point", *report["keys"], "seeds", *STATUSES, "final_mean", "final_ci95",
+            "best_mean", "best_ci95", "best_point", "error"]
+  with path.open("w", newline="") as f:
+    writer = csv.DictWriter(f, fieldnames=fields)
+    writer.writeheader()
+    for r in report["rows"]:
+      writer.writerow({**{k: r[k] for k in fields if k in r}, **r["values"]})
+  return path
+
+
+def write_json(report: dict, path) -> pathlib.Path:
+  path = pathlib.Path(path)
+  path.write_text(json.dumps(report, indent=2))
+  return path
+
+
+def _numbers(texts) -> list[float] | None:
+  try:
+    return [float(t) for t in texts]
+  except (TypeError, ValueError):
+    return None
+
+
+def plot_metric(report: dict, key: str, out) -> pathlib.Path:
+  """The mean final metric against `key` with its 95% interval as error bars, one line per
+  combination of the other swept keys."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  fig, ax = plt.subplots(figsize=(6, 4))
+  rows = [r for r in report["rows"] if r["final_mean"] is not None and key in r["values"]]
+  groups: dict[str, list[dict]] = {}
+  for r in rows:
+    rest = ",".join(f"{k}={v}" for k, v in sorted(r["values"].items()) if k != key)
+    groups.setdefault(rest, []).append(r)
+  texts = sorted({r["values"][key] for r in rows}, key=lambda t: (_numbers([t]) is None, t))
+  numeric = _numbers(texts)
+  for rest, members in groups.items():
+    members = sorted(members, key=lambda r: texts.index(r["values"][key]))
+    xs = ([float(r["values"][key]) for r in members] if numeric is not None
+          else [texts.index(r["values"][key]) for r in members])
+    ax.errorbar(xs, [r["final_mean"] for r in members],
+                yerr=[r["final_ci95"] or 0.0 for r in members], marker="o", capsize=3,
+                label=rest or None)
+  if numeric is not None and numeric and min(numeric) > 0 and max(numeric) >= 10 * min(numeric):
+    ax.set_xscale("log")
+  if numeric is None:
+    ax.set_xticks(range(len(texts)), texts)
+  ax.set(xlabel=key, ylabel=f"final {report['metric']} (mean, 95% t interval)")
+  if any(groups):
+    ax.legend(fontsize="small")
+  fig.tight_layout()
+  fig.savefig(out, dpi=100)
+  plt.close(fig)
+  return pathlib.Path(out)
+
+
+def plot_figures(report: dict, out_dir) -> list[pathlib.Path]:
+  """`<metric>_vs_<key>.png` for every swept key and `curves.png` (every run's loss curve,
+  through `jaxdl plot`'s figure); runs without a logged loss are left out."""
+  out_dir = pathlib.Path(out_dir)
+  out_dir.mkdir(parents=True, exist_ok=True)
+  stem = report["metric"].replace("/", "_")
+  out = [plot_metric(report, key, out_dir / f"{stem}_vs_{key}.png") for key in report["keys"]]
+  logged = [r["workdir"] for r in report["runs"]
+            if any(m.get("loss") is not None for m in read_metrics(r["workdir"], "train"))]
+  if logged:
+    out.append(plots.plot_runs(logged, out_dir / "curves.png"))
+  return out

@@ -1,0 +1,255 @@
+"""`jaxdl sweep`: grids and names, validation before anything starts, the index, device slots,
+the report on hand-written workdirs, and one real sweep killed and rerun (slow)."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from jaxdl import cli
+from jaxdl.config import ConfigError
+from jaxdl.course.sweeps import grid, index, report, runner
+
+EXP = "moons_mlp:smoke"
+
+
+# --- grids, names and validation (in-process: configs only, nothing trains) ---
+
+def test_values_split_outside_brackets_and_quotes():
+  assert grid.split_values("1e-3,1e-2") == ["1e-3", "1e-2"]
+  assert grid.split_values("(64, 64),(32,32),'a,b'") == ["(64, 64)", "(32,32)", "'a,b'"]
+
+
+def test_a_plan_types_values_like_train_and_names_runs_stably():
+  plan = grid.plan(EXP, ["optim.lr=1e-3,0.001,1e-2", "model.hidden=(8,8),(16, 16)"], seeds=2)
+  # 1e-3 and 0.001 are one value: the one the config holds after the override.
+  assert plan.grid == {"optim.lr": ["0.001", "0.01"], "model.hidden": ["(8,8)", "(16,16)"]}
+  assert plan.seeds == (0, 1) and len(plan.runs) == 2 * 2 * 2
+  first = plan.runs[0]
+  assert first.overrides == ("optim.lr=0.001", "model.hidden=(8,8)", "seed=0")
+  # Keys sorted, unsafe characters replaced and the value's hash appended: no two share a name.
+  assert first.name == (f"model.hidden=_8_8_-{grid.label('(8,8)')[-6:]},optim.lr=0.001,seed=0")
+  assert len({r.name for r in plan.runs}) == len(plan.runs)
+  assert all(r.name == f"{r.point},seed={r.seed}" for r in plan.runs)
+  # Seeds start at the config's seed after the shared overrides.
+  assert grid.plan(EXP, ["optim.lr=0.01"], shared=["seed=5"], seeds=2).seeds == (5, 6)
+  assert [r.name for r in grid.plan(EXP, [], seeds=2).runs] == ["seed=0", "seed=1"]
+
+
+@pytest.mark.parametrize("flags, kwargs, message", [
+    (["optim.lrr=1,2"], {}, r"^optim\.lrr: unknown key$"),
+    (["optim.lr=1e-3,fast"], {}, r"^optim\.lr: expected float, got 'fast'$"),
+    (["optim.lr="], {}, r"^--grid optim\.lr: an empty value"),
+    (["optim.lr=1e-3,"], {}, r"^--grid optim\.lr: an empty value"),
+    (["optim.lr"], {}, r"^--grid 'optim\.lr': expected KEY=V1,V2"),
+    (["optim.lr=1", "optim.lr=2"], {}, r"^--grid optim\.lr: given twice"),
+    (["seed=1,2"], {}, r"^--grid seed: the seed is swept by --seeds"),
+    (["optim.lr=1e-3"], {"seed_key": "rng"}, r"^--seed-key rng: the config of .* no key 'rng'"),
+    (["optim.lr=1e-3,-1"], {}, r"^optim\.lr: must be >= 0, got -1\.0 \(point optim\.lr=-1\.0\)$"),
+    (["optim.lr=1e-3"], {"shared": ["optim.lr=0.1"]}, r"^--grid optim\.lr: also fixed by --set"),
+    (["optim.lr=1e-3"], {"seeds": 0}, r"^--seeds: expected a count >= 1"),
+])
+def test_a_bad_grid_is_one_config_error(flags, kwargs, message):
+  with pytest.raises(ConfigError, match=message):
+    grid.plan(EXP, flags, **kwargs)
+
+
+def test_a_bad_grid_exits_2_with_one_line_and_creates_nothing(tmp_path, capsys):
+  out = tmp_path / "sweep"
+  assert cli.main(["sweep", EXP, "--grid", "optim.lr=1e-3,oops", "--out", str(out)]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert err == ["jaxdl: error: optim.lr: expected float, got 'oops'"]
+  assert not out.exists()
+
+
+def test_the_index_grows_with_the_grid_and_refuses_another_sweep():
+  a = grid.plan(EXP, ["optim.lr=1e-3"], seeds=2)
+  idx = index.merge(None, a)
+  idx["runs"]["optim.lr=0.001,seed=0"]["status"] = index.FINISHED
+  grown = index.merge(json.loads(json.dumps(idx)), grid.plan(EXP, ["optim.lr=1e-3,1e-2"],
+                                                                seeds=2))
+  assert grown["grid"] == {"optim.lr": ["0.001", "0.01"]} and len(grown["runs"]) == 4
+  assert grown["runs"]["optim.lr=0.001,seed=0"]["status"] == index.FINISHED  # kept
+  assert set(grown["provenance"]["versions"]) >= {"jax", "flax", "optax", "numpy"}
+  with pytest.raises(ConfigError, match=r"^--out: the directory holds a sweep with --set \[\]"):
+    index.merge(idx, grid.plan(EXP, ["optim.lr=1e-3"], shared=["train.steps=5"]))
+
+
+def test_git_revision_is_read_from_the_files(tmp_path):
+  git = tmp_path / "repo" / ".git"
+  (git / "refs" / "heads").mkdir(parents=True)
+  (git / "HEAD").write_text("ref: refs/heads/main\n")
+  assert index.git_revision(tmp_path / "repo") is None  # a branch with no commit yet
+  (git / "packed-refs").write_text("# pack-refs\n" + "a" * 40 + " refs/heads/main\n")
+  assert index.git_revision(tmp_path / "repo") == "a" * 40
+  (git / "refs" / "heads" / "main").write_text("b" * 40 + "\n")
+  assert index.git_revision(tmp_path / "repo") == "b" * 40
+
+
+def test_slots_split_cpus_and_give_one_gpu_each():
+  slots = runner.make_slots(2, cpus=[0, 1, 2, 3, 4], gpus=["0", "1", "2"])
+  assert [s.cpus for s in slots] == [(0, 1), (2, 3)] and [s.gpu for s in slots] == ["0", "1"]
+  env = runner.child_env(slots[1], base={"OMP_NUM_THREADS": "8"})
+  assert env["OMP_NUM_THREADS"] == "2" and env["CUDA_VISIBLE_DEVICES"] == "1"
+  assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in env
+  shared = runner.make_slots(3, cpus=[0, 1], gpus=["0"])
+  assert [s.cpus for s in shared] == [None] * 3 and all(s.gpu == "0" for s in shared)
+  assert runner.child_env(shared[0], base={})["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+  assert "CUDA_VISIBLE_DEVICES" not in runner.child_env(runner.make_slots(1, [0], [])[0], {})
+
+
+def test_exit_codes_become_statuses(tmp_path):
+  (tmp_path / "logs").mkdir()
+  record = {"workdir": "runs/r", "log": "logs/r.log"}
+  log = tmp_path / "logs" / "r.log"
+  log.write_text("jaxdl: stopped by SIGTERM at step 1\n# jaxdl sweep: 2026 attempt 2: cmd\n"
+                 "Traceback ...\njaxdl: non-finite loss at step 3\nmore\n")
+  assert runner.outcome(tmp_path, record, 1) == (
+      index.FAILED, "jaxdl: non-finite loss at step 3")
+  assert runner.outcome(tmp_path, record, -9)[0] == index.PENDING
+  log.write_text("jaxdl: stopped by SIGTERM at step 10; its checkpoint is saved\n")
+  status, error = runner.outcome(tmp_path, record, 0)
+  assert status == index.PENDING and error.startswith("stopped (stopped by SIGTERM")
+  with log.open("a") as f:  # the next attempt finishes: the previous one's line is history
+    f.write("# jaxdl sweep: 2026 attempt 3: cmd\n{}\n")
+  assert runner.outcome(tmp_path, record, 0) == (index.FINISHED, None)
+
+
+# --- the report, on hand-written workdirs ---
+
+def _write_run(sweep, name, evals, *, finished=True, train_loss=0.5, locked=False):
+  w = sweep / "runs" / name
+  w.mkdir(parents=True)
+  lines = [{"step": s, "split": "train", "loss": train_loss} for s, _ in evals]
+  lines += [{"step": s, "split": "eval", "loss": v} for s, v in evals]
+  (w / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+  if finished:
+    (w / "summary.json").write_text(json.dumps({"step": evals[-1][0],
+                                                "eval": {"loss": evals[-1][1]}}))
+  if locked:  # held by a live process (this one)
+    import socket
+    (w / ".lock").write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
+                                         "started": "2026-01-01T00:00:00"}))
+
+
+@pytest.fixture
+def hand_written_sweep(tmp_path):
+  sweep = tmp_path / "sweep"
+  plan = grid.plan(EXP, ["optim.lr=1e-3,1e-2,1e-1"], seeds=3)
+  idx = index.merge(None, plan)
+  a, b, c = "optim.lr=0.001", "optim.lr=0.01", "optim.lr=0.1"
+  # lr 1e-3: three finished seeds; the middle record of seed 1 was logged twice (a resume).
+  _write_run(sweep, f"{a},seed=0", [(10, 0.5), (20, 0.4)])
+  _write_run(sweep, f"{a},seed=1", [(10, 0.9), (10, 0.6), (20, 0.45)])
+  _write_run(sweep, f"{a},seed=2", [(10, 0.5), (20, 0.47)])
+  # lr 1e-2: two finished, one still running.
+  _write_run(sweep, f"{b},seed=0", [(10, 0.3), (20, 0.35)])
+  _write_run(sweep, f"{b},seed=1", [(10, 0.3), (20, 0.31)])
+  _write_run(sweep, f"{b},seed=2", [(10, 0.3)], finished=False, locked=True)
+  # lr 1e-1: diverged (null = non-finite), failed by exit code, and never started.
+  _write_run(sweep, f"{c},seed=0", [(10, 2.0), (20, None)], finished=False, train_loss=None)
+  idx["runs"][f"{c},seed=1"].update(status=index.FAILED, returncode=2,
+                                    error="jaxdl: error: data.n: must be > 0")
+  index.write(sweep, idx)
+  return sweep
+
+
+def test_the_report_gives_mean_and_t_interval_per_point(hand_written_sweep):
+  rep = report.summarize(hand_written_sweep)
+  rows = {r["point"]: r for r in rep["rows"]}
+  a, b, c = rows["optim.lr=0.001"], rows["optim.lr=0.01"], rows["optim.lr=0.1"]
+  finals = [0.4, 0.45, 0.47]
+  m = sum(finals) / 3
+  s = math.sqrt(sum((x - m) ** 2 for x in finals) / 2)
+  assert a["final_mean"] == pytest.approx(m)
+  assert a["final_ci95"] == pytest.approx(4.302652729911275 * s / math.sqrt(3))  # t_{.975, 2}
+  assert a["best_mean"] == pytest.approx((0.4 + 0.45 + 0.47) / 3)  # 0.6 replaced 0.9 at step 10
+  assert (a["finished"], b["finished"], b["running"]) == (3, 2, 1)
+  assert b["final_mean"] == pytest.approx(0.33) and b["best_mean"] == pytest.approx(0.3)
+  assert b["best_point"] and not a["best_point"] and not c["best_point"]
+  assert (c["failed"], c["pending"], c["final_mean"]) == (2, 1, None)
+  assert "seed 0: non-finite train/loss at step 10" in c["error"]
+  assert "seed 1: jaxdl: error: data.n: must be > 0" in c["error"]
+  table = report.format_table(rep)
+  assert table.splitlines()[2].startswith("*  optim.lr=0.01") and "3/0/0/0" in table
+
+
+def test_report_command_writes_csv_json_and_figures(hand_written_sweep, tmp_path, capsys):
+  csv_path, json_path = tmp_path / "r.csv", tmp_path / "r.json"
+  assert cli.main(["sweep", "report", str(hand_written_sweep), "--csv", str(csv_path),
+                   "--json", str(json_path)]) == 0
+  out = capsys.readouterr().out
+  assert "0.44 ± 0.09" in out
+  header, *rows = csv_path.read_text().splitlines()
+  assert header.startswith("point,optim.lr,seeds,finished,failed,running,pending,final_mean")
+  assert len(rows) == 3 and rows[1].split(",")[1] == "0.01"
+  assert len(json.loads(json_path.read_text())["runs"]) == 9
+  figures = hand_written_sweep / "report"
+  assert (figures / "eval_loss_vs_optim.lr.png").stat().st_size > 0
+  assert (figures / "curves.png").stat().st_size > 0
+  assert cli.main(["sweep", "report", str(tmp_path / "nothing")]) == 2
+
+
+# --- one real sweep, killed and rerun ---
+
+SHARED = ["train.steps=40", "train.ckpt_every=10", "train.eval_every=10", "train.plot=False",
+          "train.loggers=()", "train.count_flops=False"]
+
+
+def _sweep_cmd(out):
+  sets = [a for s in SHARED for a in ("--set", s)]
+  return [sys.executable, "-m", "jaxdl", "sweep", EXP, "--grid", "optim.lr=1e-2", "--seeds", "2",
+          "--jobs", "2", "--out", str(out), *sets]
+
+
+def _wait_for(condition, timeout=240.0):
+  t0 = time.monotonic()
+  while not condition():
+    assert time.monotonic() - t0 < timeout, "timed out"
+    time.sleep(0.01)
+
+
+def _final(workdir):
+  """What a run ends with: its summary's metrics and its eval curve (a step once)."""
+  summary = json.loads((workdir / "summary.json").read_text())
+  evals = {r["step"]: r["loss"] for r in map(json.loads, (workdir / "metrics.jsonl").open())
+           if r.get("split") == "eval"}
+  return summary["train"], summary["eval"], evals
+
+
+@pytest.mark.slow
+def test_a_killed_sweep_reruns_to_the_results_of_uninterrupted_runs(tmp_path):
+  """SIGKILL of the sweep and of one of its two runs after that run's first checkpoint; the
+  other run is stopped by the sweep's death (PR_SET_PDEATHSIG) and saves; the rerun resumes
+  both and ends bit-identical to each run trained in one go."""
+  from jaxdl.config import load_config
+  from jaxdl.train import run
+  out = tmp_path / "sweep"
+  with open(tmp_path / "first.log", "w") as log:
+    parent = subprocess.Popen(_sweep_cmd(out), stdout=log, stderr=subprocess.STDOUT)
+  runs = [out / "runs" / f"optim.lr=0.01,seed={s}" for s in (0, 1)]
+  _wait_for(lambda: any((w / "checkpoints" / "10").is_dir() for w in runs))
+  victim = next(w for w in runs if (w / "checkpoints" / "10").is_dir())
+  child = json.loads((victim / ".lock").read_text())["pid"]
+  os.kill(parent.pid, signal.SIGKILL)
+  os.kill(child, signal.SIGKILL)
+  parent.wait()
+  _wait_for(lambda: all(runner.lock_holder(w) is None for w in runs))  # the other one stops
+  interrupted = [not (w / "summary.json").exists() for w in runs]
+  rerun = subprocess.run(_sweep_cmd(out), capture_output=True, text=True, timeout=600)
+  assert rerun.returncode == 0, rerun.stderr[-2000:]
+  assert "2/0/0/0" in rerun.stdout
+  assert interrupted[runs.index(victim)]
+  for seed, w in zip((0, 1), runs):
+    config, _ = load_config(EXP, [*SHARED, "optim.lr=0.01", f"seed={seed}"])
+    reference = tmp_path / f"reference-{seed}"
+    run(config, reference, progress=False)
+    assert _final(w) == _final(reference), w.name
+  idx = json.loads((out / "sweep.json").read_text())
+  assert all(r["status"] == "finished" for r in idx["runs"].values())
+  assert idx["runs"][victim.name]["attempts"] == 2
