@@ -156,6 +156,7 @@ from jaxdl.models import attention, layers  # noqa: E402,F401
 from jaxdl.models import mlp  # noqa: E402,F401
 from jaxdl.models import gpt  # noqa: E402,F401
 from jaxdl.models import cnn, denoiser, rnn, vit  # noqa: E402,F401
+from jaxdl.models import dit  # noqa: E402,F401
 from jaxdl.models import gnn, seq2seq  # noqa: E402,F401
 from jaxdl.models.cnn import conv_output_size, receptive_field  # noqa: E402,F401
 from jaxdl.models.layers import count_params  # noqa: E402,F401

@@ -99,7 +99,7 @@ def run_result(sweep_dir: pathlib.Path, name: str, record: dict, metric: str,
       error = f"no {metric} recorded"
   best = (min(finite) if mode == "min" else max(finite)) if finite else None
   return {"run": name, "point": record["point"], "seed": record["seed"],
-          "values": record.get("values", {}), "status": status, "error": error,
+          "values": record.get("values") or {}, "status": status, "error": error,
           "final": final, "best": best, "workdir": str(workdir)}
 
 
@@ -120,7 +120,7 @@ def summarize(sweep_dir, metric: str = "eval/loss", mode: str | None = None) -> 
     pick = min if mode == "min" else max
     pick(scored, key=lambda r: r["final_mean"])["best_point"] = True
   return {"sweep": str(sweep_dir), "experiment": index.get("experiment"), "metric": metric,
-          "mode": mode, "keys": list(index.get("grid", {})), "rows": rows, "runs": runs}
+          "mode": mode, "keys": list(index.get("grid") or {}), "rows": rows, "runs": runs}
 
 
 def _row(point: str, results: list[dict]) -> dict:
