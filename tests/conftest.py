@@ -4,6 +4,8 @@ import hashlib
 import os
 import tempfile
 
+import pytest
+
 # The suite is dominated by XLA compiling tiny programs on CPU; the cheaper backend passes halve
 # that, and XLA:CPU's older elemental fusion emitters compile about 3x faster than the MLIR fusion
 # emitters (digits_cnn's train step: 2.5 -> 0.7 CPU-s). Neither changes any test's tolerance
@@ -41,8 +43,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 if os.environ.get("JAXDL_TEST_CPU_LOG"):
   import resource
 
-  import pytest
-
   @pytest.hookimpl(hookwrapper=True)
   def pytest_runtest_protocol(item, nextitem):
     def cpu():
@@ -52,3 +52,15 @@ if os.environ.get("JAXDL_TEST_CPU_LOG"):
     yield
     with open(os.environ["JAXDL_TEST_CPU_LOG"], "a") as f:
       f.write(f"{cpu() - t0:.2f}\t{item.nodeid}\n")
+
+
+def pytest_collection_modifyitems(config, items):
+  """Tests sharing a module-scoped fixture (mostly a trained run) form one xdist group, so under
+  `pytest -n N` (pyproject.toml's `--dist loadgroup`) one worker builds the fixture once, where
+  the default scheduling could split the module and build it on both workers."""
+  del config
+  for item in items:
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.values() if info is not None else ()
+    if any(d.scope == "module" for seq in defs for d in seq):
+      item.add_marker(pytest.mark.xdist_group(item.module.__name__))
