@@ -306,6 +306,9 @@ class ParallelSettings(Settings):
   fsdp: int = setting(0, at_least(0, "0 = all devices"))
   # size of the expert mesh axis (MoE experts split over it; 1 = none)
   expert: int = setting(1, at_least(1, "1 = none"))
+  # size of the tensor mesh axis (attention heads, MLP hidden and vocabulary split over it,
+  # `jaxdl.train.sharding_rules`; 1 = none)
+  tensor: int = setting(1, at_least(1, "1 = none"))
 
 
 def parse_train(config) -> TrainSettings:

@@ -108,9 +108,10 @@ def build(config) -> Run:
   model = jmodels.build_model(config.model)
   strategies.check_experts(model, parallel.expert)
   strategy = strategies.make_strategy(parallel.strategy, parallel.devices, fsdp=parallel.fsdp,
-                                      expert=parallel.expert)
-  strategies.check_batch(data.batch_size, strategy.num_global_devices)
-  step.check_grad_accum(train.grad_accum, data.batch_size, strategy.num_global_devices)
+                                      expert=parallel.expert, tensor=parallel.tensor)
+  strategies.check_tensor(model, parallel.tensor)
+  strategies.check_batch(data.batch_size, strategy.num_global_devices, parallel.tensor)
+  step.check_grad_accum(train.grad_accum, data.batch_size, strategy.batch_shards)
   optim = joptim.parse_optim(config.optim)
   if train.eval_ema and optim.ema_decay is None:
     raise ValueError("train.eval_ema: the run keeps no parameter average; set optim.ema_decay "
@@ -126,6 +127,8 @@ def build(config) -> Run:
   run = Run(config, train=train, parallel=parallel, optim=optim, data=data, ds=ds, task=task,
             strategy=strategy, tx=tx, schedule=schedule, policy=policy, model=model,
             init_key=init_key, base_key=base_key)
+  if parallel.tensor > 1:  # a model the rules do not split is refused, not run replicated
+    strategies.check_layout(run.abstract_state().params, parallel.tensor, config.model.name)
   check_data_fits(run)
   check_best_metric(run)
   check_batch_statistics(run)

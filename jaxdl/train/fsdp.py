@@ -1,23 +1,25 @@
-"""Fully sharded data parallelism: `jit` over a ('data', 'fsdp') mesh with the state sharded.
+"""Model-parallel mesh strategies: `jit` over ('data', 'fsdp'[, 'expert'][, 'tensor']).
 
-Mesh: the N devices as a (N / F) x F grid, axes ('data', 'fsdp'). The batch is split over both
-axes (every device sees different rows, as in data parallelism); parameters and optimizer state
-are split over 'fsdp' only, replicated over 'data'. XLA's SPMD partitioner inserts the
-all-gathers of parameters before use and the reduce-scatters of gradients, so the step function
-is the same pure `train_step` the other strategies run and the numbers equal data parallelism's
-up to the order of floating-point sums.
+Mesh: the N devices as a (N / (F X T)) x F [x X] [x T] grid, axes ('data', 'fsdp', 'expert',
+'tensor'); an 'expert' axis only when X = `parallel.expert` > 1, a 'tensor' axis only when
+T = `parallel.tensor` > 1 (innermost, so a tensor group is adjacent devices). The batch is split
+over every axis but 'tensor' (every device of a tensor group sees the same rows); parameters and
+optimizer state by `jaxdl.train.sharding_rules.param_spec`, one rules table for every axis:
 
-Shape rule (no model annotations needed): a leaf of shape (n_1, ..., n_k) is split over 'fsdp'
-along its largest dimension n_i with n_i % F == 0 (the first such one on ties). A leaf with no
-such dimension (scalars, a bias of odd width) is replicated; replicated parameters are listed in
-a log table the first time the shardings are computed, so a model that shards badly is visible.
+  tensor  named dimensions (heads, MLP hidden, vocabulary) split over 'tensor'
+  expert  a mixture of experts' weights (`jaxdl.models.moe`: 'expert_fc', 'expert_proj') split
+          along their expert axis, each device holding E / X experts
+  fsdp    shape rule (no model annotations needed): a leaf of shape (n_1, ..., n_k) is split
+          over 'fsdp' along its largest dimension n_i with n_i % F == 0 not already split by
+          name (the first such one on ties). A leaf with no such dimension (scalars, a bias of
+          odd width) is replicated; replicated parameters are listed in a log table the first
+          time the shardings are computed, so a model that shards badly is visible.
 
-Expert parallelism (`parallel.expert` = X > 1): a third mesh axis 'expert', grid
-(N / (F X), F, X); the batch is split over all three axes, and a mixture of experts' weights
-(`jaxdl.models.moe`: leaves named 'expert_*', their expert axis third from last) are split over
-'expert' along that axis, each device holding E / X experts; their other dimensions follow the
-fsdp rule. XLA moves the routed tokens to the devices of their experts. The `jit` strategy with
-X > 1 is this strategy with F = 1 (everything else replicated).
+XLA's SPMD partitioner inserts the collectives (all-gathers of parameters before use, reduce-
+scatters of gradients, the all-reduces of a row-split matmul's partial sums, moving routed tokens
+to their experts' devices), so the step function is the same pure `train_step` the other
+strategies run and the numbers equal data parallelism's up to the order of floating-point sums.
+The `jit` strategy with X > 1 or T > 1 is this strategy with F = 1.
 
 Checkpoints hold the logical (global) arrays, so a run restores onto another mesh or strategy:
 the loop passes `state_shardings(abstract_state)` as orbax's restore target.
@@ -32,6 +34,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from jaxdl.schema import ConfigError
+from jaxdl.train import sharding_rules
 from jaxdl.train.parallel import JitStrategy
 
 log = logging.getLogger("jaxdl")
@@ -39,6 +43,7 @@ log = logging.getLogger("jaxdl")
 FSDP_AXIS = "fsdp"
 DATA_AXIS = "data"
 EXPERT_AXIS = "expert"
+TENSOR_AXIS = sharding_rules.TENSOR_AXIS
 
 
 def fsdp_spec(shape: tuple[int, ...], fsdp_size: int) -> P:
@@ -53,28 +58,28 @@ def fsdp_spec(shape: tuple[int, ...], fsdp_size: int) -> P:
 
 
 def expert_spec(path: str, shape: tuple[int, ...], fsdp_size: int, expert_size: int) -> P:
-  """`fsdp_spec`, except that an expert weight ('expert_' in its path) is split over 'expert'
-  along its expert axis (third from last) and by the fsdp rule along the others."""
-  if expert_size == 1 or "expert_" not in path or len(shape) < 3:
-    return fsdp_spec(shape, fsdp_size)
-  ax = len(shape) - 3
-  rest = fsdp_spec(tuple(1 if i == ax else n for i, n in enumerate(shape)), fsdp_size)
-  spec = list(rest) + [None] * (len(shape) - len(rest))
-  spec[ax] = EXPERT_AXIS
-  return P(*spec)
+  """`fsdp_spec`, except that an expert weight is split over 'expert' along its expert axis
+  and by the fsdp rule along the others (`sharding_rules.param_spec` on an fsdp x expert mesh)."""
+  return sharding_rules.param_spec(path, shape, {FSDP_AXIS: fsdp_size, EXPERT_AXIS: expert_size},
+                                   fsdp_spec)
 
 
-def sharding_table(state, fsdp_size: int) -> list[tuple[str, tuple, str]]:
-  """(path, shape, spec) for every leaf of `state`, by the shape rule."""
+def sharding_table(state, sizes: dict[str, int] | int) -> list[tuple[str, tuple, str]]:
+  """(path, shape, spec) for every leaf of `state` on a mesh of axis `sizes` (an int: the fsdp
+  axis alone)."""
+  if isinstance(sizes, int):
+    sizes = {FSDP_AXIS: sizes}
   rows = []
   for path, leaf in jax.tree_util.tree_leaves_with_path(state):
     shape = tuple(np.shape(leaf))
-    rows.append((jax.tree_util.keystr(path), shape, str(fsdp_spec(shape, fsdp_size))))
+    rows.append((jax.tree_util.keystr(path), shape,
+                 str(sharding_rules.param_spec(path, shape, sizes, fsdp_spec))))
   return rows
 
 
 class FsdpStrategy(JitStrategy):
-  """`jit` over Mesh((N/F, F), ('data', 'fsdp')): batch over both axes, state over 'fsdp'.
+  """`jit` over Mesh((N/(F X T), F[, X][, T]), ('data', 'fsdp'[, 'expert'][, 'tensor'])): batch
+  over all axes but 'tensor', state by the rules table (module docstring).
 
   Placement, batch assembly, compilation and checkpoint copies are the `jit` strategy's; only the
   mesh and the state shardings differ.
@@ -82,43 +87,77 @@ class FsdpStrategy(JitStrategy):
   name = "fsdp"
 
   def __init__(self, devices=None, fsdp: int = 0,  # pylint: disable=super-init-not-called
-               expert: int = 1):
+               expert: int = 1, tensor: int = 1):
     self.devices = list(devices if devices is not None else jax.devices())
     n = len(self.devices)
-    if expert < 1 or n % expert:
-      raise ValueError(f"parallel.expert: {expert} does not divide the {n} devices; use a "
-                       f"divisor of {n} (1 = no expert parallelism)")
+    if tensor < 1 or n % tensor:
+      raise ConfigError(f"parallel.tensor: {tensor} does not divide the {n} devices; use a "
+                        f"divisor of {n} (1 = no tensor parallelism)")
+    if tensor > 1 and jax.process_count() > 1 and jax.local_device_count() % tensor:
+      # A tensor group shares its rows; each process feeds its own, so a group must not span two.
+      raise ConfigError(f"parallel.tensor: {tensor} does not divide the "
+                        f"{jax.local_device_count()} devices of one process; a tensor group "
+                        f"must lie within a process")
+    self.tensor_size = tensor
+    if expert < 1 or (n // tensor) % expert:
+      group = f" left by parallel.tensor={tensor}" if tensor > 1 else ""
+      raise ValueError(f"parallel.expert: {expert} does not divide the {n // tensor} devices"
+                       f"{group}; use a divisor of {n // tensor} (1 = no expert parallelism)")
     self.expert_size = expert
-    m = n // expert  # the devices of one expert group
+    m = n // (expert * tensor)  # the ('data', 'fsdp') grid's devices
     self.fsdp_size = fsdp or m
     if self.fsdp_size < 1 or m % self.fsdp_size:
       group = " of an expert group" if expert > 1 else ""
+      group += f" left by parallel.tensor={tensor}" if tensor > 1 else ""
       raise ValueError(f"parallel.fsdp: {fsdp} does not divide the {m} devices{group}; use a "
                        f"divisor of {m} (0 = all devices)")
-    axes, sizes = (DATA_AXIS, FSDP_AXIS), (n // (self.fsdp_size * expert), self.fsdp_size)
+    axes, sizes = (DATA_AXIS, FSDP_AXIS), (m // self.fsdp_size, self.fsdp_size)
     if expert > 1:
       axes, sizes = axes + (EXPERT_AXIS,), sizes + (expert,)
+    batch_axes = axes
+    if tensor > 1:
+      axes, sizes = axes + (TENSOR_AXIS,), sizes + (tensor,)
     self.mesh = Mesh(np.array(self.devices).reshape(sizes), axes)
     self.replicated = NamedSharding(self.mesh, P())
-    self.batch_sharding = NamedSharding(self.mesh, P(axes))
+    self.batch_sharding = NamedSharding(self.mesh, P(batch_axes))
     self._reported = False
 
+  @property
+  def batch_shards(self) -> int:
+    """Devices with different rows: all but the tensor axis's copies."""
+    return len(self.devices) // self.tensor_size
+
+  @property
+  def axis_sizes(self) -> dict[str, int]:
+    return dict(self.mesh.shape)
+
   def state_shardings(self, state) -> Any:
-    """NamedSharding per leaf by the shape rule; logs the replicated parameters once."""
+    """NamedSharding per leaf by the rules table; logs the replicated parameters once."""
     if not self._reported:
       self._reported = True
       self.report(state)
+    sizes = self.axis_sizes
     return jax.tree_util.tree_map_with_path(
-        lambda path, x: NamedSharding(self.mesh, expert_spec(
-            jax.tree_util.keystr(path), np.shape(x), self.fsdp_size, self.expert_size)), state)
+        lambda path, x: NamedSharding(self.mesh, sharding_rules.param_spec(
+            path, np.shape(x), sizes, fsdp_spec)), state)
 
   def replicated_params(self, state) -> list[tuple[str, tuple]]:
-    """Parameters that the shape rule leaves whole on every device."""
+    """Parameters that the rules leave whole on every device."""
     params = getattr(state, "params", state)
-    return [(path, shape) for path, shape, spec in sharding_table(params, self.fsdp_size)
+    return [(path, shape) for path, shape, spec in sharding_table(params, self.axis_sizes)
             if spec == str(P())]
 
   def report(self, state) -> None:
+    if self.tensor_size > 1:
+      params = getattr(state, "params", state)
+      split = sharding_rules.tensor_split_params(params, self.tensor_size)
+      log.info("tensor: %d of %d parameters split over %d devices", len(split),
+               len(jax.tree.leaves(params)), self.tensor_size)
+    for path, shape, axis in sharding_rules.unsplit_named(state, self.axis_sizes):
+      log.info("%s: %s %s is not divisible by its %d devices: kept whole along that dimension",
+               axis, path, shape, self.axis_sizes[axis])
+    if self.fsdp_size == 1:
+      return
     rows = self.replicated_params(state)
     if not rows:
       log.info("fsdp: every parameter sharded over %d devices", self.fsdp_size)
@@ -130,10 +169,14 @@ class FsdpStrategy(JitStrategy):
     log.info("\n".join(lines))
 
 
-class ExpertJitStrategy(FsdpStrategy):
-  """The `jit` strategy with an expert axis of X > 1: ('data', 'fsdp', 'expert') with F = 1, so
-  only the expert weights are split (over 'expert') and everything else is replicated."""
+class ModelParallelJitStrategy(FsdpStrategy):
+  """The `jit` strategy with an expert axis of X > 1 or a tensor axis of T > 1: ('data', 'fsdp'
+  [, 'expert'][, 'tensor']) with F = 1, so only the named weights are split and everything else
+  is replicated."""
   name = "jit"
 
-  def __init__(self, devices=None, expert: int = 2):
-    super().__init__(devices, 1, expert)
+  def __init__(self, devices=None, expert: int = 1, tensor: int = 1):
+    super().__init__(devices, 1, expert, tensor)
+
+
+ExpertJitStrategy = ModelParallelJitStrategy  # its name before the tensor axis

@@ -39,6 +39,11 @@ class JitStrategy:
   def num_global_devices(self) -> int:
     return len(self.devices)
 
+  @property
+  def batch_shards(self) -> int:
+    """How many parts the global batch is split into (devices that see different rows)."""
+    return len(self.devices)
+
   def describe(self) -> dict:
     return {"strategy": self.name, "mesh": dict(self.mesh.shape), "devices": len(self.devices)}
 
@@ -83,6 +88,10 @@ class PmapStrategy:
   @property
   def num_global_devices(self) -> int:
     return len(self.devices) * jax.process_count()
+
+  @property
+  def batch_shards(self) -> int:
+    return self.num_global_devices
 
   def describe(self) -> dict:
     return {"strategy": self.name, "mesh": {PMAP_AXIS: len(self.devices)},
