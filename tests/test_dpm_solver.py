@@ -7,27 +7,12 @@ import numpy as np
 import pytest
 
 from jaxdl.generative import paths, samplers, spacings
+from test_edm import MU, S0, gaussian_eps  # the exact denoiser of N(MU, S0^2)
 
-MU, S0 = 0.7, 0.4
 Z = np.linspace(-2.5, 2.5, 11, dtype=np.float32)[:, None]
 FLOW = paths.FlowPath()
 DDPM = paths.make_path("ddpm", T=1000)
 EDM = paths.EDMPath()
-
-
-def gaussian_eps(path):
-  """Exact E[eps | x_t] for data N(MU, S0^2) on `path` (model time t / T on DDPM, ln(sigma)/4 on
-  EDM, whose path carries x / sigma_data)."""
-  mu_w, s_w = MU / path.data_scale, S0 / path.data_scale
-  if path.name == "ddpm":
-    coefficients = lambda tm: path.alpha_sigma(jnp.round(tm * path.T).astype(jnp.int32))
-  else:
-    coefficients = lambda tm: path.alpha_sigma(jnp.exp(4 * tm))
-
-  def apply(variables, x, tm_1, y=None, train=False):
-    alpha, sigma = coefficients(tm_1)
-    return paths.gaussian_eps_posterior(x, alpha, sigma, mu_w, s_w)
-  return apply
 
 
 def flow_field(variables, x, t_1, y=None, train=False):

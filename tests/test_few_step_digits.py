@@ -17,7 +17,9 @@ SHORT = ["train.plot=False", "train.steps=4", "train.eval_every=4", "train.ckpt_
 def teacher(tmp_path_factory):
   """reflow_digits:smoke's teacher trained 4 steps, and its judge."""
   workdir = tmp_path_factory.mktemp("teacher")
-  config, _ = load_config("reflow_digits:smoke", SHORT)
+  # Two of the three default Euler step counts: the measuring loop is the same, with two fewer
+  # guided-sampler compiles.
+  config, _ = load_config("reflow_digits:smoke", SHORT + ["reflow.eval_steps=(1, 2)"])
   run(config, workdir, progress=False)
   return config, workdir
 
@@ -27,7 +29,7 @@ def test_digits_reflow_judges_teacher_and_unguided_student(teacher):
   config, workdir = teacher
   out = few_step_digits.digits_reflow(config, workdir)["reflow"]
   assert set(out) == {"teacher", "reflowed"}
-  assert set(out["reflowed"]) == {"euler@1", "euler@2", "euler@4"}
+  assert set(out["reflowed"]) == set(out["teacher"]) == {"euler@1", "euler@2"}
   saved = json.loads((workdir / "reflow.json").read_text())
   assert saved["teacher"]["euler@1"]["num"] == 10 * few_step_digits.PER_CLASS
   student = json.loads((workdir / "student" / "config.json").read_text())

@@ -40,6 +40,7 @@ from typing import Any
 import jax
 from jax.sharding import PartitionSpec as P
 
+from jaxdl.optim import masks
 from jaxdl.schema import ConfigError
 
 log = logging.getLogger("jaxdl")
@@ -87,13 +88,7 @@ def path_name(path) -> str:
   """'params/h/attn/c_attn/kernel' from a jax key path or its `keystr` form."""
   if isinstance(path, str):
     return "/".join(re.findall(r"[A-Za-z0-9_]+", path))
-  parts = []
-  for k in path:
-    for attr in ("key", "name", "idx"):
-      if hasattr(k, attr):
-        parts.append(str(getattr(k, attr)))
-        break
-  return "/".join(parts)
+  return masks.path_str(path)
 
 
 def logical_axes(path, rank: int) -> tuple[str | None, ...]:
