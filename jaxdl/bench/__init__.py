@@ -15,7 +15,8 @@ be shared and noisy; absolute numbers are printed but only ratios are judged):
   checkpoint  time an async save blocks the loop vs a synchronous save (<= 20%).
   sampler     lax-loop sampler's time over N x the same compiled denoiser-plus-update step
               timed alone (<= 1.05), fm_toy2d's and fm_digits_cfg's denoisers (same samples as
-              a Python loop over the step).
+              a Python loop over the step); heun, edm_heun, dpmpp_2m and dpmpp_3m's time per
+              sample over Euler's at equal network calls (20, fm_digits_cfg's U-Net; <= 1.05).
   data        data pipeline batches/s vs the train step's steps/s (>= 1: the step never waits).
   accum       a train step at train.grad_accum=4 vs 4 microbatch steps (<= 1.1), and its
               compiled temporary memory vs one microbatch step's (<= 1.3), for the digits CNN,
@@ -33,6 +34,9 @@ be shared and noisy; absolute numbers are printed but only ratios are judged):
               tokens per step: the SSM's stays flat, attention's grows with T.
   lora        optimizer-state bytes of LoRA at rank 8 vs full fine-tuning on GPT-2 small, from
               shapes alone (<= 2%; `jaxdl.bench.lora`).
+  tensor      the compiled GPT step's per-device argument and temporary bytes at tensor 2 and 4
+              vs 1 on 4 CPU devices (arguments = the sharding plan's bytes, ~1/T; temporaries
+              fall; `jaxdl.bench.tensor`).
 
 The whole bench takes a few minutes on a 2-core CPU.
 """
@@ -173,6 +177,15 @@ def _sampler(ctx):
                   r["ratio_cpu"], "<= 1.05", r["ratio_cpu"] <= 1.05),
              _row("sampler", "  same samples as the Python loop: max |diff|", r["max_abs_diff"],
                   0.0, None, "<= 1e-4", r["max_abs_diff"] <= 1e-4)]
+  # Equal network calls (20 a sample): each new rule's time per sample over Euler's.
+  r = results["equal_calls"] = engine.bench_sampler_nfe("fm_digits_cfg", 64)
+  for name, ratio in r["ratio"].items():
+    what = (f"fm_digits_cfg: {name} ({r['steps'][name]} steps) vs euler "
+            f"({r['steps']['euler']}), s/sample at {r['calls']} calls, x{r['batch']}")
+    rows += [_row("sampler", what, r["sample_s"][name], r["sample_s"]["euler"], ratio, "<= 1.05",
+                  ratio <= 1.05, "s"),
+             _row("sampler", "  same, CPU seconds (load-insensitive)", None, None,
+                  r["ratio_cpu"][name], "<= 1.05", r["ratio_cpu"][name] <= 1.05)]
   return results, rows
 
 
@@ -277,6 +290,25 @@ def _lora(ctx):
                   f"fine-tuning ({r['preset']}, AdamW)", r[name]["state_bytes"],
                   r["full_state_bytes"], r[name]["ratio"], "<= 0.02", r[name]["ratio"] <= 0.02,
                   "B") for name in lora.TARGETS]
+
+
+@register_bench("tensor")
+def _tensor(ctx):
+  from jaxdl.bench import tensor
+  r = tensor.bench_tensor_memory()
+  by = r["by_tensor"]
+  one, rows = by[1], []
+  for t in (2, 4):
+    m = by[t]
+    plan = (m["plan"] + m["batch"]) / (one["plan"] + one["batch"])
+    ratio = m["args"] / one["args"]
+    rows.append(_row("tensor", f"per-device argument bytes, tensor {t} vs 1 (4 CPU devices, "
+                     f"AdamW GPT d {r['model']['d_model']})", m["args"], one["args"], ratio,
+                     f"= plan {plan:.3f}", abs(ratio / plan - 1) <= 0.01, "B"))
+    ratio = m["temp"] / one["temp"]
+    rows.append(_row("tensor", f"per-device temporary bytes, tensor {t} vs 1", m["temp"],
+                     one["temp"], ratio, "< 1", ratio < 1, "B"))
+  return r, rows
 
 
 BENCHES = tuple(REGISTRY)

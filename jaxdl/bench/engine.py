@@ -11,13 +11,20 @@
   data        training batches/s of the grain pipeline vs the train step's steps/s.
   sampler     `make_sampler` (N updates in one `lax.scan`) vs N x the same compiled update
               (`make_step`) timed alone: what the loop itself costs; and the same samples as a
-              Python loop over that step.
+              Python loop over that step. `bench_sampler_nfe`: the seconds per sample of each
+              sampler at the same number of network calls as Euler's (`nfe_sweep.steps_for_calls`:
+              heun N/2 steps, edm_heun N/2 + 1 on the flow, the multistep rules N): what a rule's
+              own arithmetic (Heun's correction, DPM-Solver++'s history) adds to the calls.
 
 Measured (`jaxdl bench --only loop,watch`, this 2-core CPU under a load average of about 25):
 loop 11.0 vs bare 10.6 steps/s (wall overhead -3.6%: within the noise), CPU seconds per step
 0.0401 vs 0.0387 (overhead 3.7%, target <= 5%); per step with one watched step in 100 (plain
 0.0400 s): cheap 0.0393 s, detailed 0.0394 s (a watched step 0.0489 s and the probe 0.0109 s, so
 (0.0489 - 0.0393 + 0.0109) / 100 ~ 0.0002 s per step, 0.5%; targets 5% and 10%).
+`bench_sampler_nfe` (fm_digits_cfg's U-Net at init, 64 samples, 20 calls each, 5 rounds, same
+2-core CPU at a load average of ~8): CPU seconds per sample over Euler's (6.9 ms): heun 0.96,
+edm_heun 0.80, dpmpp_2m 0.92, dpmpp_3m 1.03 (target <= 1.05); the wall ratios (1.1 to 2.5) were
+the machine's load, not the solvers (a rerun on a quiet machine is still owed).
 """
 
 from __future__ import annotations
@@ -248,6 +255,43 @@ def bench_sampler(experiment: str = "fm_toy2d", batch: int = 256, rounds: int = 
           "max_abs_diff": diff, "lax_s": best["lax"]["wall"], "steps_s": best["steps"]["wall"],
           "ratio": best["lax"]["wall"] / best["steps"]["wall"],
           "ratio_cpu": best["lax"]["cpu"] / best["steps"]["cpu"]}
+
+
+def bench_sampler_nfe(experiment: str = "fm_digits_cfg", batch: int = 64, calls: int = 20,
+                      names=("heun", "edm_heun", "dpmpp_2m", "dpmpp_3m"),
+                      rounds: int = 5) -> dict:
+  """Seconds per sample of each sampler in `names` and of Euler, all at `calls` network calls
+  per sample, on the experiment's denoiser at its init (unconditional), timed in alternation;
+  ratio = a sampler's best time over Euler's, wall and CPU."""
+  from jaxdl.generative import nfe_sweep, samplers
+  model, variables, path, kw = _sampler_case(experiment)
+  rng = jax.random.PRNGKey(1)
+  steps, fns = {}, {}
+  for name in ("euler", *names):
+    steps[name] = nfe_sweep.steps_for_calls(path, name, calls)
+    got = nfe_sweep.calls_per_sample(path, name, steps[name])
+    if got != calls:
+      raise ValueError(f"{name}: no step count gives {calls} calls on the {path.name!r} path "
+                       f"({steps[name]} steps give {got})")
+    fns[name] = samplers.make_sampler(model.apply, path, **{**kw, "sampler": name,
+                                                             "steps": steps[name]})
+
+  def timed(fn):
+    def run(_):
+      with Clock() as clock:
+        fn(variables, rng, batch).block_until_ready()
+      return clock
+    return run
+
+  runs = {name: timed(fn) for name, fn in fns.items()}
+  for run in runs.values():
+    run(1)  # compile
+  best = interleaved(runs, steps=1, rounds=rounds)
+  return {"experiment": experiment, "batch": batch, "calls": calls, "steps": steps,
+          "sample_s": {k: v["wall"] / batch for k, v in best.items()},
+          "sample_cpu_s": {k: v["cpu"] / batch for k, v in best.items()},
+          "ratio": {k: best[k]["wall"] / best["euler"]["wall"] for k in names},
+          "ratio_cpu": {k: best[k]["cpu"] / best["euler"]["cpu"] for k in names}}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,6 +6,12 @@
 Unset options take the run's `config.gen.*` values. The output is a PNG (an image grid for image
 data, a scatter plot for 2-D data) or, for a name ending in .npy, the raw samples. The sampling
 itself is `jaxdl.generative.trained.sample_run`.
+
+  jaxdl sample runs/fm_digits_cfg --sweep-steps 4,8,16,32,64 [--samplers ddim,euler] [--out DIR]
+
+measures instead sample quality against network calls for every applicable sampler of a
+class-conditional digits run (`jaxdl.course.sampler_table`, `jaxdl.generative.nfe_sweep`):
+prints the table and writes nfe_sweep.json and nfe_sweep.png into DIR (default: the workdir).
 """
 
 from __future__ import annotations
@@ -29,10 +35,40 @@ def add_arguments(parser) -> None:
   parser.add_argument("--class", dest="cls", type=int, default=None, help="class to condition on")
   parser.add_argument("--num", type=int, default=64, help="number of samples")
   parser.add_argument("--seed", type=int, default=0)
-  parser.add_argument("--out", default="samples.png", help="output .png or .npy")
+  parser.add_argument("--out", default=None,
+                      help="output .png or .npy (default samples.png); with --sweep-steps a "
+                           "folder (default: the workdir)")
   parser.add_argument("--no-ema", dest="ema", action="store_false",
                       help="sample with the last parameters even if the run kept an average "
                            "(optim.ema_decay)")
+  sweep = parser.add_argument_group("quality against network calls (class-conditional digits)")
+  sweep.add_argument("--sweep-steps", default=None, metavar="N,N,...",
+                     help="step counts to sweep, e.g. 4,8,16,32,64: judge every sampler at each")
+  sweep.add_argument("--samplers", default=None, metavar="NAME,NAME,...",
+                     help="samplers of the sweep (default ddpm,ddim,euler,heun,dpmpp_2m,edm_heun)")
+  sweep.add_argument("--per-class", type=int, default=100, help="samples per class (sweep)")
+  sweep.add_argument("--judge", default=None,
+                     help="a digits classification run's workdir (default <workdir>/classifier, "
+                          "trained there if missing)")
+
+
+SWEEP_CONFLICTS = (("sampler", "--sampler (use --samplers)"), ("steps", "--steps"),
+                   ("cls", "--class"), ("eta", "--eta"), ("guidance", "--guidance"))
+
+
+def parse_sweep(args) -> tuple[list[int], list[str] | None]:
+  """(step counts, sampler names or None) of --sweep-steps / --samplers, refusing an option of a
+  single sampling run given beside them."""
+  given = [flag for key, flag in SWEEP_CONFLICTS if getattr(args, key) is not None]
+  if given:
+    raise ValueError(f"{given[0]}: not an option of --sweep-steps, which runs every sampler at "
+                     "each step count with the run's guidance")
+  try:
+    steps = [int(n) for n in args.sweep_steps.split(",") if n.strip()]
+  except ValueError:
+    raise ValueError(f"--sweep-steps {args.sweep_steps}: expected integers like 4,8,16") from None
+  names = [n.strip() for n in args.samplers.split(",") if n.strip()] if args.samplers else None
+  return steps, names
 
 
 def check_request(workdir: str, num: int, out: str) -> None:
@@ -60,7 +96,14 @@ def check_request(workdir: str, num: int, out: str) -> None:
 
 
 def main(args) -> int:
+  if args.sweep_steps is not None:
+    return main_sweep(args)
+  if args.samplers is not None:
+    print("jaxdl: error: --samplers: only with --sweep-steps (one run takes --sampler)",
+          file=sys.stderr)
+    return 2
   from jaxdl.generative import trained
+  args.out = args.out or "samples.png"
   try:
     check_request(args.workdir, args.num, args.out)
     config, x = trained.sample_run(args.workdir, sampler=args.sampler, steps=args.steps,
@@ -71,4 +114,25 @@ def main(args) -> int:
     return 2
   trained.save_samples(config, x, args.out)
   print(f"wrote {args.num} samples to {args.out}")
+  return 0
+
+
+def main_sweep(args) -> int:
+  from jaxdl.course import sampler_table
+  from jaxdl.generative import nfe_sweep
+  out_dir = args.out or args.workdir
+  try:
+    steps, names = parse_sweep(args)
+    if not os.path.isdir(out_dir):
+      raise ValueError(f"--out {out_dir}: not a folder (with --sweep-steps --out names a folder)")
+    if not os.access(out_dir, os.W_OK):
+      raise ValueError(f"--out {out_dir}: folder is not writable")
+    table = sampler_table.sampler_table(
+        args.workdir, steps, samplers=names or nfe_sweep.DEFAULT_SAMPLERS, judge=args.judge,
+        per_class=args.per_class, seed=args.seed, ema=args.ema, out_dir=out_dir)
+  except (ValueError, FileNotFoundError) as e:
+    print(f"jaxdl: error: {str(e).splitlines()[0]}", file=sys.stderr)
+    return 2
+  print(nfe_sweep.markdown(table))
+  print(f"wrote {os.path.join(out_dir, 'nfe_sweep.json')} and nfe_sweep.png")
   return 0
