@@ -15,8 +15,11 @@ from jaxdl.config import list_experiments
 TESTS = pathlib.Path(__file__).resolve().parent
 # Experiments whose smoke run no other test makes. Two steps each: the point is that the whole
 # command (config, engine, after_training) runs; each experiment's own numbers are its docstring's.
-HERE = ("ddpm_digits_cfg", "ddpm_toy2d", "digits_lstm", "digits_mlp", "digits_vit", "edm_digits",
+HERE = ("ddpm_digits_cfg", "ddpm_toy2d", "digits_lstm", "digits_mlp", "digits_vit",
         "graph_classify")
+# Experiments whose smoke run is a README command (tests/test_readme.py runs every `jaxdl train`
+# of the README at smoke size, `after_training` included).
+VIA_README = ("edm_digits",)
 # The generative table trains every family (minutes even at smoke size); its rows' code is
 # tested in test_generative_table.py and each family's smoke run in its own test file.
 NOT_RUN = {"generative_table": "tests/test_generative_table.py tests its rows; every family it "
@@ -27,10 +30,17 @@ def test_every_experiment_has_a_smoke_run():
   others = "".join(p.read_text() for p in TESTS.glob("test_*.py")
                    if p.name != pathlib.Path(__file__).name)
   for name, _ in list_experiments():
-    if name in HERE or name in NOT_RUN:
+    if name in HERE or name in NOT_RUN or name in VIA_README:
       continue
     assert re.search(rf"[\"']{name}(:[a-z0-9_,=]*)?[\"']", others), (
         f"{name}: no test runs it; add it to HERE")
+
+
+def test_the_readme_trains_the_experiments_left_to_it():
+  from test_readme import readme_commands
+  trained = {c.split()[2].split(":")[0] for c in readme_commands()
+             if c.startswith("jaxdl train ") and len(c.split()) > 2}
+  assert set(VIA_README) <= trained, set(VIA_README) - trained
 
 
 @pytest.mark.slow

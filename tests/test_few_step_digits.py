@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from jaxdl.config import load_config
-from jaxdl.course import few_step_digits
+from jaxdl.course import digits_judge, few_step_digits
 from jaxdl.train import run
 
 SHORT = ["train.plot=False", "train.steps=4", "train.eval_every=4", "train.ckpt_every=4"]
@@ -21,6 +21,8 @@ def teacher(tmp_path_factory):
   # guided-sampler compiles.
   config, _ = load_config("reflow_digits:smoke", SHORT + ["reflow.eval_steps=(1, 2)"])
   run(config, workdir, progress=False)
+  # The judge both procedures use, trained here (each test may run first, or alone).
+  digits_judge.train_judge(workdir, smoke=True)
   return config, workdir
 
 
