@@ -53,14 +53,3 @@ if os.environ.get("JAXDL_TEST_CPU_LOG"):
     with open(os.environ["JAXDL_TEST_CPU_LOG"], "a") as f:
       f.write(f"{cpu() - t0:.2f}\t{item.nodeid}\n")
 
-
-def pytest_collection_modifyitems(config, items):
-  """Tests sharing a module-scoped fixture (mostly a trained run) form one xdist group, so under
-  `pytest -n N` (pyproject.toml's `--dist loadgroup`) one worker builds the fixture once, where
-  the default scheduling could split the module and build it on both workers."""
-  del config
-  for item in items:
-    info = getattr(item, "_fixtureinfo", None)
-    defs = info.name2fixturedefs.values() if info is not None else ()
-    if any(d.scope == "module" for seq in defs for d in seq):
-      item.add_marker(pytest.mark.xdist_group(item.module.__name__))
