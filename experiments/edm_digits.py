@@ -21,7 +21,7 @@ judged by a digits_cnn run (test accuracy 0.994). Against ddpm_digits_cfg's trai
 default config, also 1.00 class-labelled; `jaxdl sample --sweep-steps`, 50 samples per class,
 w = 2, the same judge's features, real-vs-real floor 5.84): EDM-Heun at 35 network calls 6.78,
 DPM-Solver++(2M) on this model at 18 calls 6.64; the DDPM model at 100 calls: DPM-Solver++(2M)
-5.87, DDIM 5.92, ancestral 7.83. So the EDM model at 35 calls does not reach the DDPM model's
+5.87, DDIM 5.92, ancestral 7.83 (and EDM-Heun 5.92 at 98 calls, 5.97 at 34). So the EDM model at 35 calls does not reach the DDPM model's
 best at 100 (issue 30's target, not met on this CPU-sized model).
 """
 

@@ -21,9 +21,10 @@ PATHS = {"flow": (paths.FlowPath(), "velocity"),
          "ddpm": (paths.make_path("ddpm", T=100, schedule="cosine"), "eps"),
          "edm": (paths.EDMPath(), "edm")}
 # (path, sampler, N steps, network calls): the one-call rules N, heun 2N, edm_heun 2N - 1 (2N - 2
-# on the flow, whose first step from pure noise is Euler too: 2 steps are 2 calls).
+# on the flow and on DDPM from t = T, whose first step from pure noise is Euler too: 2 steps on
+# the flow are 2 calls).
 CALLS = [("flow", "euler", 5, 5), ("flow", "heun", 3, 6), ("flow", "edm_heun", 5, 8),
-         ("flow", "edm_heun", 2, 2), ("ddpm", "ddpm", 3, 3), ("ddpm", "edm_heun", 4, 7),
+         ("flow", "edm_heun", 2, 2), ("ddpm", "ddpm", 3, 3), ("ddpm", "edm_heun", 4, 6),
          ("ddpm", "dpmpp_3m", 4, 4), ("edm", "edm_heun", 5, 9), ("edm", "dpmpp_2m", 4, 4)]
 
 

@@ -15,8 +15,8 @@ Network calls of N steps of each rule (`calls_per_sample`), one call = one batch
   ddpm, ddim, euler, dpmpp_2m, dpmpp_3m   N
   heun                                    2N   (the correction at every step)
   edm_heun                                N + the steps with Heun's correction: not the last
-                                          step to sigma = 0, nor a step from sigma_ve = inf
-                                          (2N - 1 on DDPM and EDM, 2N - 2 on the flow)
+                                          step to sigma = 0, nor a step from pure noise
+                                          (2N - 1 on EDM, 2N - 2 on the flow and DDPM)
 Classifier-free guidance evaluates the network on (x, y) and (x, null) in one batch of 2B:
 `calls` counts the sequential batched calls (what latency follows), `nfe` = 2 x calls under
 guidance the network evaluations per sample (what compute follows; the figure's x axis).

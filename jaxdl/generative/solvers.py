@@ -11,10 +11,12 @@ rules' `prepare`), and read as grid.coef[name][i].
   (else 0; sig_t in the data's units, sigma_data sig_t on EDM), adding fresh noise:
   y^ = y + sqrt(sig^^2 - sig_t^2) S_noise z. Then Euler in sig,
     y' = y^ + (sig_s - sig^) eps_hat(y^)   <=>   x' = alpha_s x_hat + sigma_s eps_hat   (DDIM),
-  and, unless sig_s = 0 or sig^ = inf (the flow's pure-noise end), the trapezoidal correction
+  and, unless sig_s = 0 or the step starts from pure noise (the flow's sig^ = inf, DDPM's t = T),
+  the trapezoidal correction
     y_s = y' + (sig_s - sig^) / 2 (eps_hat(y', s) - eps_hat(y^))   (second order).
   N steps cost 2N - 1 network calls on a grid that ends at sigma = 0 (one fewer again on the
-  flow from t = 0). The churned level must be a time of the path: continuous paths only.
+  flow from t = 0 and on DDPM from t = T). The churned level must be a time of the path:
+  continuous paths only.
 
 'dpmpp_2m' / 'dpmpp_3m' (Lu et al., 2022, DPM-Solver++ multistep, data prediction): with
   h = lambda_s - lambda_t and D_i = x_hat at step i,
@@ -58,7 +60,13 @@ def edm_heun_coefficients(path, t_N1, alpha_N1, sigma_N1, options):
                      f"grid's times, which the discrete {path.name!r} path does not have; use "
                      "s_churn=0 or a continuous path")
   sig_hat_N = sig_N * (1 + gamma_N)
-  out = {"churn": churn, "heun": finite_N & (sig_N1[1:] > 0)}
+  heun_N = finite_N & (sig_N1[1:] > 0)
+  if not path.continuous and t_N1[0] >= path.T:
+    # DDPM's x_T is pure noise up to alpha_T (sig_T = 157 on the linear schedule, 2e4 on the
+    # cosine): the trapezoid over that first step would scale the network's eps error by half its
+    # length, as on the flow's sigma = inf end, so it is taken by Euler (DDIM's first step).
+    heun_N[0] = False
+  out = {"churn": churn, "heun": heun_N}
   with np.errstate(invalid="ignore"):  # inf * 0 on the flow's pure-noise step, masked below
     out["half_h"] = np.where(out["heun"], (sigma_N1[1:] - alpha_N1[1:] * sig_hat_N) / 2, 0.0)
   if churn:
