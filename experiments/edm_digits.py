@@ -15,14 +15,15 @@ After training, `after_training` draws 50 samples per class with EDM-Heun (18 st
 Karras rho = 7 grid from sigma = 80 to 0.002, then 0: 35 network calls) and guidance w = 2,
 writes digits_grid.png and reports the fraction the judge labels as the conditioning class.
 
-Expected: class_accuracy >= 0.90 at w = 2. Measured (one run, 2026-12-01, 2-core CPU, about
-17 minutes beside other jobs): eval loss 0.418 at step 3,000; class_accuracy 1.00 on 500 samples
+Expected: class_accuracy >= 0.90 at w = 2. Measured (one run, 2026-12-01, 2-core CPU, about 17
+minutes beside other jobs): eval loss 0.418 at step 3,000; class_accuracy 1.00 on 500 samples
 judged by a digits_cnn run (test accuracy 0.994). Against ddpm_digits_cfg's trained model (its
-default config, also 1.00 class-labelled; `jaxdl sample --sweep-steps`, 50 samples per class,
-w = 2, the same judge's features, real-vs-real floor 5.84): EDM-Heun at 35 network calls 6.78,
-DPM-Solver++(2M) on this model at 18 calls 6.64; the DDPM model at 100 calls: DPM-Solver++(2M)
-5.87, DDIM 5.92, ancestral 7.83 (and EDM-Heun 5.92 at 98 calls, 5.97 at 34). So the EDM model at 35 calls does not reach the DDPM model's
-best at 100 (issue 30's target, not met on this CPU-sized model).
+default config, class_accuracy 0.998 again), with `jaxdl sample --sweep-steps`, 50 samples per
+class, w = 2, the Frechet distance in the same judge's features (real-vs-real floor 5.84): this
+model with EDM-Heun at 35 network calls 6.78, with DPM-Solver++(2M) at 18 calls 6.64; the DDPM
+model at 100 calls with DPM-Solver++(2M) 5.87, DDIM 5.92, ancestral 7.83, and with EDM-Heun 5.92 at
+98 calls, 5.97 at 34. So the EDM model at 35 calls does not reach the DDPM model's best at 100
+(issue 30's target, not met on this CPU-sized model).
 """
 
 from jaxdl.course import digits_judge
