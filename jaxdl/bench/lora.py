@@ -6,6 +6,9 @@ is allocated), on a GPT-2-small-shaped model with the default AdamW chain.
          builds it): 2 x the adapter scalars, r (D_in + D_out) per adapted layer and block
 
 The ratio, target <= 2% at rank 8, is independent of the machine.
+
+Measured: at rank 8 on GPT-2 small, LoRA's optimizer state is 0.24% of full fine-tuning's on
+q, v and 1.07% on every attention and MLP layer (the shapes fix it; no machine noise).
 """
 
 from __future__ import annotations

@@ -15,6 +15,9 @@ and activations. With it:
 Compiled only (lowered from shapes: nothing is allocated or run), so the numbers are exact and
 independent of the machine's load. Under fewer than 4 CPU devices (a plain `jaxdl bench`) the
 measurement runs in a subprocess with 4 emulated devices.
+
+Measured (2026-12-01, 2-core CPU, 4 emulated devices): arguments per device 0.505x at T = 2
+and 0.257x at T = 4 of T = 1's; temporaries 0.57x and 0.35x.
 """
 
 from __future__ import annotations

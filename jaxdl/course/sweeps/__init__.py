@@ -22,4 +22,7 @@ adds directories beside them (`grid`). The modules:
            JSON and the figures
 
 Importing this package loads nothing heavy; import the module you need.
+
+Measured (2026-12-01, 2-core CPU): `jaxdl sweep moons_mlp:smoke --grid optim.lr=1e-3,1e-2
+--seeds 2 --jobs 2` took 64 s; the same command again, every run finished and skipped, 11 s.
 """
