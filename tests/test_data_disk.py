@@ -244,13 +244,15 @@ def _bad_cases(files, tmp):
       ("utf8", lambda: prepare.text_documents(str(tmp / "latin1")),
        r"^SRC: '.*a.txt' is not UTF-8 text \(byte 3"),
       ("image size", lambda: make("image_folder", path=str(odd)),
-       r"^data.path: '.*1.png' is 5x5 RGB; expected 4x5 RGB like the first image"),
+       r"^data.path: '.*1.png' is 5x5 \(width x height\) but the first image '.*0.png' is "
+       r"4x5; every image must have one size: resize them$"),
       ("not an image", lambda: make("image_folder", path=str(garbled)),
        r"^data.path: cannot read '.*0.png' as an image: "),
       ("not an image, prepare", lambda: images.prepare_images(str(garbled), str(tmp / "g")),
        r"^SRC: cannot read '.*0.png' as an image: "),
       ("image mode", lambda: make("image_folder", path=str(mixed)),
-       r"^data.path: '.*1.png' is 4x5 L; expected 4x5 RGB like the first image"),
+       r"^data.path: '.*1.png' has mode L but the first image '.*0.png' has mode RGB; set "
+       r"data.mode to L or RGB to convert every image$"),
       ("unreadable shard", lambda: make("arrayrecord", path=str(unchecked)),
        r"^data.path: cannot read the ArrayRecord shards \['train-00000"),
   ]

@@ -7,7 +7,10 @@
 
 SRC is a folder of text files, a .parquet file (a text column) or an image folder; the split
 rule and the output are in `jaxdl.data.prepare` and `jaxdl.data.records`, the image
-folders' in `jaxdl.data.images`.
+folders' in `jaxdl.data.images`. `tokenizer` and `prepare` read SRC and split it with one
+function, so given the same flags they accept and refuse the same inputs; `prepare` refuses a
+tokenizer trained on another split of SRC, or (OUT's own tokenizer.json) on other files. Errors
+are one line naming the flag to change (--val-frac, --pattern, --mode, ...), exit code 2.
 """
 
 from __future__ import annotations

@@ -5,11 +5,13 @@ five families on the 2-D moons toy and on 8x8 digits (generative_table's procedu
 the table's own training run) and trains every other row's experiment through the engine into
 <workdir>/<row> (a finished run there is reused), each at its smoke size when `config.smoke`:
 ddpm_toy2d and gan_toy2d on moons, gan_toy2d on 8 Gaussians (its modes covered: the mode-collapse
-column), vae_digits, fm_digits_cfg, ddpm_digits_cfg and ar_digits; the moons flow is reflowed and
+column), vae_digits, gan_digits (the classes its samples fall in: the same column on digits),
+fm_digits_cfg, ddpm_digits_cfg and ar_digits; the moons flow is reflowed and
 distilled to one step (`jaxdl.generative.few_step`, reflow_toy2d's and distill_toy2d's configs).
 The digits rows are judged by a digits_cnn run in <workdir>/classifier
 (`jaxdl.course.digits_judge`). `config.table` sets the sizes (see the experiment's docstring for
-the columns). Writes table.json, table.md and samples.npz.
+the columns). Writes table.json, table.md and samples.npz; `families_figure` draws samples.npz
+(the course notebook's figure of the families side by side).
 
 Shapes: N samples, D data dims.
 """
@@ -32,6 +34,7 @@ RUNS = (
     ("toy_gan", "toy", "GAN", "gan_toy2d", ("data.distribution='moons'",)),
     ("toy_gan_8g", None, "GAN", "gan_toy2d", ()),
     ("digits_vae", "digits", "VAE", "vae_digits", ()),
+    ("digits_gan", "digits", "GAN", "gan_digits", ()),
     ("digits_fm", "digits", "flow matching", "fm_digits_cfg", ()),
     ("digits_ddpm", "digits", "diffusion", "ddpm_digits_cfg", ()),
     ("digits_ar", "digits", "autoregressive", "ar_digits", ()),
@@ -127,7 +130,9 @@ def _digits_row(row, family, config, model, variables, judge, t):
     x = (x_te[:t.ll_num] / 8.0 - 1.0)[..., None].astype(np.float32)  # the [-1, 1] scale
     # Uniformly dequantized: each of the 17 levels spread over its bin of width 1/8.
     x_deq = x + np.random.default_rng(5).uniform(-1 / 16, 1 / 16, x.shape).astype(np.float32)
-    if family == "VAE":
+    if family == "GAN":  # no likelihood; its failure is the classes it never draws
+      out["classes_drawn"] = int(len(np.unique(judge(pix)[0].argmax(-1))))
+    elif family == "VAE":
       summary = json.loads(pathlib.Path(row, "summary.json").read_text())
       out.update(bits_per_dim=summary["eval"]["bpd"], bits_per_dim_kind="bound (-ELBO)",
                  bits_per_dim_dequantized=vae.run_elbo(model, variables, x_deq)["bpd"],
@@ -232,7 +237,51 @@ def markdown(rows) -> str:
       failure = f"active units {row['active_units']:.0f}"
     if "modes_covered" in row:
       failure = f"modes covered {row['modes_covered']}/8 (8 Gaussians)"
+    if "classes_drawn" in row:
+      failure = f"classes drawn {row['classes_drawn']}/10"
     lines.append(f"| {row['data']} | {row['family']} | {row['calls']} | "
                  f"{1e3 * row['seconds_per_sample']:.3f} ({row['time_ratio']:.1f}x) | {bpd} | "
                  f"{quality} | {failure} |")
   return "\n".join(lines) + "\n"
+
+
+def families_figure(samples, path=None):
+  """The families side by side, from a samples.npz mapping: a scatter panel per 'toy_*' row
+  ((N, 2) points) on top, then one row of digits per 'digits_*' row (its first ten samples,
+  classes 0-9 where conditional; (N, 64) pixels 0..16), every family in the mapping's order.
+  Digits keep their aspect: square 8x8 cells with a one-pixel gap, the figure sized from the
+  rows and columns so nothing is stretched. Saved to `path` when given.
+
+  Returns (figure, toy labels, digit labels): the labels drawn, the keys without their prefix.
+  """
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  toy = [k for k in samples if k.startswith("toy")]
+  digits = [k for k in samples if k.startswith("digits")]
+  cols, cell, gap = 10, 8, 1
+  step = cell + gap
+  grid = np.zeros((len(digits) * step + gap, cols * step + gap), np.float32)  # 0: white
+  for r, k in enumerate(digits):
+    for c, img in enumerate(np.asarray(samples[k])[:cols].reshape(-1, cell, cell)):
+      grid[gap + r * step:gap + r * step + cell, gap + c * step:gap + c * step + cell] = img
+  panel, label_w = 1.6, 0.8                      # inches: a toy panel; the row labels' margin
+  width = max(panel * max(len(toy), 1), 5.0)
+  grid_h = (width - label_w) * grid.shape[0] / grid.shape[1]  # square pixels at full width
+  heights = ([panel] if toy else []) + ([grid_h] if digits else [])
+  fig = plt.figure(figsize=(width, sum(heights) + 0.4 * len(heights)))
+  gs = matplotlib.gridspec.GridSpec(len(heights), 1, figure=fig, height_ratios=heights)
+  if toy:
+    top = gs[0].subgridspec(1, len(toy))
+    for i, k in enumerate(toy):
+      a = fig.add_subplot(top[i])
+      a.scatter(samples[k][:, 0], samples[k][:, 1], s=0.5)
+      a.set(title=k[4:], xlim=(-3, 3), ylim=(-3, 3), xticks=[], yticks=[], aspect="equal")
+  if digits:
+    a = fig.add_subplot(gs[-1])
+    a.imshow(grid, cmap="gray_r", vmin=0, vmax=16, aspect="equal", interpolation="nearest")
+    a.set(yticks=gap + cell / 2 - 0.5 + step * np.arange(len(digits)),
+          yticklabels=[k[7:] for k in digits], xticks=[])
+  fig.tight_layout()
+  if path is not None:
+    fig.savefig(path, dpi=60, bbox_inches="tight")
+  return fig, [k[4:] for k in toy], [k[7:] for k in digits]

@@ -7,7 +7,8 @@ ones, so shuffling, per-process sharding and the checkpointed iterator position 
                file's sha256 is checked against the manifest when the source is built. lm data is
                read document by document as windows need them (`packing.DocStream`); image
                records are decoded to x = pixels / 255, float32 (H, W, C), and take `augment`
-               (`jaxdl.data.augment`) like the other image sources.
+               (`jaxdl.data.augment`) like the other image sources; fewer train images than
+               data.batch_size is refused naming that key (`DataSource.check_batch`).
   parquet      a .parquet file, or a folder of them (the split's files: <split>*.parquet or
                <split>/*.parquet).
   stdlib_bpe   the `text` source's standard-library files prepared with a BPE trained by jaxdl
@@ -92,6 +93,7 @@ class ArrayRecord(TextWindows):
       info = dict(kind="classification", num_classes=len(manifest["classes"]), vocab_size=None,
                   input_shape=tuple(shape), num_train=tr.num, num_eval=ev.num)
       src = Source(tr, ev, info)
+      self.check_batch(tr.num, f"images in the train split of {path!r}")
     else:
       tok = self._tokenizer(directory, manifest["tokenizer"])
       streams = []

@@ -5,11 +5,17 @@ Shapes: N images, H height, W width, C channels (1 for mode 'L', 3 for 'RGB').
   image_folder  root/<class>/*.png|jpg; classes are the sorted folder names (label = index);
                 images are read when a batch asks for them; x = pixels / 255, float32 (H, W, C).
                 Every image must have the size and mode of the first (after converting to
-                `mode` when set); the headers are checked when the source is built.
+                `mode` when set); the headers are checked when the source is built. A class
+                folder without images is refused (it would be a class nothing can teach).
   npz_images    x uint8 (N, H, W) or (N, H, W, C) and y; x / 255 as above.
 Eval: `eval_path` (a second tree / npz) or a seeded `eval_frac` holdout of the training set.
 Both take `augment`: the training stream's ops of `jaxdl.data.augment`, drawn per record exactly
-as for the embedded images.
+as for the embedded images. A folder with fewer training images than `data.batch_size` (128 by
+default) is refused when the source is built, naming data.batch_size, the image count and a
+batch that fits (`DataSource.check_batch`); the batch is never shrunk silently.
+
+Errors name the setting to change as the caller spells it: `key` is 'data.path' (and data.mode)
+for the sources, 'SRC' (and --mode) for `jaxdl data prepare`.
 """
 
 from __future__ import annotations
@@ -27,26 +33,47 @@ from jaxdl.data.registry import DataSource, Source, Split, register_source
 SUFFIXES = (".png", ".jpg", ".jpeg")
 
 
-def list_folder(root: str, key: str = "data.path") -> tuple[list[str], np.ndarray, list[str]]:
-  """(relative paths, labels (N,), class names) of root/<class>/*.png|jpg, sorted."""
+def list_folder(root: str, key: str = "data.path", allow_empty: bool = False
+                ) -> tuple[list[str], np.ndarray, list[str]]:
+  """(relative paths, labels (N,), class names) of root/<class>/*.png|jpg, sorted; a class
+  folder without images is a one-line ValueError naming it, unless `allow_empty` (an eval tree
+  may lack a class)."""
   if not os.path.isdir(root):
     raise ValueError(f"{key}: image folder not found: {root!r}")
-  classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
-  paths, labels = [], []
+  classes = sorted(d for d in os.listdir(root)
+                   if os.path.isdir(os.path.join(root, d)) and not d.startswith("."))
+  paths, labels, empty = [], [], []
   for label, cls in enumerate(classes):
     names = sorted(f for f in os.listdir(os.path.join(root, cls))
                    if f.lower().endswith(SUFFIXES))
     paths += [os.path.join(cls, f) for f in names]
     labels += [label] * len(names)
+    if not names:
+      empty.append(cls)
+  kinds = "/".join(SUFFIXES)
   if not paths:
-    raise ValueError(f"{key}: {root!r} holds no images in root/<class>/*.png|jpg")
+    if empty:
+      raise ValueError(f"{key}: the class folders of {root!r} hold no images ({_names(empty)}: "
+                       f"no {kinds} files)")
+    raise ValueError(f"{key}: {root!r} has no class folders; expected root/<class>/*.png|jpg")
+  if empty and not allow_empty:
+    raise ValueError(f"{key}: class folder{'s' if len(empty) > 1 else ''} {_names(empty)} of "
+                     f"{root!r} hold{'' if len(empty) > 1 else 's'} no images (no {kinds} "
+                     "files); add images or remove the folder (every folder is a class)")
   return paths, np.asarray(labels, np.int32), classes
 
 
+def _names(names: list[str], most: int = 5) -> str:
+  return ", ".join(repr(n) for n in names[:most]) + (", ..." if len(names) > most else "")
+
+
 def check_images(root: str, paths: list[str], mode: str, key: str = "data.path"):
-  """(H, W, C) shared by every image (headers only); ValueError naming the first that differs."""
+  """(H, W, C) shared by every image (headers only); ValueError naming the first that differs
+  from the first image, as a size mismatch (resize) or a mode mismatch (the mode setting,
+  data.mode or --mode, converts)."""
   from PIL import Image  # pylint: disable=g-import-not-at-top
-  expected = None
+  mode_key = "--mode" if key == "SRC" else "data.mode"
+  first = expected = None
   for rel in paths:
     full = os.path.join(root, rel)
     try:
@@ -54,19 +81,22 @@ def check_images(root: str, paths: list[str], mode: str, key: str = "data.path")
         got = (im.size, mode or im.mode)
         if mode and im.mode != mode and not _convertible(im.mode, mode):
           raise ValueError(f"{key}: {full!r} has mode {im.mode}, which does not convert to "
-                           f"data.mode {mode}")
+                           f"{mode_key} {mode}")
     except OSError as e:
       raise ValueError(f"{key}: cannot read {full!r} as an image: {e}") from e
     if expected is None:
-      expected = got
-    elif got != expected:
-      raise ValueError(f"{key}: {full!r} is {got[0][0]}x{got[0][1]} {got[1]}; expected "
-                       f"{expected[0][0]}x{expected[0][1]} {expected[1]} like the first image "
-                       "(resize the images, or set data.mode to convert the mode)")
+      first, expected = full, got
+    elif got[0] != expected[0]:
+      raise ValueError(f"{key}: {full!r} is {got[0][0]}x{got[0][1]} (width x height) but the "
+                       f"first image {first!r} is {expected[0][0]}x{expected[0][1]}; every image "
+                       "must have one size: resize them")
+    elif got[1] != expected[1]:
+      raise ValueError(f"{key}: {full!r} has mode {got[1]} but the first image {first!r} has "
+                       f"mode {expected[1]}; set {mode_key} to L or RGB to convert every image")
   (w, h), m = expected
   if m not in CHANNELS:
-    raise ValueError(f"{key}: images of mode {m!r} are not supported; set data.mode to 'L' or "
-                     "'RGB'")
+    raise ValueError(f"{key}: images of mode {m!r} are not supported; set {mode_key} to L or "
+                     "RGB")
   return h, w, CHANNELS[m]
 
 
@@ -124,7 +154,7 @@ class ImageFolder(DataSource):
     shape = check_images(root, paths, self.mode)
     if self.eval_path:
       eroot = os.path.expanduser(self.eval_path)
-      epaths, elabels, eclasses = list_folder(eroot, "data.eval_path")
+      epaths, elabels, eclasses = list_folder(eroot, "data.eval_path", allow_empty=True)
       if eclasses != classes:
         raise ValueError(f"data.eval_path: classes {eclasses} differ from data.path's {classes}")
       if check_images(eroot, epaths, self.mode, "data.eval_path") != shape:
@@ -135,6 +165,8 @@ class ImageFolder(DataSource):
       tr_idx, ev_idx = holdout(len(paths), self.eval_frac, self.data_seed)
       tr, ev = (_folder_split(root, [paths[i] for i in idx], labels[idx], self.mode)
                 for idx in (tr_idx, ev_idx))
+    held = "" if self.eval_path else f", {ev.num} more held out by data.eval_frac"
+    self.check_batch(tr.num, f"images in {self.path!r}{held}")
     return Source(tr, ev, _info(tr, ev, shape, len(classes)))
 
 
@@ -184,21 +216,23 @@ class NpzImages(DataSource):
 def prepare_images(src: str, out_dir: str, *, val_frac: float = 0.1, mode: str = "",
                    shard_size: int = 4096) -> dict:
   """root/<class>/*.png|jpg -> (x uint8 (H, W, C), y int32) records + manifest in `out_dir`;
-  an image goes to val when crc32(its relative path) / 2^32 < val_frac."""
-  from jaxdl.data.prepare import in_val, write_split  # pylint: disable=g-import-not-at-top
+  an image goes to val when crc32(its relative path) / 2^32 < val_frac (a split left empty is
+  refused before anything is written, naming --val-frac: `jaxdl.data.prepare.split_error`)."""
+  from jaxdl.data import prepare  # pylint: disable=g-import-not-at-top
   paths, labels, classes = list_folder(src, "SRC")
   shape = check_images(src, paths, mode, "SRC")
+  problem = prepare.split_error(paths, val_frac, src, "images")
+  if problem:
+    raise ValueError(problem)
   fields = {"x": {"shape": list(shape), "dtype": "uint8"}, "y": {"shape": [], "dtype": "int32"}}
   os.makedirs(out_dir, exist_ok=True)
   splits = {}
   for split in ("train", "val"):
-    idx = [i for i, p in enumerate(paths) if in_val(p, val_frac) == (split == "val")]
-    if not idx:
-      raise ValueError(f"--val-frac: {val_frac} leaves the {split} split of {src!r} empty")
+    idx = [i for i, p in enumerate(paths) if prepare.in_val(p, val_frac) == (split == "val")]
     examples = ({"x": load_image(os.path.join(src, paths[i]), mode), "y": labels[i]}
                 for i in idx)
-    splits[split] = write_split(out_dir, split, examples, len(idx), fields, shard_size,
-                                f"{split} images")
+    splits[split] = prepare.write_split(out_dir, split, examples, len(idx), fields, shard_size,
+                                        f"{split} images")
   return records.write_manifest(out_dir, {
       "kind": "classification", "fields": fields, "splits": splits, "classes": classes,
       "source": os.path.abspath(src)})

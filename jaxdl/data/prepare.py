@@ -8,7 +8,13 @@ Sources (SRC):
 
 Split: an example goes to val when crc32(its relative path, or its row number) / 2^32 < val_frac,
 so the split does not depend on which other files exist (the rule the `text` source uses for
-the standard library). Text is tokenized (`jaxdl.data.tokenize`) into one record of token ids per
+the standard library). Both splits must hold an example: a split left empty is refused in one
+line naming `--val-frac` and a value that works (`split_error`). `jaxdl data tokenizer` and
+`jaxdl data prepare` read SRC through the same `text_documents`, so they refuse and accept the
+same inputs, and the tokenizer records the train split it saw (TRAINED_ON, beside its
+tokenizer.json); `prepare_text` refuses a tokenizer trained on another split of the same SRC (its
+val documents would have shaped the tokenizer) and, for OUT's own tokenizer.json, one trained
+on other files. Text is tokenized (`jaxdl.data.tokenize`) into one record of token ids per
 document; images become (x uint8 (H, W, C), y int32) records. The output format is in
 `jaxdl.data.records`.
 """
@@ -16,6 +22,8 @@ document; images become (x uint8 (H, W, C), y int32) records. The output format 
 from __future__ import annotations
 
 import fnmatch
+import hashlib
+import json
 import math
 import os
 import zlib
@@ -31,6 +39,33 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
 def in_val(name: str, val_frac: float) -> bool:
   return zlib.crc32(name.encode()) / 2**32 < val_frac
+
+
+def split_error(names: list[str], val_frac: float, src: str, noun: str) -> str | None:
+  """None when `val_frac` puts at least one of `names` in each split; else the one-line reason,
+  naming --val-frac and a round value that leaves both splits non-empty."""
+  if len(names) < 2:
+    return (f"SRC: {src!r} holds {len(names)} {noun[:-1] if names else noun}; a train and a val "
+            "split need at least 2 (one each)")
+  fracs = sorted(zlib.crc32(n.encode()) / 2**32 for n in names)
+  n_val = sum(f < val_frac for f in fracs)
+  if 0 < n_val < len(names):
+    return None
+  # Any val_frac in (fracs[0], fracs[-1]] leaves both splits non-empty; suggest the roundest one
+  # nearest the value given.
+  lo, hi = fracs[0], fracs[-1]
+  for digits in range(2, 10):
+    scale = 10**digits
+    v = (math.ceil(lo * scale) if n_val == 0 else math.floor(hi * scale)) / scale
+    if lo < v <= hi:
+      break
+  else:
+    v = (lo + hi) / 2
+  which = "none" if n_val == 0 else "all"
+  name = "its row number" if noun == "rows" else "its relative path"
+  return (f"--val-frac: {val_frac} puts {which} of the {len(names)} {noun} of {src!r} in the val "
+          f"split (one goes there when crc32({name}) / 2^32 < val_frac); set --val-frac "
+          f"{v:g} {'or more' if n_val == 0 else 'or less'}")
 
 
 def check_source(src: str) -> None:
@@ -68,9 +103,12 @@ def _walk(root: str, pattern: str) -> list[str]:
 def text_documents(src: str, *, pattern: str = "*.txt", max_bytes: int = 0, column: str = "text",
                    val_frac: float = 0.1) -> dict[str, list[str]]:
   """{'train': [...], 'val': [...]} documents of a text folder or a Parquet file (module doc);
-  `max_bytes` > 0 caps the bytes read (the last file is cut there)."""
+  `max_bytes` > 0 caps the bytes read (the last file is cut there). A split left empty is a
+  one-line ValueError naming --val-frac (`split_error`), and --max-bytes when the cap cut the
+  files short."""
   check_source(src)
-  if src.endswith(".parquet"):
+  parquet = src.endswith(".parquet")
+  if parquet:
     texts = [(str(i), t) for i, t in enumerate(read_parquet_column(src, column))]
   else:
     if not os.path.isdir(src):
@@ -94,11 +132,33 @@ def text_documents(src: str, *, pattern: str = "*.txt", max_bytes: int = 0, colu
         raise ValueError(f"SRC: {os.path.join(src, rel)!r} is not UTF-8 text (byte "
                          f"{e.start}: {e.reason})") from e
   if not texts:
-    raise ValueError(f"SRC: no documents in {src!r} (pattern {pattern!r})")
+    raise ValueError(_no_documents(src, pattern, column))
+  noun = "rows" if parquet else "files"
+  problem = split_error([name for name, _ in texts], val_frac, src, noun)
+  if problem:
+    capped = not parquet and max_bytes and total >= max_bytes
+    raise ValueError(problem + (f" (or raise --max-bytes {max_bytes}, which stopped the "
+                                f"reading after {len(texts)} files)" if capped else ""))
   out = {"train": [], "val": []}
   for name, text in texts:
     out["val" if in_val(name, val_frac) else "train"].append(text)
   return out
+
+
+def _no_documents(src: str, pattern: str, column: str) -> str:
+  """Why `src` gave no documents, in the terms of the flag or folder to change: a Parquet file
+  without rows; class folders without images (an image folder whose classes are all empty);
+  no file matching --pattern."""
+  if src.endswith(".parquet"):
+    return f"SRC: {src!r} has no rows in column {column!r} (--column)"
+  folders = sorted(d for d in os.listdir(src)
+                   if os.path.isdir(os.path.join(src, d)) and not d.startswith("."))
+  if folders and not any(f.lower().endswith(IMAGE_SUFFIXES) for d in folders
+                         for f in os.listdir(os.path.join(src, d))):
+    shown = ", ".join(repr(d) for d in folders[:5]) + (", ..." if len(folders) > 5 else "")
+    return (f"SRC: the class folders of {src!r} hold no images ({shown}: no "
+            f"{'/'.join(IMAGE_SUFFIXES)} files), and no file matches --pattern {pattern!r}")
+  return f"SRC: no file in {src!r} matches --pattern {pattern!r}"
 
 
 def read_parquet_column(path: str, column: str) -> list:
@@ -138,13 +198,18 @@ def write_split(out_dir: str, split: str, examples: Iterator[dict[str, np.ndarra
 def prepare_text(src: str, out_dir: str, *, tokenizer: str = "bytes", pattern: str = "*.txt",
                  max_bytes: int = 0, column: str = "text", val_frac: float = 0.1,
                  shard_size: int = 4096) -> dict:
-  """Text documents -> token-id records + lengths + manifest in `out_dir` (the manifest)."""
+  """Text documents -> token-id records + lengths + manifest in `out_dir` (the manifest).
+
+  A BPE whose TRAINED_ON record says it saw another train split of this `src` is refused, as is
+  `out_dir`'s own tokenizer.json ('bpe') trained on other files (`check_trained_on`)."""
   tok = get_tokenizer(tokenizer, out_dir, key="--tokenizer")
   docs = text_documents(src, pattern=pattern, max_bytes=max_bytes, column=column,
                         val_frac=val_frac)
-  for split, texts in docs.items():
-    if not texts:
-      raise ValueError(f"--val-frac: {val_frac} leaves the {split} split of {src!r} empty")
+  if tok.hf is not None:  # a BPE: it may carry a record of the split it was trained on
+    tok_file = (os.path.join(out_dir, "tokenizer.json") if tokenizer == "bpe"
+                else os.path.expanduser(tokenizer))
+    check_trained_on(tok, tok_file, src, _flags(src, pattern, max_bytes, column, val_frac),
+                     docs["train"], own=tokenizer == "bpe")
   os.makedirs(out_dir, exist_ok=True)  # only once the input has been read and checked
   if tok.hf is not None and not os.path.isfile(os.path.join(out_dir, "tokenizer.json")):
     tok.save(os.path.join(out_dir, "tokenizer.json"))  # the data carries its tokenizer
@@ -170,11 +235,76 @@ def tokenizer_entry(tok: Tokenizer) -> dict:
 
 def train_tokenizer(src: str, out_dir: str, *, vocab: int, pattern: str = "*.txt",
                     max_bytes: int = 0, column: str = "text", val_frac: float = 0.1) -> Tokenizer:
-  """A BPE of `vocab` ids trained on the train split of `src`, saved as out_dir/tokenizer.json."""
+  """A BPE of `vocab` ids trained on the train split of `src`, saved as out_dir/tokenizer.json
+  with its TRAINED_ON record beside it (the source, the flags that made the split, a digest of
+  the train documents)."""
   check_vocab_size(vocab)  # before reading anything
   docs = text_documents(src, pattern=pattern, max_bytes=max_bytes, column=column,
                         val_frac=val_frac)
   tok = train_bpe(docs["train"], vocab)
   os.makedirs(out_dir, exist_ok=True)
-  tok.save(os.path.join(out_dir, "tokenizer.json"))
+  path = os.path.join(out_dir, "tokenizer.json")
+  tok.save(path)
+  with open(trained_on_path(path), "w") as f:
+    json.dump({"source": os.path.abspath(src),
+               "flags": _flags(src, pattern, max_bytes, column, val_frac),
+               "train_documents": len(docs["train"]), "train_sha256": _digest(docs["train"]),
+               "tokenizer_sha256": tok.fingerprint}, f, indent=2)
   return tok
+
+
+# The record of the split a trained tokenizer saw: <name>.trained_on.json beside <name>.json.
+TRAINED_ON = "tokenizer.trained_on.json"
+
+
+def trained_on_path(tokenizer_json: str) -> str:
+  return os.path.splitext(tokenizer_json)[0] + ".trained_on.json"
+
+
+def _flags(src: str, pattern: str, max_bytes: int, column: str, val_frac: float) -> dict:
+  """The flags that decide `src`'s train split, as the CLI spells them."""
+  if src.endswith(".parquet"):
+    return {"--column": column, "--val-frac": val_frac}
+  return {"--pattern": pattern, "--max-bytes": max_bytes, "--val-frac": val_frac}
+
+
+def _digest(texts: list[str]) -> str:
+  h = hashlib.sha256()
+  for t in texts:
+    b = t.encode("utf-8")
+    h.update(len(b).to_bytes(8, "little") + b)  # length-prefixed: boundaries count
+  return h.hexdigest()
+
+
+def check_trained_on(tok: Tokenizer, tok_file: str, src: str, flags: dict, train: list[str], *,
+                     own: bool) -> None:
+  """One-line ValueError when the TRAINED_ON record of `tok_file` shows a train split other than
+  `train`: always for the same `src` (its val documents would have shaped the tokenizer), and
+  for another source when `own` (OUT's tokenizer.json, which `jaxdl data tokenizer` wrote for
+  this data). A tokenizer without a record, or replaced since its record was written, is not
+  checked; one passed by path and trained on other files is reuse, and accepted."""
+  try:
+    with open(trained_on_path(tok_file)) as f:
+      record = json.load(f)
+  except (OSError, ValueError):
+    return
+  if record.get("tokenizer_sha256") != tok.fingerprint or record.get("train_sha256") == _digest(
+      train):
+    return
+  defaults = {"--pattern": "*.txt", "--max-bytes": 0, "--column": "text", "--val-frac": 0.1}
+  retrain = " ".join([f"jaxdl data tokenizer {src} --out {os.path.dirname(tok_file) or '.'}",
+                      *(f"{k} {v}" for k, v in flags.items() if defaults[k] != v)])
+  if record.get("source") == os.path.abspath(src):
+    saw = record.get("flags", {})
+    differ = [f"{k} {saw[k]} there, {v} here" for k, v in flags.items() if saw.get(k) != v]
+    if differ:
+      raise ValueError(f"--tokenizer: {tok_file!r} was trained on another split of {src!r} "
+                       f"({'; '.join(differ)}); prepare with its flags, or retrain it with "
+                       f"`{retrain}`")
+    raise ValueError(f"--tokenizer: {src!r} changed since {tok_file!r} was trained on it (train "
+                     f"split then {record.get('train_documents')} documents, now {len(train)}); "
+                     f"retrain it with `{retrain}`")
+  if own:
+    raise ValueError(f"--tokenizer: {tok_file!r} was trained on {record.get('source')!r}, not "
+                     f"{src!r}; retrain it with `{retrain}`, or pass its path as --tokenizer to "
+                     "reuse it on these files")

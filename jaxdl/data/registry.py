@@ -61,6 +61,16 @@ class DataSource(Settings):
   def build(self) -> Source:
     raise NotImplementedError(f"data source {self.name!r} defines no build()")
 
+  def check_batch(self, num_train: int, what: str) -> None:
+    """ConfigError when `batch_size` exceeds the `num_train` training examples: the batch is not
+    shrunk behind the user's back (that would change the run they asked for); the one line
+    names data.batch_size, the count (`what` says of what) and a power of two that fits."""
+    if self.batch_size > num_train:
+      fits = 2 ** (max(num_train, 1).bit_length() - 1)
+      raise ConfigError(f"data.batch_size: {self.batch_size} is larger than the training set "
+                        f"({num_train} {what}); set data.batch_size to at most {num_train}, "
+                        f"e.g. --set data.batch_size={fits}")
+
 
 # `--set data.name=...` re-writes the section for that source (`jaxdl.schema.switch_section`).
 SOURCES: dict[str, type[DataSource]] = switchable_registry("data")
