@@ -12,6 +12,12 @@ itself is `jaxdl.generative.trained.sample_run`.
 measures instead sample quality against network calls for every applicable sampler of a
 class-conditional digits run (`jaxdl.course.sampler_table`, `jaxdl.generative.nfe_sweep`):
 prints the table and writes nfe_sweep.json and nfe_sweep.png into DIR (default: the workdir).
+
+  jaxdl sample path/to/hf_model --prompt "Once upon a time" --max-new-tokens 40 [--greedy]
+
+continues text with a Hugging Face Llama / Mistral / Qwen2 / GPT-2 directory (`jaxdl.models.hf`)
+and the tokenizer.json beside its weights: `--num` continuations (default 1) drawn with
+`--temperature`, `--top-k`, `--top-p` (`jaxdl.models.decoding`), printed one per line.
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ import json
 import os
 import sys
 
-HELP = "sample from a trained flow_matching / ddpm / vae / gan run"
+HELP = ("sample from a trained flow_matching / ddpm / vae / gan run, or continue a --prompt with "
+        "a Hugging Face model directory")
 
 
 def add_arguments(parser) -> None:
@@ -33,7 +40,8 @@ def add_arguments(parser) -> None:
   parser.add_argument("--eta", type=float, default=None,
                       help="DDIM noise scale (0 = deterministic)")
   parser.add_argument("--class", dest="cls", type=int, default=None, help="class to condition on")
-  parser.add_argument("--num", type=int, default=64, help="number of samples")
+  parser.add_argument("--num", type=int, default=None,
+                      help="number of samples (default 64; 1 with --prompt)")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--out", default=None,
                       help="output .png or .npy (default samples.png); with --sweep-steps a "
@@ -41,6 +49,13 @@ def add_arguments(parser) -> None:
   parser.add_argument("--no-ema", dest="ema", action="store_false",
                       help="sample with the last parameters even if the run kept an average "
                            "(optim.ema_decay)")
+  text = parser.add_argument_group("text from a Hugging Face model directory (WORKDIR)")
+  text.add_argument("--prompt", default=None, help="the text to continue")
+  text.add_argument("--max-new-tokens", type=int, default=32, help="tokens to add (default 32)")
+  text.add_argument("--temperature", type=float, default=1.0, help="softmax temperature")
+  text.add_argument("--top-k", type=int, default=0, help="keep the k likeliest tokens (0: all)")
+  text.add_argument("--top-p", type=float, default=1.0, help="nucleus mass (1.0: all)")
+  text.add_argument("--greedy", action="store_true", help="take the likeliest token each step")
   sweep = parser.add_argument_group("quality against network calls (class-conditional digits)")
   sweep.add_argument("--sweep-steps", default=None, metavar="N,N,...",
                      help="step counts to sweep, e.g. 4,8,16,32,64: judge every sampler at each")
@@ -96,6 +111,9 @@ def check_request(workdir: str, num: int, out: str) -> None:
 
 
 def main(args) -> int:
+  if args.prompt is not None:
+    return main_text(args)
+  args.num = 64 if args.num is None else args.num
   if args.sweep_steps is not None:
     return main_sweep(args)
   if args.samplers is not None:
@@ -135,4 +153,44 @@ def main_sweep(args) -> int:
     return 2
   print(nfe_sweep.markdown(table))
   print(f"wrote {os.path.join(out_dir, 'nfe_sweep.json')} and nfe_sweep.png")
+  return 0
+
+
+def main_text(args) -> int:
+  """Continues --prompt with the Hugging Face model in the workdir (module docstring)."""
+  import jax
+  import numpy as np
+  from jaxdl.data.tokenize import load_hf_tokenizer
+  from jaxdl.models import decoding, hf
+  num = 1 if args.num is None else args.num
+  try:
+    given = [flag for key, flag in SWEEP_CONFLICTS if getattr(args, key) is not None]
+    if given or args.sweep_steps is not None or args.out is not None:
+      flag = given[0] if given else ("--sweep-steps" if args.sweep_steps else "--out")
+      raise ValueError(f"{flag}: not an option of --prompt, which prints text continuations")
+    for flag, value, ok, expected in (
+        ("--num", num, num >= 1, ">= 1"),
+        ("--max-new-tokens", args.max_new_tokens, args.max_new_tokens >= 1, ">= 1"),
+        ("--temperature", args.temperature, args.temperature > 0, "> 0"),
+        ("--top-k", args.top_k, args.top_k >= 0, ">= 0"),
+        ("--top-p", args.top_p, 0 < args.top_p <= 1, "in (0, 1]")):
+      if not ok:
+        raise ValueError(f"{flag}: must be {expected}, got {value}")
+    model, params = hf.load_hf(args.workdir)
+    tok = load_hf_tokenizer(args.workdir, model.vocab_size, key=args.workdir)
+    ids = tok.encode(args.prompt)
+    if not len(ids):
+      raise ValueError("--prompt: encodes to no tokens")
+    if len(ids) + args.max_new_tokens > model.block_size:
+      raise ValueError(f"--max-new-tokens: {len(ids)} prompt tokens + {args.max_new_tokens} "
+                       f"exceed the model's context of {model.block_size}")
+  except (ValueError, FileNotFoundError) as e:
+    print(f"jaxdl: error: {str(e).splitlines()[0]}", file=sys.stderr)
+    return 2
+  prompt_BxP = np.tile(ids[None], (num, 1))
+  out_BxN = decoding.generate(model, params, prompt_BxP, jax.random.key(args.seed),
+                              args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                              top_p=args.top_p, greedy=args.greedy)
+  for row in np.asarray(out_BxN):
+    print(tok.decode(row))
   return 0

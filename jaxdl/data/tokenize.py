@@ -8,7 +8,11 @@ documents (`jaxdl.data.packing`):
          split, most frequent pair first, until V ids; '<|endoftext|>' is a special token that
          text never produces (the literal string in a document is encoded as text). Trained by
          `train_bpe` (`jaxdl data tokenizer`) or loaded from any `tokenizer.json` that has
-         '<|endoftext|>' (GPT-2's has it, id 50256).
+         '<|endoftext|>' (GPT-2's has it, id 50256), or else one of the end-of-text tokens of
+         Hugging Face models' tokenizers (`EOT_ALIASES`: '</s>' of Llama 2 / Mistral,
+         '<|end_of_text|>' of Llama 3, ...).
+  A Hugging Face model directory's tokenizer.json (`load_hf_tokenizer`, or a directory given as
+  the tokenizer spec) must have no more ids than the model's vocab_size: config.json's.
 
 `tokenizer.token_bytes()` gives the UTF-8 bytes each id decodes to (0 for end-of-text), so a
 language model's loss can be stated per byte of text (`jaxdl.data.packing`).
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 from typing import Any, Iterable
 
@@ -102,11 +107,17 @@ def bytes_tokenizer() -> Tokenizer:
   return Tokenizer("bytes", 257, 256)
 
 
+# The end-of-text token is the first of these the tokenizer has ('<|endoftext|>' first, so every
+# tokenizer that has it keeps it): decided by the tokenizer.json alone, so the copy prepared data
+# carries finds the same one.
+EOT_ALIASES = (EOT, "</s>", "<|end_of_text|>", "<|im_end|>", "<eos>")
+
+
 def _wrap(hf, where: str) -> Tokenizer:
-  eot = hf.token_to_id(EOT)
+  eot = next((i for i in map(hf.token_to_id, EOT_ALIASES) if i is not None), None)
   if eot is None:
-    raise ValueError(f"{where}: the tokenizer has no {EOT!r} token (needed to separate "
-                     "packed documents)")
+    raise ValueError(f"{where}: the tokenizer has none of the end-of-text tokens "
+                     f"{', '.join(EOT_ALIASES)} (needed to separate packed documents)")
   # Special tokens are the pipeline's: the literal text of one in a document is encoded as text.
   hf.encode_special_tokens = True
   return Tokenizer("bpe", int(hf.get_vocab_size()), int(eot), hf)
@@ -156,8 +167,30 @@ def load_bpe(path: str, key: str = "data.tokenizer") -> Tokenizer:
   return _wrap(hf, f"{key}: {path!r}")
 
 
+def load_hf_tokenizer(model_dir: str, vocab_size: int | None = None,
+                      key: str = "--tokenizer") -> Tokenizer:
+  """The tokenizer.json beside a Hugging Face model's weights. Its ids must index the model's
+  embedding: at most `vocab_size` (default: config.json's vocab_size) of them, else a one-line
+  ValueError naming `key` (a model may have more rows than its tokenizer has ids, never fewer)."""
+  path = os.path.join(model_dir, "tokenizer.json")
+  if not os.path.isfile(path):
+    raise ValueError(f"{key}: {model_dir!r} has no tokenizer.json beside the weights")
+  tok = load_bpe(path, key)
+  if vocab_size is None:
+    try:
+      with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as f:
+        vocab_size = json.load(f).get("vocab_size")
+    except (OSError, ValueError):
+      vocab_size = None
+  if vocab_size is not None and tok.vocab_size > vocab_size:
+    raise ValueError(f"{key}: {path!r} has {tok.vocab_size} ids but the model's vocab_size is "
+                     f"{vocab_size}: the tokenizer does not match the weights")
+  return tok
+
+
 def get_tokenizer(spec: str, data_dir: str | None = None, key: str = "data.tokenizer"):
-  """'bytes'; 'bpe' (the tokenizer.json of the prepared data in `data_dir`); or a path."""
+  """'bytes'; 'bpe' (the tokenizer.json of the prepared data in `data_dir`); a path to a
+  tokenizer.json; or a Hugging Face model directory (`load_hf_tokenizer`)."""
   if spec == "bytes":
     return bytes_tokenizer()
   if spec == "bpe":
@@ -167,4 +200,7 @@ def get_tokenizer(spec: str, data_dir: str | None = None, key: str = "data.token
     return load_bpe(os.path.join(data_dir, "tokenizer.json"), key)
   if spec.endswith(".json"):
     return load_bpe(os.path.expanduser(spec), key)
-  raise ValueError(f"{key}: expected 'bytes', 'bpe' or a path to a tokenizer.json, got {spec!r}")
+  if os.path.isfile(os.path.join(os.path.expanduser(spec), "tokenizer.json")):
+    return load_hf_tokenizer(os.path.expanduser(spec), key=key)
+  raise ValueError(f"{key}: expected 'bytes', 'bpe' or a path to a tokenizer.json (or to a model "
+                   f"directory holding one), got {spec!r}")

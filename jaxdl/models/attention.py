@@ -219,7 +219,9 @@ class MultiHeadAttention(nn.Module):
   causal: bool = False
   qk_norm: bool = False
   rope: bool = False
+  rope_theta: float = 10000.0
   use_bias: bool = True
+  qkv_bias: bool = False
   attn_dropout: float = 0.0
   impl: str = "auto"
   kernel_init: Callable = nn.initializers.lecun_normal()
@@ -236,19 +238,21 @@ class MultiHeadAttention(nn.Module):
       raise ValueError(f"{self.name}: width {d} is not divisible by num_heads {self.num_heads}")
     h, n, k = self.num_heads, self.num_kv_heads or self.num_heads, d // self.num_heads
     check_heads(h, n)
-    def dense(features, name, init):
-      return nn.Dense(features, use_bias=self.use_bias, kernel_init=init, dtype=self.dtype,
+    def dense(features, name, init, bias=self.use_bias):
+      return nn.Dense(features, use_bias=bias, kernel_init=init, dtype=self.dtype,
                       param_dtype=self.param_dtype, name=name)
+    qkv_bias = self.use_bias or self.qkv_bias
     def adapter(site, features):
       return lora_lib.adapter(self.lora, site, features, self.dtype, self.param_dtype)
     if context is None:
-      qkv = dense((h + 2 * n) * k, "c_attn", self.kernel_init)(x_BxTxD)
+      qkv = dense((h + 2 * n) * k, "c_attn", self.kernel_init, qkv_bias)(x_BxTxD)
       q, k_, v = jnp.split(qkv, [h * k, (h + n) * k], axis=-1)
       kv_in = x_BxTxD
     else:
       chex.assert_rank(context, 3)
-      q = dense(d, "q_proj", self.kernel_init)(x_BxTxD)
-      k_, v = jnp.split(dense(2 * n * k, "kv_proj", self.kernel_init)(context), 2, axis=-1)
+      q = dense(d, "q_proj", self.kernel_init, qkv_bias)(x_BxTxD)
+      k_, v = jnp.split(dense(2 * n * k, "kv_proj", self.kernel_init, qkv_bias)(context), 2,
+                        axis=-1)
       kv_in = context
     s, src = kv_in.shape[1], {"q": x_BxTxD, "k": kv_in, "v": kv_in}
     qkv = {"q": q, "k": k_, "v": v}
@@ -263,7 +267,8 @@ class MultiHeadAttention(nn.Module):
       k_ = RMSNorm(dtype=self.dtype, param_dtype=self.param_dtype, name="k_norm")(k_)
     if self.rope:
       positions = pos + jnp.arange(t) if positions is None else positions
-      q, k_ = apply_rope(q, positions), apply_rope(k_, positions)
+      q, k_ = (apply_rope(q, positions, self.rope_theta),
+               apply_rope(k_, positions, self.rope_theta))
 
     if cache is None and self.is_mutable_collection("watch") and not self.is_initializing():
       # Only the watch probe makes 'watch' mutable, so training never computes the T x S logits

@@ -27,7 +27,7 @@ import ml_dtypes
 import numpy as np
 
 from jaxdl.models.gpt import GPT
-from jaxdl.models.transformer import stack_layers, unstack_layers
+from jaxdl.models.transformer import unstack_layers
 
 _ST_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16,
               "BF16": ml_dtypes.bfloat16, "I64": np.int64, "I32": np.int32, "I16": np.int16,
@@ -153,21 +153,23 @@ def gpt2_to_params(tensors: dict[str, np.ndarray], model: GPT) -> dict:
     node = params
     for p in path[:-1]:
       node = node.setdefault(p, {})
-    node[path[-1]] = jnp.asarray(a, dtype=want.dtype)
+    node[path[-1]] = np.asarray(a)
   extra = sorted(k for k in tensors if k not in used and not _SKIP.match(k))
   if missing or misshaped or extra:
     msg = [f"missing: {missing}" if missing else "", f"misshaped: {misshaped}" if misshaped else "",
            f"unexpected: {extra}" if extra else ""]
     raise ValueError("GPT-2 import: " + "; ".join(m for m in msg if m))
-  if model.scan_layers:
-    params = stack_layers(params)
-  return params
+  if model.scan_layers:  # stacked in numpy: jnp.stack would compile a program per shape
+    layers = [params.pop(f"h_{i}") for i in range(model.n_layer)]
+    params["h"] = jax.tree.map(lambda *a: np.stack(a), *layers)
+  return jax.tree.map(lambda a: jnp.asarray(a, model.param_dtype), params)
 
 
 def params_to_gpt2(params: dict, model: GPT, prefix: str = "transformer.",
                    dtype=np.float32) -> dict[str, np.ndarray]:
   """jaxdl params -> GPT-2 state dict with HF names (GPT2LMHeadModel, tied head omitted)."""
   _check_gpt2_layout(model)
+  params = jax.tree.map(np.asarray, params)  # indexed in numpy: no program per layer slice
   if "h" in params:
     params = unstack_layers(params, model.n_layer)
   return {prefix + name: np.asarray(_get(params, path), dtype=dtype)

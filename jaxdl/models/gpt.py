@@ -19,7 +19,9 @@ Attention has n_head query heads and n_kv_head key/value heads (grouped-query at
 n_head). With lora_rank > 0 low-rank adapters sit beside the dense layers lora_targets names and
 only they train (`jaxdl.models.lora`; `lora.merge` folds them into the base weights).
 Parameter names follow GPT-2 (wte, wpe, h.ln_1, h.attn.c_attn, ...), so `convert.py` is a
-renaming. Decoding (KV cache, sampling, generate) is in `jaxdl.models.decoding`.
+renaming; `hf.py` maps Hugging Face Llama / Mistral / Qwen2 checkpoints onto pos='rope',
+norm='rms', mlp='swiglu' with rope_theta and qkv_bias. Decoding (KV cache, sampling, generate)
+is in `jaxdl.models.decoding`.
 """
 
 from __future__ import annotations
@@ -49,6 +51,11 @@ class GPT(transformer.TransformerModel):
   vocab_size: int = setting(256, POSITIVE)
   block_size: int = setting(256, POSITIVE)
   pos: str = setting("learned", one_of("learned", "rope"))
+  # RoPE base theta (pos='rope'): feature pair i of a K-wide head turns by pos * theta^(-2i/K).
+  rope_theta: float = setting(10000.0, POSITIVE)
+  # Biases on the query/key/value projection even with use_bias off (Qwen2: biased Q, K, V and
+  # unbiased output and MLP projections).
+  qkv_bias: bool = False
   tie_embeddings: bool = True
   # Mixture of experts (`jaxdl.models.moe`): moe_experts = E > 0 replaces every block's MLP by E
   # GELU experts, each token routed to moe_top_k of them; capacity factor and aux-loss weights.

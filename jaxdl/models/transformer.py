@@ -68,6 +68,8 @@ class TransformerModel(layers.Model):
 
   # The variants a subclass may switch on (`BlockSpec`): off here.
   rope: ClassVar[bool] = False
+  rope_theta: ClassVar[float] = 10000.0  # the RoPE base
+  qkv_bias: ClassVar[bool] = False  # Q/K/V biases even with use_bias off (Qwen2)
   moe_spec: ClassVar[moe.MoeSpec | None] = None
   ssm_spec: ClassVar[ssm.SsmSpec | None] = None
   lora_spec: ClassVar[lora.LoraSpec | None] = None
@@ -107,8 +109,10 @@ class BlockSpec:
   attn_dropout: float
   drop_path: float
   rope: bool
+  rope_theta: float
   qk_norm: bool
   use_bias: bool
+  qkv_bias: bool
   attn_impl: str
   init_name: str
   epsilon: float
@@ -207,7 +211,8 @@ class Block(nn.Module):
         return y_BxTxD, {"h": h_BxExN, "conv": tail_BxKm1xE}
       attn = attention.MultiHeadAttention(
           num_heads=cfg.n_head, num_kv_heads=cfg.n_kv_head, causal=cfg.causal,
-          qk_norm=cfg.qk_norm, rope=cfg.rope, use_bias=cfg.use_bias,
+          qk_norm=cfg.qk_norm, rope=cfg.rope, rope_theta=cfg.rope_theta, use_bias=cfg.use_bias,
+          qkv_bias=cfg.qkv_bias,
           attn_dropout=cfg.attn_dropout, impl=cfg.attn_impl, kernel_init=cfg.kernel_init,
           out_init=cfg.out_init, lora=cfg.lora_spec, dtype=cfg.dtype,
           param_dtype=cfg.param_dtype, name="attn")

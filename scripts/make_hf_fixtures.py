@@ -1,0 +1,122 @@
+"""Writes tests/data/hf/<name>/: tiny random Hugging Face models and what `transformers` computes.
+
+Run with a Python that has torch and transformers (not jaxdl's test environment, which has
+neither):  python scripts/make_hf_fixtures.py [OUT_DIR]
+
+Each directory is what `save_pretrained` writes (config.json, model.safetensors, or shards and
+model.safetensors.index.json) plus expected.npz:
+  tokens (B, T) int64     a fixed batch;  logits (B, T, V) fp32, transformers' logits on it
+  prompt (B, P) int64     generated (B, P + N) int64, transformers' greedy `generate`
+  margin ()               the smallest top-1 minus top-2 logit over the greedy steps, so a
+                          port that matches the logits to 1e-5 must pick the same tokens
+The models: llama (untied head, grouped-query 4 heads / 2 key-value heads, rope_theta 5e5,
+sharded), llama_tied (tied embeddings, multi-head), mistral (sliding_window 16 below its 64
+positions) and qwen2 (its query/key/value biases). Weights are drawn wider than the library's
+init (std 0.15, norm weights 1 + 0.1 noise, biases random) so the logits are far from uniform
+and every tensor, the biases and norm weights too, changes the output. llama also gets a
+tokenizer.json (a 64-id BPE made with `tokenizers`, '</s>' its end of text).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import torch
+import transformers
+
+SIZES = dict(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+             num_attention_heads=4, max_position_embeddings=64, bos_token_id=None,
+             eos_token_id=None, pad_token_id=None)
+MODELS = {
+    "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM,
+              dict(num_key_value_heads=2, tie_word_embeddings=False, rms_norm_eps=1e-5,
+                   rope_parameters={"rope_type": "default", "rope_theta": 500000.0})),
+    "llama_tied": (transformers.LlamaConfig, transformers.LlamaForCausalLM,
+                   dict(num_key_value_heads=4, tie_word_embeddings=True)),
+    "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM,
+                dict(num_key_value_heads=2, sliding_window=16, tie_word_embeddings=False)),
+    "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM,
+              dict(num_key_value_heads=1, tie_word_embeddings=False,
+                   rope_parameters={"rope_type": "default", "rope_theta": 1e6})),
+}
+SHARDED = {"llama": "20KB"}
+B, T, P, N = 2, 8, 4, 8
+
+
+def build(name: str, seed: int):
+  config_cls, model_cls, extra = MODELS[name]
+  torch.manual_seed(seed)
+  config = config_cls(**SIZES, **extra)
+  model = model_cls(config).eval()
+  model.config._attn_implementation = "eager"  # the plain softmax(QK^T)V in fp32
+  with torch.no_grad():
+    for pname, p in model.named_parameters():
+      if "norm" in pname:
+        p.copy_(1.0 + 0.1 * torch.randn_like(p))
+      else:
+        p.copy_(0.15 * torch.randn_like(p))
+  return model
+
+
+def expected(model, seed: int) -> dict:
+  g = torch.Generator().manual_seed(seed)
+  v = model.config.vocab_size
+  tokens = torch.randint(0, v, (B, T), generator=g)
+  prompt = torch.randint(0, v, (B, P), generator=g)
+  with torch.no_grad():
+    logits = model(tokens).logits.float()
+    # No end of text, and an explicit mask: else generate masks the prompt's pad_token_id ids.
+    out = model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
+                         max_new_tokens=N, min_new_tokens=N, eos_token_id=None, pad_token_id=0)
+    # The same greedy decoding step by step, for the top-2 margins.
+    ids, margin = prompt, np.inf
+    for _ in range(N):
+      last = model(ids).logits[:, -1].float()
+      top2 = torch.topk(last, 2, dim=-1).values
+      margin = min(margin, float((top2[:, 0] - top2[:, 1]).min()))
+      ids = torch.cat([ids, last.argmax(-1, keepdim=True)], dim=-1)
+  assert torch.equal(ids, out), (ids, out)
+  return dict(tokens=tokens.numpy(), logits=logits.numpy(), prompt=prompt.numpy(),
+              generated=out.numpy(), margin=np.float32(margin))
+
+
+def write_tokenizer(path: str) -> None:
+  """A 64-id BPE over letters (Metaspace, as Llama's sentencepiece tokenizers), '</s>' and '<s>'
+  special: vocabulary below the llama fixture's 96 ids."""
+  from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+  tok = Tokenizer(models.BPE(unk_token="<unk>"))
+  tok.pre_tokenizer = pre_tokenizers.Metaspace()
+  tok.decoder = decoders.Metaspace()
+  text = ["the quick brown fox jumps over the lazy dog", "a tiny model reads the text",
+          "she sells sea shells by the sea shore"] * 20
+  trainer = trainers.BpeTrainer(vocab_size=64, special_tokens=["<unk>", "<s>", "</s>"],
+                                show_progress=False)
+  tok.train_from_iterator(text, trainer)
+  assert tok.get_vocab_size() <= 64, tok.get_vocab_size()
+  tok.save(path)
+
+
+def main(out_root: str) -> None:
+  torch.use_deterministic_algorithms(True)
+  for seed, name in enumerate(MODELS):
+    model = build(name, seed)
+    out = os.path.join(out_root, name)
+    os.makedirs(out, exist_ok=True)
+    for f in os.listdir(out):
+      os.remove(os.path.join(out, f))
+    kw = {"max_shard_size": SHARDED[name]} if name in SHARDED else {}
+    model.save_pretrained(out, **kw)
+    exp = expected(model, 100 + seed)
+    np.savez(os.path.join(out, "expected.npz"), **exp)
+    if name == "llama":
+      write_tokenizer(os.path.join(out, "tokenizer.json"))
+    size = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
+    print(f"{name}: {sorted(os.listdir(out))}, {size / 1024:.0f} KiB, greedy margin "
+          f"{exp['margin']:.4f}")
+
+
+if __name__ == "__main__":
+  main(sys.argv[1] if len(sys.argv) > 1 else
+       os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "hf"))

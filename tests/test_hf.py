@@ -1,0 +1,230 @@
+"""Hugging Face Llama / Mistral / Qwen2 / GPT-2 import and export (`jaxdl.models.hf`).
+
+tests/data/hf/<name>/ are tiny random models that `transformers` saved, with its logits and
+greedy generations (scripts/make_hf_fixtures.py, run where torch is installed). The last test
+redoes it live when torch and transformers are importable, exporting back into transformers.
+"""
+
+import json
+import os
+import re
+import shutil
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxdl import cli
+from jaxdl.data import tokenize
+from jaxdl.models import decoding, hf, transformer
+from jaxdl.models.gpt import GPT, PRESETS
+from jaxdl.schema import ConfigError
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "hf")
+NAMES = ("llama", "llama_tied", "mistral", "qwen2")
+
+
+def _expected(name):
+  return dict(np.load(os.path.join(DATA, name, "expected.npz")))
+
+
+def _logits(model, params, tokens):
+  return np.asarray(jax.jit(lambda p, t: model.apply({"params": p}, t, train=False))(
+      params, jnp.asarray(tokens, jnp.int32)))
+
+
+def _header(directory):
+  """{name: (shape, dtype)} of every tensor of a model directory's safetensors."""
+  return {k: (v.shape, v.dtype) for k, v in hf.read_weights(directory).items()}
+
+
+def _copy(name, tmp_path, **config_changes):
+  """The fixture `name` copied to tmp_path with config.json entries changed (None deletes)."""
+  out = tmp_path / name
+  shutil.copytree(os.path.join(DATA, name), out)
+  cfg = json.loads((out / "config.json").read_text())
+  for k, v in config_changes.items():
+    cfg.pop(k) if v is None else cfg.__setitem__(k, v)
+  (out / "config.json").write_text(json.dumps(cfg))
+  return out
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_logits_and_greedy_generation_match_transformers(name):
+  exp = _expected(name)
+  model, params = hf.load_hf(os.path.join(DATA, name))
+  np.testing.assert_allclose(_logits(model, params, exp["tokens"]), exp["logits"], atol=1e-5,
+                             rtol=0)
+  if name != "llama_tied":  # the tied layout's logits suffice: its decoding is llama's
+    out = decoding.generate(model, params, jnp.asarray(exp["prompt"], jnp.int32),
+                            jax.random.key(0), exp["generated"].shape[1] - exp["prompt"].shape[1],
+                            greedy=True)
+    np.testing.assert_array_equal(np.asarray(out), exp["generated"])
+
+
+def test_config_fields_and_unrolled_layers():
+  model, params = hf.load_hf(os.path.join(DATA, "llama"), scan_layers=False)
+  assert (model.n_head, model.kv_heads, model.d_model, model.mlp_hidden, model.n_layer) == (
+      4, 2, 32, 48, 2)
+  assert (model.rope_theta, model.epsilon, model.tie_embeddings, model.qkv_bias) == (
+      5e5, 1e-5, False, False)
+  exp = _expected("llama")
+  np.testing.assert_allclose(_logits(model, params, exp["tokens"]), exp["logits"], atol=1e-5,
+                             rtol=0)
+  scanned, p_scanned = hf.load_hf(os.path.join(DATA, "llama"))
+  chex.assert_trees_all_equal(transformer.stack_layers(params), p_scanned)
+  assert scanned.scan_layers and "h" in p_scanned
+  # Mistral's window of 16 below its 64 positions: the import keeps inputs inside it.
+  assert hf.load_hf(os.path.join(DATA, "mistral"))[0].block_size == 16
+  qwen2, p = hf.load_hf(os.path.join(DATA, "qwen2"))
+  assert qwen2.qkv_bias and not qwen2.use_bias and qwen2.rope_theta == 1e6
+  assert p["h"]["attn"]["c_attn"]["bias"].shape == (2, 32 + 2 * 8)
+  assert "bias" not in p["h"]["attn"]["c_proj"] and "lm_head" in p
+  assert "lm_head" not in hf.load_hf(os.path.join(DATA, "llama_tied"))[1]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_export_writes_the_tensors_transformers_saved(name, tmp_path):
+  """save_hf's files hold exactly the fixture's tensors (names, shapes, dtypes and values), so
+  transformers loads them as it loaded its own; and they import back to the same params."""
+  src = os.path.join(DATA, name)
+  model, params = hf.load_hf(src)
+  shard = 20_000 if name == "llama" else None
+  files = hf.save_hf(str(tmp_path), model, params, model_type=name.split("_")[0],
+                     max_shard_bytes=shard)
+  assert (len(files) > 1) == (name == "llama")
+  assert _header(str(tmp_path)) == _header(src)
+  chex.assert_trees_all_equal(hf.read_weights(str(tmp_path)), hf.read_weights(src))
+  ours = json.loads((tmp_path / "config.json").read_text())
+  theirs = json.loads(open(os.path.join(src, "config.json")).read())
+  for key in ("model_type", "architectures", "vocab_size", "hidden_size", "intermediate_size",
+              "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+              "rms_norm_eps", "tie_word_embeddings"):
+    assert ours[key] == theirs[key], key
+  assert ours["rope_theta"] == theirs["rope_parameters"]["rope_theta"]
+  model2, params2 = hf.load_hf(str(tmp_path))
+  chex.assert_trees_all_equal(params2, params)
+  assert model2.clone(block_size=model.block_size) == model  # mistral's window is not exported
+
+
+def test_gpt2_goes_through_the_same_entry_points(tmp_path):
+  model = GPT(**PRESETS["tiny"])
+  shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32),
+                                             train=False))["params"]
+  rng = np.random.default_rng(0)
+  params = jax.tree.map(lambda s: jnp.asarray(rng.normal(size=s.shape), jnp.float32), shapes)
+  hf.save_hf(str(tmp_path), model, params, max_shard_bytes=8_000)
+  assert os.path.isfile(tmp_path / hf.INDEX)
+  model2, params2 = hf.load_hf(str(tmp_path))
+  assert model2.clone(dtype=model.dtype) == model
+  chex.assert_trees_all_equal(params2, params)
+
+
+def test_tokenizer_beside_the_weights(tmp_path):
+  tok = tokenize.load_hf_tokenizer(os.path.join(DATA, "llama"))
+  assert tok.vocab_size <= 96 and tok.hf.id_to_token(tok.eot_id) == "</s>"
+  assert tok.decode(tok.encode("the quick brown fox")) == "the quick brown fox"
+  # A model directory is a tokenizer spec (`jaxdl data prepare --tokenizer DIR`).
+  assert tokenize.get_tokenizer(os.path.join(DATA, "llama")).fingerprint == tok.fingerprint
+  # More ids than the embedding has rows: refused in one line.
+  from tokenizers import Tokenizer, models
+  big = tmp_path / "big"
+  big.mkdir()
+  vocab = {f"w{i}": i for i in range(199)} | {"</s>": 199}
+  Tokenizer(models.WordLevel(vocab, unk_token="w0")).save(str(big / "tokenizer.json"))
+  shutil.copy(os.path.join(DATA, "llama", "config.json"), big)
+  with pytest.raises(ValueError, match=r"^--tokenizer: .* has 200 ids but the model's "
+                                       r"vocab_size is 96: the tokenizer does not match[^\n]*$"):
+    tokenize.load_hf_tokenizer(str(big))
+  assert cli.main(["sample", str(big), "--prompt", "w1 w2"]) == 2
+
+
+def test_sample_cli_continues_a_prompt(capsys):
+  assert cli.main(["sample", os.path.join(DATA, "llama"), "--prompt", "the quick", "--greedy",
+                   "--max-new-tokens", "4", "--num", "2"]) == 0
+  lines = capsys.readouterr().out.splitlines()
+  assert len(lines) == 2 and lines[0] == lines[1] and lines[0].startswith("the quick")
+  assert cli.main(["sample", os.path.join(DATA, "llama"), "--prompt", "the", "--steps", "3"]) == 2
+  assert "--steps: not an option of --prompt" in capsys.readouterr().err
+
+
+BAD_CONFIGS = [
+    ("llama", dict(rope_scaling={"rope_type": "linear", "factor": 2.0}), "rope_scaling="),
+    ("llama", dict(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}),
+     "rope_parameters="),
+    ("qwen2", dict(rope_parameters={"rope_type": "dynamic", "rope_theta": 1e4}),
+     "rope_parameters.rope_type="),
+    ("mistral", dict(hidden_act="gelu"), "hidden_act=\"gelu\""),
+    ("llama_tied", dict(head_dim=16), "head_dim=16"),
+    ("llama_tied", dict(attention_bias=True), "attention_bias=true"),
+    ("llama_tied", dict(model_type="gemma"), "model_type=\"gemma\""),
+    ("llama_tied", dict(hidden_size=None), "hidden_size is missing"),
+]
+
+
+@pytest.mark.parametrize("name,changes,field", BAD_CONFIGS,
+                         ids=[c[2].split("=")[0].split(" ")[0] + "-" + c[0] for c in BAD_CONFIGS])
+def test_an_unrepresentable_config_is_one_line_naming_the_field(name, changes, field, tmp_path):
+  d = _copy(name, tmp_path, **changes)
+  with pytest.raises(ConfigError, match=r"^[^\n]*" + re.escape(field) + r"[^\n]*$"):
+    hf.load_hf(str(d))
+  assert cli.main(["sample", str(d), "--prompt", "the"]) == 2
+
+
+def test_bad_weights_are_one_line_errors(tmp_path):
+  d = _copy("llama", tmp_path)
+  os.remove(d / "model-00003-of-00005.safetensors")
+  with pytest.raises(ConfigError, match=r"^.*index.json: shard model-00003-of-00005.safetensors "
+                                        r"is missing from [^\n]*$"):
+    hf.load_hf(str(d))
+  model, params = hf.load_hf(os.path.join(DATA, "qwen2"))
+  tensors = hf.params_to_llama(params, model)
+  del tensors["model.layers.1.self_attn.k_proj.bias"]
+  with pytest.raises(ConfigError,
+                     match=r"missing tensors .*: model.layers.1.self_attn.k_proj.bias$"):
+    hf.llama_to_params(tensors, model)
+  tensors = hf.params_to_llama(params, model)
+  tensors["model.layers.0.mlp.up_proj.weight"] = np.zeros((32, 48), np.float32)
+  with pytest.raises(ConfigError, match=r"misshaped .*up_proj.weight \(32, 48\) \(expected "
+                                        r"\(48, 32\)\)$"):
+    hf.llama_to_params(tensors, model)
+  # Export refuses a model no supported layout holds, naming the setting.
+  with pytest.raises(ConfigError, match=r"^model.norm: a Llama-family checkpoint needs 'rms'"):
+    hf.save_hf(str(tmp_path / "out"), model.clone(norm="layer"), params)
+  with pytest.raises(ConfigError, match=r"^model.qkv_bias: llama checkpoints have no query"):
+    hf.save_hf(str(tmp_path / "out"), model, params, model_type="llama")
+
+
+def test_live_round_trip_through_transformers(tmp_path):
+  """Builds models in transformers, imports them, exports them back and loads that in
+  transformers: logits agree to 1e-5 both ways (Llama with GQA, Qwen2's biases, GPT-2)."""
+  torch = pytest.importorskip("torch")
+  transformers = pytest.importorskip("transformers")
+  torch.manual_seed(0)
+  common = dict(vocab_size=80, hidden_size=32, intermediate_size=40, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)
+  built = {
+      "llama": transformers.LlamaForCausalLM(transformers.LlamaConfig(
+          **common, rope_theta=20000.0, tie_word_embeddings=False)),
+      "qwen2": transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
+          **common, tie_word_embeddings=True)),
+      "gpt2": transformers.GPT2LMHeadModel(transformers.GPT2Config(
+          vocab_size=80, n_positions=32, n_embd=32, n_layer=2, n_head=4)),
+  }
+  tokens = np.random.default_rng(0).integers(0, 80, (2, 12))
+  for name, ref in built.items():
+    ref.eval()
+    with torch.no_grad():
+      for p in ref.parameters():  # wider than the init, and nonzero biases
+        p.add_(0.1 * torch.randn_like(p))
+      want = ref(torch.as_tensor(tokens)).logits.numpy()
+    ref.save_pretrained(tmp_path / name)
+    model, params = hf.load_hf(str(tmp_path / name))
+    np.testing.assert_allclose(_logits(model, params, tokens), want, atol=1e-5, rtol=0)
+    hf.save_hf(str(tmp_path / f"{name}_out"), model, params, max_shard_bytes=30_000)
+    back = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / f"{name}_out")).eval()
+    with torch.no_grad():
+      np.testing.assert_allclose(back(torch.as_tensor(tokens)).logits.numpy(), want, atol=1e-5,
+                                 rtol=0)
