@@ -3,9 +3,18 @@ every point of a grid over seeds, each run a `jaxdl train` subprocess in its own
 DIR (`jaxdl.course.sweeps`); rerunning the command resumes it. `jaxdl sweep report DIR`: the
 table of a metric per point (mean and 95% t interval over seeds), CSV / JSON, figures.
 
-Exit codes: 0 every run finished (also after SIGTERM, which stops the runs cleanly: rerun to
-resume), 1 some run failed (its error is in the table and in DIR/sweep.json), 2 bad input before
-anything started (a bad grid, experiment or directory: one line), 130 stopped by SIGINT.
+`jaxdl sweep EXPERIMENT[:ARG] --search random|tpe[:STARTUP] --space KEY=DIST ... --trials N
+[--metric SPLIT/KEY] [--mode min|max] [--prune none|median[:STARTUP[:WARMUP]]|percentile:P[:...]]
+[--sampler-seed S]`: a hyper-parameter search through Optuna (needs the `sweep` extra), one run
+per trial, its study in DIR/study.log (default DIR runs/<experiment>[-<arg>]-search); rerunning
+the command resumes it, and a larger --trials extends it. DIST is uniform:LOW:HIGH,
+loguniform:LOW:HIGH, int:LOW:HIGH, logint:LOW:HIGH or choice:V1,V2,...
+(`jaxdl.course.sweeps.space`; running and pruning: `jaxdl.course.sweeps.search`).
+
+Exit codes: 0 every run finished (a search: it holds N trials, one or more finished; also after
+SIGTERM, which stops the runs cleanly: rerun to resume), 1 some run failed (a search: no trial
+finished; errors are in the table and in DIR/sweep.json), 2 bad input before anything started
+(a bad grid, space, flag, experiment or directory: one line), 130 stopped by SIGINT.
 """
 
 from __future__ import annotations
@@ -15,7 +24,8 @@ import sys
 from jaxdl import disk_errors
 
 HELP = "run a grid of an experiment over seeds (resumable); `sweep report DIR`: its statistics"
-_REPORT_ONLY = ("csv", "json", "figures", "mode")
+_REPORT_ONLY = ("csv", "json", "figures")
+_SEARCH_ONLY = ("space", "trials", "prune", "sampler_seed")
 
 
 def add_arguments(p) -> None:
@@ -26,7 +36,7 @@ def add_arguments(p) -> None:
   run.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
                    help="a swept key and its values (repeatable; points are the product), e.g. "
                         "--grid optim.lr=1e-3,1e-2")
-  run.add_argument("--seeds", type=int, default=1, metavar="N",
+  run.add_argument("--seeds", type=int, metavar="N",
                    help="runs per point, seeds s0..s0+N-1 from the config's seed (default 1)")
   run.add_argument("--seed-key", default="seed", help="the config key of the seed (default seed)")
   run.add_argument("--jobs", type=int, default=1, metavar="J",
@@ -37,10 +47,30 @@ def add_arguments(p) -> None:
                    help="override a key in every run (repeatable), e.g. --set train.steps=50")
   run.add_argument("--retry-failed", action="store_true",
                    help="rerun the runs that failed before (exit 1 or 2); by default skipped")
-  rep = p.add_argument_group("sweep report DIR")
-  rep.add_argument("--metric", default="eval/loss",
-                   help="SPLIT/KEY of metrics.jsonl (default eval/loss)")
-  rep.add_argument("--mode", choices=("min", "max"),
+  find = p.add_argument_group(
+      "searching (Optuna; instead of --grid)",
+      "DIST: uniform:LOW:HIGH | loguniform:LOW:HIGH | int:LOW:HIGH | logint:LOW:HIGH | "
+      "choice:V1,V2,... A rerun of the same command resumes the study in DIR/study.log.")
+  find.add_argument("--search", metavar="random|tpe[:STARTUP]",
+                    help="the sampler: random, or TPE after STARTUP random trials (default 5)")
+  find.add_argument("--space", action="append", default=[], metavar="KEY=DIST",
+                    help="a searched key and its distribution (repeatable), e.g. "
+                         "--space optim.lr=loguniform:1e-4:1e-1")
+  find.add_argument("--trials", type=int, metavar="N",
+                    help="trials in the study (a rerun with a larger N adds trials)")
+  find.add_argument("--prune", metavar="none|median[:STARTUP[:WARMUP]]|percentile:P[:...]",
+                    help="stop a trial worse than the median (or P-th percentile) of the "
+                         "finished trials at the same step, once STARTUP trials (default 3) "
+                         "finished, from step WARMUP (default 0) on; default none")
+  find.add_argument("--sampler-seed", type=int, metavar="S",
+                    help="the sampler's seed (default 0; trial k's draws are seeded by (S, k)); "
+                         "the runs keep the config's seed")
+  rep = p.add_argument_group("a search, and sweep report DIR")
+  rep.add_argument("--metric", metavar="SPLIT/KEY",
+                   help="a key of the runs' metrics.jsonl records, e.g. eval/accuracy (default "
+                        "a search's: eval/loss when the config evaluates during training, else "
+                        "train/loss)")
+  rep.add_argument("--mode", metavar="min|max",
                    help="which is best (default max for accuracies, else min)")
   rep.add_argument("--csv", metavar="FILE", help="write the table as CSV")
   rep.add_argument("--json", metavar="FILE", help="write the table and every run as JSON")
@@ -63,6 +93,11 @@ def main(args) -> int:
       return _error("sweep report: give the sweep directory (jaxdl sweep report DIR)")
     if args.grid or args.overrides:
       return _error("sweep report: --grid and --set belong to running a sweep")
+    given = [f"--{k.replace('_', '-')}" for k in ("search", *_SEARCH_ONLY) if getattr(args, k)]
+    if given:
+      return _error(f"sweep report: {given[0]} belongs to running a search")
+    if args.mode not in (None, "min", "max"):
+      return _error(f"--mode {args.mode!r}: expected min or max")
     return _report(args)
   if args.dir is not None:
     return _error(f"sweep: unexpected argument {args.dir!r} (`jaxdl sweep report DIR` reports)")
@@ -71,10 +106,16 @@ def main(args) -> int:
     return _error(f"sweep: {given[0]} belongs to `jaxdl sweep report DIR`")
   if args.jobs < 1:
     return _error(f"--jobs: expected a count >= 1, got {args.jobs}")
+  if args.search is not None:
+    return _search(args)
+  given = [f"--{k.replace('_', '-')}" for k in (*_SEARCH_ONLY, "metric", "mode")
+           if getattr(args, k) not in (None, [])]
+  if given:
+    return _error(f"sweep: {given[0]} belongs to a search (--search random|tpe)")
   from jaxdl.config import ConfigError, default_workdir, load_config
   from jaxdl.course.sweeps import grid, report, runner
   try:
-    plan = grid.plan(args.experiment, args.grid, args.overrides, args.seeds, args.seed_key)
+    plan = grid.plan(args.experiment, args.grid, args.overrides, args.seeds or 1, args.seed_key)
     out = args.out or default_workdir(args.experiment,
                                        load_config(args.experiment, args.overrides)[0]) + "-sweep"
   except ConfigError as e:
@@ -94,6 +135,43 @@ def main(args) -> int:
     return 130 if ended == "SIGINT" else 0
   failed = [r.name for r in plan.runs if index["runs"][r.name]["status"] == "failed"]
   return 1 if failed else 0
+
+
+def _search(args) -> int:
+  """`jaxdl sweep EXPERIMENT --search ...`: every flag checked, then the study run."""
+  for bad, why in ((args.grid, "--grid and --search exclude each other (a search samples "
+                               "--space)"),
+                   (args.seeds is not None, "--seeds does not apply to a search (one run per "
+                                            "trial, at the config's seed)"),
+                   (args.retry_failed, "--retry-failed does not apply to a search (a failed "
+                                       "trial is final in its study)")):
+    if bad:
+      return _error(f"sweep: {why}")
+  from jaxdl.config import ConfigError, default_workdir, load_config
+  from jaxdl.course.sweeps import index, report, search, space
+  try:
+    plan = space.plan(args.experiment, args.space, search=args.search, trials=args.trials,
+                      shared=args.overrides, seed_key=args.seed_key,
+                      sampler_seed=args.sampler_seed or 0, metric=args.metric, mode=args.mode,
+                      prune=args.prune or "none")
+    space.import_optuna()
+    out = args.out or default_workdir(args.experiment,
+                                       load_config(args.experiment, args.overrides)[0]) + "-search"
+  except ConfigError as e:
+    return _error(str(e).splitlines()[0])
+  problem = disk_errors.unwritable_dir(out, "--out")
+  if problem:
+    return _error(problem)
+  try:
+    idx, ended = search.run(out, plan, args.trials, jobs=args.jobs, echo=_echo)
+  except ValueError as e:  # another sweep's directory or settings, or one in use
+    return _error(str(e).splitlines()[0])
+  print(report.format_table(report.summarize(out)))
+  if ended != "done":
+    _echo(f"jaxdl: search stopped by {ended}; its running trials saved their current step "
+          f"(rerun the same command to resume them)")
+    return 130 if ended == "SIGINT" else 0
+  return 0 if any(r["status"] == index.FINISHED for r in idx["runs"].values()) else 1
 
 
 def _report(args) -> int:

@@ -7,7 +7,8 @@ A sweep directory holds
                   revision and library versions of the invocation that last ran it;
   runs/<name>/    one ordinary `jaxdl train` workdir per point and seed;
   logs/<name>.log each run's captured stdout and stderr, appended attempt after attempt;
-  report/         the report's figures.
+  report/         the report's figures;
+  study.log       a search's Optuna study (`jaxdl sweep --search`; its runs are `trial-NNN`).
 
 A run's name is its overrides, keys sorted, values canonical (`optim.lr=0.001,seed=0`; `1e-3`
 and `0.001` are one point), so the same grid always names the same directories and a grown grid
@@ -19,9 +20,14 @@ adds directories beside them (`grid`). The modules:
   runner   run the pending runs as `python -m jaxdl train` subprocesses, J at a time, devices
            split between them; resume on a rerun
   report   per-point statistics of a metric over seeds (mean, t interval), the table, CSV /
-           JSON and the figures
+           JSON and the figures; a search's table per trial
+  space    a search's plan: parse `--space KEY=DIST`, `--search`, `--prune`, `--metric`, typed
+           and checked against the config before anything starts; the Optuna objects
+  search   run a search: ask the study for trials, run them as the runner does, report their
+           metrics as they grow and prune; resume a stopped study on a rerun
 
-Importing this package loads nothing heavy; import the module you need.
+Importing this package loads nothing heavy (optuna only when a search runs); import the module
+you need.
 
 Measured (2026-12-01, 2-core CPU): `jaxdl sweep moons_mlp:smoke --grid optim.lr=1e-3,1e-2
 --seeds 2 --jobs 2` took 64 s; the same command again, every run finished and skipped, 11 s.

@@ -10,7 +10,9 @@
 }
 
 A run's status is one of `pending` (never started, or stopped before it finished: a rerun
-resumes it), `running`, `finished`, `failed`. The index is written whole and renamed, so a kill
+resumes it), `running`, `finished`, `failed`, and in a search's directory `pruned` (stopped by
+the pruner: never resumed). A search's index also holds `search`, its settings, and each run its
+`trial` number (`jaxdl.course.sweeps.search`). The index is written whole and renamed, so a kill
 never leaves it torn; a killed sweep may leave `running` behind, which the next invocation and
 the report read against the workdir (`jaxdl.course.sweeps.report.run_status`).
 """
@@ -28,6 +30,7 @@ from jaxdl.course.sweeps.grid import Plan
 
 INDEX = "sweep.json"
 PENDING, RUNNING, FINISHED, FAILED = "pending", "running", "finished", "failed"
+PRUNED = "pruned"
 _PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "grain", "numpy",
              "ml-collections", "jaxdl")
 
@@ -63,6 +66,9 @@ def merge(index: dict | None, plan: Plan) -> dict:
     index = {"experiment": plan.experiment, "set": list(plan.shared), "seed_key": plan.seed_key,
              "grid": {}, "seeds": [], "runs": {},
              "created": datetime.datetime.now().isoformat(timespec="seconds")}
+  if index.get("search"):
+    raise ConfigError("--out: the directory holds a search (--search); use another --out for a "
+                      "grid")
   for key, ours in (("experiment", plan.experiment), ("set", list(plan.shared)),
                     ("seed_key", plan.seed_key)):
     if index.get(key) != ours:
@@ -79,6 +85,35 @@ def merge(index: dict | None, plan: Plan) -> dict:
         "overrides": list(run.overrides), "workdir": f"runs/{run.name}",
         "log": f"logs/{run.name}.log", "status": PENDING, "returncode": None, "error": None,
         "attempts": 0, "seconds": 0.0, "git": None})
+  index["provenance"] = provenance()
+  return index
+
+
+_SEARCH_FLAGS = {"experiment": "EXPERIMENT", "set": "--set", "seed_key": "--seed-key",
+                 "sampler": "--search", "startup": "--search", "sampler_seed": "--sampler-seed",
+                 "metric": "--metric", "mode": "--mode", "space": "--space"}
+
+
+def merge_search(index: dict | None, search) -> dict:
+  """The index of `search`, a `space.Search` (a new one when None); ConfigError when the
+  directory holds a grid sweep or a search with other settings (its trials would not be one
+  study)."""
+  ours = {"experiment": search.experiment, "set": list(search.shared),
+          "seed_key": search.seed_key, **search.settings()}
+  if index is None:
+    index = {"experiment": search.experiment, "set": list(search.shared),
+             "seed_key": search.seed_key, "search": search.settings(), "grid": {},
+             "seeds": [search.seed], "runs": {},
+             "created": datetime.datetime.now().isoformat(timespec="seconds")}
+  if not isinstance(index.get("search"), dict):
+    raise ConfigError("--out: the directory holds a grid sweep (--grid); use another --out for "
+                      "a search")
+  theirs = {**{k: index.get(k) for k in ("experiment", "set", "seed_key")}, **index["search"]}
+  for key, value in ours.items():
+    if theirs.get(key) != value:
+      flag = _SEARCH_FLAGS[key]
+      raise ConfigError(f"--out: the directory holds a search with {flag} {theirs.get(key)!r} "
+                        f"(sweep.json {key}), not {value!r}; use another --out or the same {flag}")
   index["provenance"] = provenance()
   return index
 

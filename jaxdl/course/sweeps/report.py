@@ -14,6 +14,11 @@ sweep leaves `running` behind): `running` while a live process holds its lock, `
 summary.json, `failed` as recorded (exit code and error) or when its loss or metric is
 non-finite, else `pending`. A failed run is a row with its error; nothing in a run makes the
 report fail.
+
+A search's directory (`jaxdl sweep --search`) is reported per trial: a row each, its values, its
+status (`pruned` besides the above, for a trial its pruner stopped), the final and best value of
+the search's metric (the default `--metric`), the best finished trial marked '*', and the
+counts of finished / failed / pruned / running / pending trials.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from jaxdl.train.workdir import read_summary
 from jaxdl.train.writers import read_metrics, read_records
 
 STATUSES = (jindex.FINISHED, jindex.FAILED, jindex.RUNNING, jindex.PENDING)
+SEARCH_STATUSES = (jindex.FINISHED, jindex.FAILED, jindex.PRUNED, jindex.RUNNING, jindex.PENDING)
 
 
 def split_metric(metric: str) -> tuple[str, str]:
@@ -78,6 +84,8 @@ def run_result(sweep_dir: pathlib.Path, name: str, record: dict, metric: str,
   summary = read_summary(workdir)
   if lock_holder(workdir):
     status, error = jindex.RUNNING, None
+  elif record.get("status") == jindex.PRUNED:  # even with summary.json: see search.py
+    status, error = jindex.PRUNED, record.get("error")
   elif summary is not None:
     status, error = jindex.FINISHED, None
   elif record.get("status") == jindex.FAILED:
@@ -85,7 +93,8 @@ def run_result(sweep_dir: pathlib.Path, name: str, record: dict, metric: str,
   else:
     status, error = jindex.PENDING, record.get("error")
   bad_loss, bad_metric = _nonfinite(_series(workdir, "train", "loss")), _nonfinite(series)
-  if status != jindex.RUNNING and (bad_loss is not None or bad_metric is not None):
+  judged = status not in (jindex.RUNNING, jindex.PRUNED)
+  if judged and (bad_loss is not None or bad_metric is not None):
     what, step = ("train/loss", bad_loss) if bad_loss is not None else (metric, bad_metric)
     status = jindex.FAILED
     error = error if error and record.get("status") == jindex.FAILED else (
@@ -103,12 +112,18 @@ def run_result(sweep_dir: pathlib.Path, name: str, record: dict, metric: str,
           "final": final, "best": best, "workdir": str(workdir)}
 
 
-def summarize(sweep_dir, metric: str = "eval/loss", mode: str | None = None) -> dict:
-  """The report of the sweep in `sweep_dir`: {metric, mode, keys, rows (one per point), runs}."""
+def summarize(sweep_dir, metric: str | None = None, mode: str | None = None) -> dict:
+  """The report of the sweep in `sweep_dir`: {metric, mode, keys, statuses, rows (one per point;
+  a search's: one per trial), runs}. `metric` defaults to a search's, else eval/loss; `mode` to
+  a search's for its metric, else max for accuracies and min otherwise."""
   sweep_dir = pathlib.Path(sweep_dir)
   index = jindex.read(sweep_dir)
   if index is None:
     raise FileNotFoundError(f"{sweep_dir}: no {jindex.INDEX} (not a sweep directory)")
+  search = index.get("search") if isinstance(index.get("search"), dict) else None
+  metric = metric or (search or {}).get("metric") or "eval/loss"
+  if mode is None and search and search.get("metric") == metric:
+    mode = search.get("mode")
   mode = mode or default_mode(metric)
   runs = [run_result(sweep_dir, name, rec, metric, mode) for name, rec in index["runs"].items()]
   points: dict[str, list[dict]] = {}
@@ -119,8 +134,10 @@ def summarize(sweep_dir, metric: str = "eval/loss", mode: str | None = None) -> 
   if scored:
     pick = min if mode == "min" else max
     pick(scored, key=lambda r: r["final_mean"])["best_point"] = True
+  keys = list((search or {}).get("space") or index.get("grid") or {})
   return {"sweep": str(sweep_dir), "experiment": index.get("experiment"), "metric": metric,
-          "mode": mode, "keys": list(index.get("grid") or {}), "rows": rows, "runs": runs}
+          "mode": mode, "keys": keys, "search": search,
+          "statuses": SEARCH_STATUSES if search else STATUSES, "rows": rows, "runs": runs}
 
 
 def _row(point: str, results: list[dict]) -> dict:
@@ -128,9 +145,9 @@ def _row(point: str, results: list[dict]) -> dict:
   final_mean, final_ci = t_interval([r["final"] for r in done if r["final"] is not None])
   best_mean, best_ci = t_interval([r["best"] for r in done if r["best"] is not None])
   errors = [f"seed {r['seed']}: {r['error']}" for r in results
-            if r["error"] and r["status"] == jindex.FAILED]
+            if r["error"] and r["status"] in (jindex.FAILED, jindex.PRUNED)]
   return {"point": point, "values": results[0]["values"], "seeds": len(results),
-          **{s: sum(r["status"] == s for r in results) for s in STATUSES},
+          **{s: sum(r["status"] == s for r in results) for s in SEARCH_STATUSES},
           "final_mean": final_mean, "final_ci95": final_ci, "best_mean": best_mean,
           "best_ci95": best_ci, "error": "; ".join(errors) or None, "best_point": False}
 
@@ -143,6 +160,8 @@ def _pm(mean, half) -> str:
 
 def format_table(report: dict) -> str:
   """The report as a text table (fin/fail/run/pend: the runs of the point by status)."""
+  if report.get("search"):
+    return format_search_table(report)
   header = ["", "point", "fin/fail/run/pend", f"final {report['metric']}",
             f"best {report['metric']} ({report['mode']})", "error"]
   lines = [header]
@@ -159,10 +178,48 @@ def format_table(report: dict) -> str:
   return "\n".join(line.rstrip() for line in out)
 
 
+def _short(text: str) -> str:
+  try:
+    return f"{float(text):.4g}" if text not in ("True", "False") else text
+  except ValueError:
+    return text
+
+
+def _columns(lines: list[list[str]]) -> list[str]:
+  """Cells padded to their column's width; the last column is not padded."""
+  widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]) - 1)]
+  return [("  ".join(c.ljust(w) for c, w in zip(line, widths)) + "  " + line[-1]).rstrip()
+          for line in lines]
+
+
+def format_search_table(report: dict) -> str:
+  """A search's report as a text table: one line per trial, then the counts."""
+  metric, search = report["metric"], report["search"]
+  header = ["", "trial", *report["keys"], "status", f"final {metric}",
+            f"best {metric} ({report['mode']})", "error"]
+  lines = [header]
+  for r in report["rows"]:
+    run = next(x for x in report["runs"] if x["point"] == r["point"])
+    status = next(s for s in SEARCH_STATUSES if r[s])
+    lines.append(["*" if r["best_point"] else "", r["point"],
+                  *(_short(r["values"].get(k, "")) for k in report["keys"]), status,
+                  _pm(run["final"] if status == jindex.FINISHED else None, None),
+                  _pm(run["best"], None),
+                  (r["error"] or "").removeprefix("seed ").partition(": ")[2]])
+  counts = ", ".join(f"{sum(r[s] for r in report['rows'])} {s}" for s in SEARCH_STATUSES)
+  out = _columns(lines)
+  n = len(report["rows"])
+  out.append(f"{n} trial{'s' * (n != 1)} ({search.get('sampler')}, sampler seed "
+             f"{search.get('sampler_seed')}): {counts}; * the best final {metric} "
+             f"({report['mode']}) of the finished trials")
+  return "\n".join(line.rstrip() for line in out)
+
+
 def write_csv(report: dict, path) -> pathlib.Path:
   """One line per point: the swept values, the counts and the statistics."""
   path = pathlib.Path(path)
-  fields = ["point", *report["keys"], "seeds", *STATUSES, "final_mean", "final_ci95",
+  fields = ["point", *report["keys"], "seeds", *report.get("statuses", STATUSES), "final_mean",
+            "final_ci95",
             "best_mean", "best_ci95", "best_point", "error"]
   with path.open("w", newline="") as f:
     writer = csv.DictWriter(f, fieldnames=fields)
@@ -195,7 +252,8 @@ def plot_metric(report: dict, key: str, out) -> pathlib.Path:
   rows = [r for r in report["rows"] if r["final_mean"] is not None and key in r["values"]]
   groups: dict[str, list[dict]] = {}
   for r in rows:
-    rest = ",".join(f"{k}={v}" for k, v in sorted(r["values"].items()) if k != key)
+    rest = "" if report.get("search") else ",".join(  # a search's trials: one scatter
+        f"{k}={v}" for k, v in sorted(r["values"].items()) if k != key)
     groups.setdefault(rest, []).append(r)
   texts = sorted({r["values"][key] for r in rows}, key=lambda t: (_numbers([t]) is None, t))
   numeric = _numbers(texts)
@@ -205,7 +263,7 @@ def plot_metric(report: dict, key: str, out) -> pathlib.Path:
           else [texts.index(r["values"][key]) for r in members])
     ax.errorbar(xs, [r["final_mean"] for r in members],
                 yerr=[r["final_ci95"] or 0.0 for r in members], marker="o", capsize=3,
-                label=rest or None)
+                label=rest or None, linestyle="none" if report.get("search") else "-")
   if numeric is not None and numeric and min(numeric) > 0 and max(numeric) >= 10 * min(numeric):
     ax.set_xscale("log")
   if numeric is None:
