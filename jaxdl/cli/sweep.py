@@ -112,29 +112,19 @@ def main(args) -> int:
            if getattr(args, k) not in (None, [])]
   if given:
     return _error(f"sweep: {given[0]} belongs to a search (--search random|tpe)")
-  from jaxdl.config import ConfigError, default_workdir, load_config
-  from jaxdl.course.sweeps import grid, report, runner
-  try:
+  from jaxdl.course.sweeps import grid, runner
+
+  def run(out):
     plan = grid.plan(args.experiment, args.grid, args.overrides, args.seeds or 1, args.seed_key)
-    out = args.out or default_workdir(args.experiment,
-                                       load_config(args.experiment, args.overrides)[0]) + "-sweep"
-  except ConfigError as e:
-    return _error(str(e).splitlines()[0])
-  problem = disk_errors.unwritable_dir(out, "--out")
-  if problem:
-    return _error(problem)
-  try:
-    index, ended = runner.run(out, plan, jobs=args.jobs, retry_failed=args.retry_failed,
-                              echo=_echo)
-  except ValueError as e:  # another sweep's directory, or one in use
-    return _error(str(e).splitlines()[0])
-  print(report.format_table(report.summarize(out)))
-  if ended != "done":
-    _echo(f"jaxdl: sweep stopped by {ended}; its runs saved their current step (rerun the same "
-          f"command to resume)")
-    return 130 if ended == "SIGINT" else 0
-  failed = [r.name for r in plan.runs if index["runs"][r.name]["status"] == "failed"]
-  return 1 if failed else 0
+    return plan, lambda: runner.run(out, plan, jobs=args.jobs, retry_failed=args.retry_failed,
+                                    echo=_echo)
+
+  def outcome(plan, index):
+    failed = [r.name for r in plan.runs if index["runs"][r.name]["status"] == "failed"]
+    return 1 if failed else 0
+
+  return _launch(args, "-sweep", run, outcome, "sweep", "its runs saved their current step "
+                 "(rerun the same command to resume)")
 
 
 def _search(args) -> int:
@@ -147,31 +137,48 @@ def _search(args) -> int:
                                        "trial is final in its study)")):
     if bad:
       return _error(f"sweep: {why}")
-  from jaxdl.config import ConfigError, default_workdir, load_config
-  from jaxdl.course.sweeps import index, report, search, space
-  try:
+  from jaxdl.course.sweeps import index, search, space
+
+  def run(out):
     plan = space.plan(args.experiment, args.space, search=args.search, trials=args.trials,
                       shared=args.overrides, seed_key=args.seed_key,
                       sampler_seed=args.sampler_seed or 0, metric=args.metric, mode=args.mode,
                       prune=args.prune or "none")
     space.import_optuna()
+    return plan, lambda: search.run(out, plan, args.trials, jobs=args.jobs, echo=_echo)
+
+  def outcome(plan, idx):
+    return 0 if any(r["status"] == index.FINISHED for r in idx["runs"].values()) else 1
+
+  return _launch(args, "-search", run, outcome, "search", "its running trials saved their "
+                 "current step (rerun the same command to resume them)")
+
+
+def _launch(args, suffix, prepare, outcome, what, resume_hint) -> int:
+  """The grid's and the search's common course: `prepare(out) -> (plan, start)` checks every
+  flag (ConfigError: one line, exit 2), the output folder is checked before anything starts,
+  `start()` runs it (a ValueError: another sweep's folder or one in use), then the table, and
+  the exit code: 130 after SIGINT, 0 after SIGTERM, else `outcome(plan, index)`."""
+  from jaxdl.config import ConfigError, default_workdir, load_config
+  from jaxdl.course.sweeps import report
+  try:
     out = args.out or default_workdir(args.experiment,
-                                       load_config(args.experiment, args.overrides)[0]) + "-search"
+                                       load_config(args.experiment, args.overrides)[0]) + suffix
+    plan, start = prepare(out)
   except ConfigError as e:
     return _error(str(e).splitlines()[0])
   problem = disk_errors.unwritable_dir(out, "--out")
   if problem:
     return _error(problem)
   try:
-    idx, ended = search.run(out, plan, args.trials, jobs=args.jobs, echo=_echo)
-  except ValueError as e:  # another sweep's directory or settings, or one in use
+    index, ended = start()
+  except ValueError as e:
     return _error(str(e).splitlines()[0])
   print(report.format_table(report.summarize(out)))
   if ended != "done":
-    _echo(f"jaxdl: search stopped by {ended}; its running trials saved their current step "
-          f"(rerun the same command to resume them)")
+    _echo(f"jaxdl: {what} stopped by {ended}; {resume_hint}")
     return 130 if ended == "SIGINT" else 0
-  return 0 if any(r["status"] == index.FINISHED for r in idx["runs"].values()) else 1
+  return outcome(plan, index)
 
 
 def _report(args) -> int:
