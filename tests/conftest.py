@@ -53,3 +53,28 @@ if os.environ.get("JAXDL_TEST_CPU_LOG"):
     with open(os.environ["JAXDL_TEST_CPU_LOG"], "a") as f:
       f.write(f"{cpu() - t0:.2f}\t{item.nodeid}\n")
 
+
+
+# Scheduling under `-n 2`. Whole modules go to one worker (xdist's load-by-scope scheduler), so a
+# module-scoped fixture (a trained run that several tests read) is built once, not once per
+# worker; and the costliest modules are collected first, so the two workers start on them and
+# finish on the many cheap ones together instead of one waiting out a long module at the end.
+# The order is from JAXDL_TEST_CPU_LOG (CPU seconds per module, summed; CONTRIBUTING.md).
+COSTLIEST_FIRST = (
+    "test_readme", "test_resume", "test_notebooks", "test_reproduce", "test_few_step_digits",
+    "test_denoiser", "test_experiment_smoke", "test_faults", "test_sweep_search",
+    "test_digits_judge", "test_distributed", "test_tensor_parallel", "test_doctor",
+    "test_few_step", "test_sweep", "test_packed_documents", "test_autoregressive_digits")
+
+
+def pytest_collection_modifyitems(config, items):
+  del config
+  rank = {name: i for i, name in enumerate(COSTLIEST_FIRST)}
+  # A stable sort keeps each module's tests together and in their own order.
+  items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of xdist's, absent under `-p no:xdist`
+def pytest_xdist_make_scheduler(config, log):
+  from xdist.scheduler import LoadScopeScheduling  # pylint: disable=g-import-not-at-top
+  return LoadScopeScheduling(config, log)

@@ -7,14 +7,12 @@ ArrayRecord with a 4096-token BPE (`stdlib_bpe`, prepared once under the cache d
 bpe_gpt's model (d 128, 4 layers, 4 heads, vocab 4096) on one of those batches, segment mask
 included. Ratio = pipeline batches/s over train steps/s: >= 1 means the step never waits.
 
-The issue's PyTorch DataLoader comparison (the same work, the same workers) is not measured:
-torch is not a jaxdl dependency and is not installed here (the wheel the package index serves is
-529 MB), so no baseline has been written or run; the row says so.
+The PyTorch DataLoader doing the same work (the same records, packing and workers) is
+`jaxdl.bench.loaders`, reported in the `data` rows (and here when `data` did not run).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import time
 
 import jax.numpy as jnp
@@ -27,16 +25,26 @@ SETUP = gpt.GPTSetup("bpe_gpt", batch=32, context=64, vocab=4096, d_model=128, n
                      n_head=4, dtype="float32", peak_n=1024, scan_unroll=4)
 
 
-def bpe_dataset(setup: gpt.GPTSetup = SETUP):
+def bpe_config(setup: gpt.GPTSetup = SETUP):
+  """bpe_gpt's `data` section at the setup's vocab, context and batch, with segment ids."""
   config = base_config()
   config.data = jdata.default_data_config("stdlib_bpe")
   config.data.update(vocab=setup.vocab, context_length=setup.context, batch_size=setup.batch,
                      segment_ids=True)
-  return jdata.make_dataset(config)
+  return config
+
+
+def bpe_dataset(setup: gpt.GPTSetup = SETUP):
+  return jdata.make_dataset(bpe_config(setup))
+
+
+def bpe_directory(setup: gpt.GPTSetup = SETUP) -> str:
+  """The prepared ArrayRecord directory `bpe_dataset` reads (prepared by building it)."""
+  return jdata.parse_data(bpe_config(setup).data).directory()
 
 
 def bench_packed_bpe(n: int = 40, setup: gpt.GPTSetup = SETUP) -> dict:
-  """{'batches_per_s', 'steps_per_s', 'ratio', 'torch'} for bpe_gpt's pipeline and step."""
+  """{'batches_per_s', 'steps_per_s', 'ratio'} for bpe_gpt's pipeline and step."""
   it = bpe_dataset(setup).train_iter()
   batch = next(it)
   start = time.perf_counter()
@@ -47,7 +55,5 @@ def bench_packed_bpe(n: int = 40, setup: gpt.GPTSetup = SETUP) -> dict:
   run = gpt.runner(state, step, {k: jnp.asarray(v) for k, v in batch.items()})
   run(1)  # compiles
   step_s = gpt.interleaved({"step": run}, steps=5, rounds=2)["step"]["wall"]
-  torch = ("skipped: no DataLoader baseline written" if importlib.util.find_spec("torch")
-           else "skipped: torch not installed")
   return {"batches_per_s": batches_per_s, "steps_per_s": 1.0 / step_s,
-          "ratio": batches_per_s * step_s, "batches": n, "torch": torch}
+          "ratio": batches_per_s * step_s, "batches": n}

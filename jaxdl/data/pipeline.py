@@ -89,9 +89,13 @@ class TrainIterator(Iterator[dict[str, np.ndarray]]):
     # augment: a grain Map of (epoch, rows_G), randomness from the records (jaxdl.data.augment).
     load = (augment.transform(split.gather, lo, hi) if augment is not None
             else lambda e_rows: split.gather(e_rows[1][lo:hi]))
+    perms = self._perms  # not `self`: the dataset must pickle alone (grain's worker processes)
     ds = (grain.MapDataset.range(spe).repeat(None)
-          .map_with_index(lambda step, _: (step // spe, self._perms.rows(step)))
+          .map_with_index(lambda step, _: (step // spe, perms.rows(step)))
           .map(load))
+    # Index s -> batch s: the stream itself, for running it elsewhere (`jaxdl.bench.loaders` runs
+    # it on grain worker processes with `mp_prefetch`); this iterator reads it in-process.
+    self.dataset = ds
     self._it = ds.to_iter_dataset(_READ_OPTIONS).__iter__()
     # data_checksum (prepared data on disk): a resumed run refuses data changed since the save.
     self._fingerprint = {**({"data_checksum": data_checksum} if data_checksum else {}),

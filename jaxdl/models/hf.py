@@ -98,7 +98,10 @@ def _rope_theta(cfg: dict, where: str) -> float:
   kind = rp.get("rope_type", rp.get("type", "default"))
   if kind != "default":
     _refuse(where, "rope_parameters.rope_type", kind, "'default' (RoPE scaling is not implemented)")
-  return float(rp.get("rope_theta", cfg.get("rope_theta", 10000.0)))
+  theta = rp.get("rope_theta")
+  if theta is None:
+    theta = cfg.get("rope_theta")
+  return float(10000.0 if theta is None else theta)  # transformers' base where none is stated
 
 
 def model_from_config(cfg: dict, where: str = "config.json", **overrides) -> GPT:

@@ -9,9 +9,12 @@ the doctor and the plots read it. A tracker receives every record the run writes
 
 Weights & Biases and MLflow are optional extras (`pip install -e ".[wandb]"`, `".[mlflow]"`);
 asking for one that is not installed is a one-line error before anything runs. One that fails to
-start (no login, an unreachable server) is a warning and the run goes on without it. Both honour
-their own environment (WANDB_MODE=offline, MLFLOW_TRACKING_URI; MLflow defaults to a file store
-in workdir/mlruns, so nothing leaves the machine unless asked).
+start (no login, an unreachable server) is a warning and the run goes on without it; one that
+fails mid-run is a one-line warning and is dropped (`jaxdl.train.writers.MetricsWriter`), and
+metrics.jsonl keeps every record either way. Both honour their own environment (WANDB_MODE=offline,
+MLFLOW_TRACKING_URI, MLFLOW_EXPERIMENT_NAME). Without MLFLOW_TRACKING_URI, MLflow writes to its
+documented local store, SQLite, in workdir/mlflow.db with artifacts in workdir/mlartifacts, so
+nothing leaves the machine unless asked.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import logging
 import math
 import os
 import pathlib
+import time
 from typing import Callable
 
 log = logging.getLogger("jaxdl")
@@ -120,20 +124,42 @@ class WandbTracker(Tracker):
 
 @register_tracker("mlflow", package="mlflow", extra="mlflow")
 class MlflowTracker(Tracker):
-  """An MLflow run: the flattened config as params, the manifest and summary as artifacts."""
+  """An MLflow run named after the experiment, in MLflow experiment "jaxdl" (or
+  MLFLOW_EXPERIMENT_NAME): the flattened config as params (values as `str`), each record as
+  metrics "split/key" at its step, the manifest and summary as artifacts manifest.json and
+  summary.json; the run ends FINISHED, or KILLED when the summary says `preempted`.
+
+  Through `MlflowClient` rather than `mlflow`'s module-level API: `mlflow.set_tracking_uri` also
+  sets MLFLOW_TRACKING_URI in the environment, which would send every later run in the process
+  (a sweep, a test) to this run's workdir.
+  """
 
   def start(self, workdir, name, config, manifest):
-    import mlflow
-    if not os.environ.get("MLFLOW_TRACKING_URI"):
-      mlflow.set_tracking_uri((pathlib.Path(workdir) / "mlruns").absolute().as_uri())
-    self.mlflow = mlflow
-    self.run = mlflow.start_run(run_name=name)
-    mlflow.log_params({k: str(v)[:500] for k, v in _flat(config).items()})
-    mlflow.log_dict(manifest, "manifest.json")
+    from mlflow.entities import Param
+    from mlflow.tracking import MlflowClient
+    from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
+    uri, artifacts = os.environ.get("MLFLOW_TRACKING_URI"), None
+    if not uri:
+      # MLflow 3's local default is SQLite (its file store raises unless MLFLOW_ALLOW_FILE_STORE
+      # is set); the artifact root is given, else MLflow puts artifacts under the cwd.
+      workdir = pathlib.Path(workdir).absolute()
+      uri, artifacts = f"sqlite:///{workdir / 'mlflow.db'}", (workdir / "mlartifacts").as_uri()
+    self.client = MlflowClient(tracking_uri=uri)
+    experiment = os.environ.get("MLFLOW_EXPERIMENT_NAME") or "jaxdl"
+    found = self.client.get_experiment_by_name(experiment)
+    experiment_id = (found.experiment_id if found is not None else
+                     self.client.create_experiment(experiment, artifact_location=artifacts))
+    self.run_id = self.client.create_run(experiment_id, run_name=name).info.run_id
+    self.client.log_batch(self.run_id, params=[Param(k, str(v)[:MAX_PARAM_VAL_LENGTH])
+                                               for k, v in _flat(config).items()])
+    self.client.log_dict(self.run_id, manifest, "manifest.json")
 
   def log(self, step, split, metrics):
-    self.mlflow.log_metrics({f"{split}/{k}": v for k, v in _finite(metrics).items()}, step=step)
+    from mlflow.entities import Metric
+    now = int(time.time() * 1000)
+    self.client.log_batch(self.run_id, metrics=[
+        Metric(f"{split}/{k}", v, now, step) for k, v in _finite(metrics).items()])
 
   def finish(self, summary):
-    self.mlflow.log_dict(summary, "summary.json")
-    self.mlflow.end_run()
+    self.client.log_dict(self.run_id, summary, "summary.json")
+    self.client.set_terminated(self.run_id, "KILLED" if summary.get("preempted") else "FINISHED")

@@ -38,7 +38,7 @@ import dataclasses
 import os
 from typing import Sequence
 
-from jaxdl.config import ConfigError, load_config
+from jaxdl.config import ConfigError, load_config, parse_train
 from jaxdl.course.sweeps import grid
 
 KINDS = ("uniform", "loguniform", "int", "logint", "choice")
@@ -222,7 +222,8 @@ def plan(experiment: str, space_flags: Sequence[str], *, search: str, trials: in
                       f"{seed_key!r}") from None
   train = base.get("train")
   if metric is None:
-    metric = "eval/loss" if train is None or train.get("eval_every", 0) > 0 else "train/loss"
+    evaluates = train is None or parse_train(base).eval_every > 0
+    metric = "eval/loss" if evaluates else "train/loss"
   split, key = report.split_metric(metric)
   if split not in ("train", "eval") or not key:
     raise ConfigError(f"--metric {metric!r}: expected train/KEY or eval/KEY (e.g. eval/loss)")
