@@ -3,14 +3,17 @@
   jaxdl data tokenizer my_texts/ --vocab 4096 --out prepared/   # BPE on the train split
   jaxdl data prepare my_texts/ --out prepared/ --tokenizer bpe   # -> shards + manifest.json
   jaxdl data prepare my_images/ --out prepared_images/           # root/<class>/*.png|jpg
+  jaxdl data prepare chat.jsonl --tokenizer DIR --out prepared_chat/  # prompt/response pairs
   jaxdl train bpe_gpt --set data.path=prepared/
 
-SRC is a folder of text files, a .parquet file (a text column) or an image folder; the split
-rule and the output are in `jaxdl.data.prepare` and `jaxdl.data.records`, the image
-folders' in `jaxdl.data.images`. `tokenizer` and `prepare` read SRC and split it with one
-function, so given the same flags they accept and refuse the same inputs; `prepare` refuses a
-tokenizer trained on another split of SRC, or (OUT's own tokenizer.json) on other files. Errors
-are one line naming the flag to change (--val-frac, --pattern, --mode, ...), exit code 2.
+SRC is a folder of text files, a .parquet file (a text column), an image folder or a .jsonl file
+of instruction records (prompt/response pairs or chat messages, templated with a loss mask that
+is zero on the prompt: `jaxdl.data.chat`); the split rule and the output are in
+`jaxdl.data.prepare` and `jaxdl.data.records`, the image folders' in `jaxdl.data.images`.
+`tokenizer` and `prepare` read SRC and split it with one function, so given the same flags they
+accept and refuse the same inputs; `prepare` refuses a tokenizer trained on another split of SRC,
+or (OUT's own tokenizer.json) on other files. Errors are one line naming the flag to change
+(--val-frac, --pattern, --mode, ...; a bad instruction record: its line), exit code 2.
 """
 
 from __future__ import annotations
@@ -20,11 +23,13 @@ import sys
 
 from jaxdl import disk_errors
 
-HELP = "prepare a folder of text files, a Parquet file or an image folder (ArrayRecord)"
+HELP = ("prepare a folder of text files, a Parquet file, an image folder or chat JSONL "
+        "(ArrayRecord)")
 
 
 def _source_args(p) -> None:
-  p.add_argument("src", help="a folder of text files, a .parquet file, or root/<class>/*.png")
+  p.add_argument("src", help="a folder of text files, a .parquet file, root/<class>/*.png, or "
+                              "a .jsonl file of prompt/response or messages records")
   p.add_argument("--out", required=True, help="the prepared directory")
   p.add_argument("--pattern", default="*.txt", help="text files to read (default *.txt)")
   p.add_argument("--column", default="text", help="the text column of a .parquet SRC")
@@ -64,10 +69,13 @@ def check(args) -> None:
 
 def run(args) -> dict:
   """The command's work; returns the manifest (prepare) or a summary (tokenizer)."""
-  from jaxdl.data import images, prepare
+  from jaxdl.data import chat, images, prepare
   text = dict(pattern=args.pattern, max_bytes=args.max_bytes, column=args.column,
               val_frac=args.val_frac)
   if args.data_command == "tokenizer":
+    if chat.is_chat_file(args.src):
+      raise ValueError(f"SRC: {args.src!r} is instruction data; train the tokenizer on text (or "
+                       "use the base model's) and pass it to `jaxdl data prepare --tokenizer`")
     tok = prepare.train_tokenizer(args.src, args.out, vocab=args.vocab, **text)
     return {"tokenizer": os.path.join(args.out, "tokenizer.json"), "vocab_size": tok.vocab_size}
   if os.path.isdir(args.src) and _is_image_folder(args.src):
@@ -75,6 +83,9 @@ def run(args) -> dict:
                                  shard_size=args.shard_size)
   tokenizer = args.tokenizer or ("bpe" if os.path.isfile(os.path.join(args.out, "tokenizer.json"))
                                  else "bytes")
+  if chat.is_chat_file(args.src):
+    return prepare.prepare_chat(args.src, args.out, tokenizer=tokenizer, val_frac=args.val_frac,
+                                shard_size=args.shard_size)
   return prepare.prepare_text(args.src, args.out, tokenizer=tokenizer,
                               shard_size=args.shard_size, **text)
 

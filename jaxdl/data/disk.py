@@ -13,6 +13,12 @@ ones, so shuffling, per-process sharding and the checkpointed iterator position 
                <split>/*.parquet).
   stdlib_bpe   the `text` source's standard-library files prepared with a BPE trained by jaxdl
                (once, into a cache directory): what `experiments/bpe_gpt.py` trains on.
+  stdlib_instructions  an instruction set built from the standard library (prompt: a function's
+               docstring line, response: its `def` line; `jaxdl.data.chat`), prepared once into
+               the cache directory with `prepare_with`'s tokenizer: what
+               `experiments/finetune_lora.py` fine-tunes on.
+Prepared instruction data (a manifest with `loss_mask`) is read as a masked stream: its batches
+carry `loss_mask` (B, T), zero on prompts (`jaxdl.data.packing`).
   hf_disk      a `datasets` folder written by `save_to_disk` (a Dataset, or a DatasetDict with one
                folder per split), read with pyarrow from its arrow files; `datasets` is not needed.
 Tables give language-model text (kind 'lm': `columns` names the text column, each row one
@@ -69,6 +75,17 @@ def _tokens_of(reader: records.RecordReader):
   return lambda indices: [e["tokens"] for e in reader.get(indices)]
 
 
+def _tokens_masks_of(reader: records.RecordReader, field: str, column: int):
+  """`indices -> [(ids, mask), ...]` of instruction records (`jaxdl.data.chat`)."""
+  def get(indices):
+    out = []
+    for e in reader.get(indices):
+      both_Nx2 = e[field]
+      out.append((both_Nx2[:, 1 - column], both_Nx2[:, column]))
+    return out
+  return get
+
+
 @register_source("arrayrecord")
 @dataclasses.dataclass(frozen=True)
 class ArrayRecord(TextWindows):
@@ -96,10 +113,13 @@ class ArrayRecord(TextWindows):
       self.check_batch(tr.num, f"images in the train split of {path!r}")
     else:
       tok = self._tokenizer(directory, manifest["tokenizer"])
+      mask = manifest.get("loss_mask")
       streams = []
       for s in ("train", "val"):
         lengths = np.load(os.path.join(directory, f"{s}.lengths.npy"))
-        streams.append(packing.DocStream(_tokens_of(readers[s]), lengths, tok.eot_id))
+        get = (_tokens_of(readers[s]) if mask is None else
+               _tokens_masks_of(readers[s], mask["field"], int(mask["column"])))
+        streams.append(packing.DocStream(get, lengths, tok.eot_id, masked=mask is not None))
       src = self.windows(*streams, tok, "data.path")
     src.info["data_checksum"] = records.manifest_digest(manifest)
     return src
@@ -142,6 +162,45 @@ class StdlibBPE(ArrayRecord):
       text = dict(pattern="*.py", max_bytes=self.max_bytes, val_frac=self.val_frac)
       prepare.train_tokenizer(root, tmp, vocab=self.vocab, **text)
       prepare.prepare_text(root, tmp, tokenizer="bpe", **text)
+      try:
+        os.rename(tmp, path)
+      except OSError:  # another process got there first: its data is the same
+        shutil.rmtree(tmp, ignore_errors=True)
+    return self.build_from(path)
+
+
+@register_source("stdlib_instructions")
+@dataclasses.dataclass(frozen=True)
+class StdlibInstructions(ArrayRecord):
+  """Instruction records from the standard library's .py files (`jaxdl.data.chat.
+  stdlib_instructions`: prompt = a documented function's docstring line, response = its `def`
+  line), at most `max_records` of lines at most `max_line` characters, split by crc32 of the
+  module path against val_frac (the `text` source's and `stdlib_bpe`'s rule, so with the same
+  val_frac a val record comes from a file those train splits left out), tokenized with
+  `prepare_with` (bytes | a tokenizer.json | a model directory holding one) and prepared on first
+  use into `path` (default: under `cache_dir()`, named by the settings and the tokenizer)."""
+  prepare_with: str = "bytes"
+  max_records: int = setting(20_000, POSITIVE)
+  max_line: int = setting(100, POSITIVE)
+  val_frac: float = setting(0.1, OPEN_UNIT)
+
+  def directory(self) -> str:
+    if self.path:
+      return os.path.expanduser(self.path)
+    tok = get_tokenizer(os.path.expanduser(self.prepare_with), key="data.prepare_with")
+    return os.path.join(cache_dir(), f"stdlib-instructions-{self.max_records}-{self.max_line}-"
+                        f"{self.val_frac}-{tok.name}-{tok.fingerprint[:12]}")
+
+  def build(self) -> Source:
+    from jaxdl.data import chat  # pylint: disable=g-import-not-at-top
+    path = self.directory()
+    if not os.path.isfile(os.path.join(path, records.MANIFEST)):
+      tmp = f"{path}.tmp-{os.getpid()}"  # aside, then renamed: no run sees half of it
+      root = sysconfig.get_paths()["stdlib"]
+      recs = [(r["split_key"], [("user", r["prompt"]), ("assistant", r["response"])])
+              for r in chat.stdlib_instructions(root, self.max_records, self.max_line)]
+      prepare.prepare_chat(root, tmp, tokenizer=os.path.expanduser(self.prepare_with),
+                           val_frac=self.val_frac, records_=recs)
       try:
         os.rename(tmp, path)
       except OSError:  # another process got there first: its data is the same

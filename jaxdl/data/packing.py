@@ -26,6 +26,19 @@ batch also carries `bytes_per_token` (B,), which the lm task divides its loss by
 so a batch's bits per byte, mean_i(CE_i) / mean_i(r_i) / ln 2, is its total nats over its total
 UTF-8 bytes, and the eval average over batches (weighted by rows) is exactly the eval split's
 total nats / ln 2 / total bytes the target tokens decode to.
+
+Loss masks (instruction data, `jaxdl.data.chat`). A masked stream carries a mask beside its
+tokens, mask[i] = 1 when stream token i is scored as a target: a document's own mask (1 on the
+response), and for the e before document n > 0 the value 1 (it closes document n - 1: the model
+learns to stop; the stream's first e is never a target). A window's batch then also carries
+
+    loss_mask[i]   = mask[j T + 1 + i]                 (B, T), aligned with y
+    bytes_per_token  r_i = sum_t m_it b(y_it) / max(1, sum_t m_it)        (train: window i's own)
+                     R   = sum_{i,t} m_it b(y_it) / sum_{i,t} m_it        (eval: the split's)
+    scored_per_row   S   = sum_{i,t} m_it / N_eval                        (eval only)
+
+so the lm task's per-response-token loss and bits per byte are exact over the eval split
+(`jaxdl.train.tasks`). An unmasked stream's batches are exactly as above, without these keys.
 """
 
 from __future__ import annotations
@@ -38,7 +51,8 @@ from jaxdl.data.registry import Source, Split
 
 
 class TokenStream(Protocol):
-  """The packed stream: `length` L and `read(a, b)` = stream[a:b] as an int array."""
+  """The packed stream: `length` L and `read(a, b)` = stream[a:b] as an int array; a masked one
+  (`masked` True) also `read_pair(a, b)` = (stream[a:b], mask[a:b])."""
   length: int
 
   def read(self, start: int, stop: int) -> np.ndarray: ...
@@ -52,34 +66,60 @@ def join_documents(docs: list[np.ndarray], eot_id: int) -> np.ndarray:
   return np.concatenate(parts) if parts else np.zeros((0,), np.int32)
 
 
-class ArrayStream:
-  """A stream held in memory."""
+def join_masks(masks: list[np.ndarray], first: int = 0) -> np.ndarray:
+  """The mask of `join_documents` over documents first, first + 1, ...: each e scored (1) when
+  it closes a document (n > 0), then the document's own mask (module docstring)."""
+  parts = []
+  for n, m in enumerate(masks, first):
+    parts += [np.asarray([int(n > 0)], np.uint8), np.asarray(m, np.uint8)]
+  return np.concatenate(parts) if parts else np.zeros((0,), np.uint8)
 
-  def __init__(self, tokens_L: np.ndarray):
+
+class ArrayStream:
+  """A stream held in memory (with `mask_L`, a masked one)."""
+
+  def __init__(self, tokens_L: np.ndarray, mask_L: np.ndarray | None = None):
     self.tokens_L, self.length = tokens_L, len(tokens_L)
+    self.mask_L, self.masked = mask_L, mask_L is not None
 
   def read(self, start: int, stop: int) -> np.ndarray:
     return self.tokens_L[start:stop]
 
+  def read_pair(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+    return self.tokens_L[start:stop], self.mask_L[start:stop]
+
 
 class DocStream:
   """A stream over documents read on demand: `get(indices) -> list of token arrays` (e.g. an
-  ArrayRecord source) and their lengths; a window reads only the documents it overlaps."""
+  ArrayRecord source) and their lengths; a window reads only the documents it overlaps. With
+  `masked`, `get` returns (ids, mask) pairs and the stream is a masked one."""
 
-  def __init__(self, get: Callable[[list[int]], list[np.ndarray]], lengths_N: np.ndarray,
-               eot_id: int):
+  def __init__(self, get: Callable[[list[int]], list], lengths_N: np.ndarray, eot_id: int,
+               masked: bool = False):
     sizes_N = np.asarray(lengths_N, np.int64) + 1
     self.starts_N = np.concatenate([[0], np.cumsum(sizes_N)[:-1]])
     self.length = int(sizes_N.sum())
-    self.get, self.eot_id = get, eot_id
+    self.get, self.eot_id, self.masked = get, eot_id, masked
 
-  def read(self, start: int, stop: int) -> np.ndarray:
+  def _docs(self, start: int, stop: int) -> tuple[int, list]:
     first = int(np.searchsorted(self.starts_N, start, side="right")) - 1
     last = int(np.searchsorted(self.starts_N, stop, side="left"))  # documents starting < stop
-    docs = self.get(list(range(first, last)))
+    return first, self.get(list(range(first, last)))
+
+  def read(self, start: int, stop: int) -> np.ndarray:
+    if self.masked:
+      return self.read_pair(start, stop)[0]
+    first, docs = self._docs(start, stop)
     piece = join_documents(docs, self.eot_id)
     lo = start - int(self.starts_N[first])
     return piece[lo:lo + stop - start]
+
+  def read_pair(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+    first, docs = self._docs(start, stop)
+    piece = join_documents([d for d, _ in docs], self.eot_id)
+    mask = join_masks([m for _, m in docs], first)
+    lo = start - int(self.starts_N[first])
+    return piece[lo:lo + stop - start], mask[lo:lo + stop - start]
 
 
 def segment_positions(x_BxT: np.ndarray, eot_id: int) -> tuple[np.ndarray, np.ndarray]:
@@ -95,27 +135,54 @@ def window_split(stream: TokenStream, starts_N: np.ndarray, t: int, eot_id: int,
                  segment_ids: bool, bytes_V: np.ndarray | None = None,
                  split_rate: bool = False) -> Split:
   """Windows of T + 1 tokens at `starts_N`: {'x', 'y'} (+ 'segment_ids', 'positions'; with
-  `bytes_V`, 'bytes_per_token': each window's, or with `split_rate` the split's, module
-  docstring)."""
+  `bytes_V`, 'bytes_per_token': each window's, or with `split_rate` the split's; from a masked
+  stream 'loss_mask' (+ 'scored_per_row' with `split_rate`), module docstring)."""
+  masked = getattr(stream, "masked", False)
 
   def windows(idx_B):
+    if masked:
+      pairs = [stream.read_pair(int(s), int(s) + t + 1) for s in starts_N[idx_B]]
+      return (np.stack([p[0] for p in pairs]).astype(np.int32),
+              np.stack([p[1] for p in pairs]).astype(np.float32))
     win_BxT1 = np.stack([stream.read(int(s), int(s) + t + 1) for s in starts_N[idx_B]])
-    return win_BxT1.astype(np.int32)
+    return win_BxT1.astype(np.int32), None
 
-  rate = None
-  if bytes_V is not None and split_rate:
+  rate = scored = None
+  if split_rate and (bytes_V is not None or masked):
     chunks = np.array_split(np.arange(len(starts_N)), max(1, len(starts_N) // 256))
-    total = sum(int(bytes_V[windows(c)[:, 1:]].sum()) for c in chunks)
-    rate = total / (len(starts_N) * t)
+    total_bytes, total_scored = 0, 0.0
+    for c in chunks:
+      win_BxT1, mask_BxT1 = windows(c)
+      if masked:
+        total_scored += float(mask_BxT1[:, 1:].sum())
+        if bytes_V is not None:
+          total_bytes += float((bytes_V[win_BxT1[:, 1:]] * mask_BxT1[:, 1:]).sum())
+      else:
+        total_bytes += int(bytes_V[win_BxT1[:, 1:]].sum())
+    if masked:
+      scored = total_scored / len(starts_N)
+      rate = total_bytes / max(total_scored, 1.0)
+    else:
+      rate = total_bytes / (len(starts_N) * t)
 
   def gather(idx_B):
-    win_BxT1 = windows(idx_B)
+    win_BxT1, mask_BxT1 = windows(idx_B)
     batch = {"x": win_BxT1[:, :-1], "y": win_BxT1[:, 1:]}
     if segment_ids:
       batch["segment_ids"], batch["positions"] = segment_positions(batch["x"], eot_id)
+    if masked:
+      batch["loss_mask"] = mask_BxT1[:, 1:]
+      if split_rate:
+        batch["scored_per_row"] = np.full(len(idx_B), scored, np.float32)
     if bytes_V is not None:
-      batch["bytes_per_token"] = (np.full(len(idx_B), rate, np.float32) if split_rate else
-                                  bytes_V[batch["y"]].mean(-1, dtype=np.float32))
+      if split_rate:
+        batch["bytes_per_token"] = np.full(len(idx_B), rate, np.float32)
+      elif masked:
+        m_BxT = batch["loss_mask"]
+        batch["bytes_per_token"] = ((bytes_V[batch["y"]] * m_BxT).sum(-1) / np.maximum(
+            m_BxT.sum(-1), 1.0)).astype(np.float32)
+      else:
+        batch["bytes_per_token"] = bytes_V[batch["y"]].mean(-1, dtype=np.float32)
     return batch
 
   return Split(len(starts_N), gather)

@@ -5,6 +5,8 @@ Sources (SRC):
                            path, read until `max_bytes`); must be UTF-8
   a .parquet file          each row of `column` one document
   a folder of images       root/<class>/*.png|jpg, every image of one size and mode
+  a .jsonl file            instruction data: prompt/response pairs or chat messages, templated
+                           with a loss mask that is zero on the prompt (`jaxdl.data.chat`)
 
 Split: an example goes to val when crc32(its relative path, or its row number) / 2^32 < val_frac,
 so the split does not depend on which other files exist (the rule the `text` source uses for
@@ -226,6 +228,38 @@ def prepare_text(src: str, out_dir: str, *, tokenizer: str = "bytes", pattern: s
   return records.write_manifest(out_dir, {
       "kind": "lm", "fields": fields, "splits": splits, "source": os.path.abspath(src),
       "tokenizer": tokenizer_entry(tok)})
+
+
+def prepare_chat(src: str, out_dir: str, *, tokenizer: str = "bytes", val_frac: float = 0.1,
+                 shard_size: int = 4096, records_: list | None = None) -> dict:
+  """Instruction data (`jaxdl.data.chat`: a JSONL file `src`, or `records_` = [(split key,
+  messages), ...] already read) -> `tokens_mask` records (ids and loss mask, (N, 2)) + lengths +
+  manifest in `out_dir` (the manifest). Split by crc32 of each record's split key."""
+  from jaxdl.data import chat  # pylint: disable=g-import-not-at-top
+  tok = get_tokenizer(tokenizer, out_dir, key="--tokenizer")
+  recs = chat.read_jsonl(src) if records_ is None else records_
+  problem = split_error(sorted({k for k, _ in recs}), val_frac, src, "records")
+  if problem:
+    raise ValueError(problem.replace("its relative path", "its split key: its index among the "
+                                     "records unless it has a 'split_key'"))
+  os.makedirs(out_dir, exist_ok=True)
+  if tok.hf is not None and not os.path.isfile(os.path.join(out_dir, "tokenizer.json")):
+    tok.save(os.path.join(out_dir, "tokenizer.json"))
+  dtype = "uint16" if tok.vocab_size <= 2**16 else "int32"
+  fields = {chat.FIELD: {"shape": [-1, 2], "dtype": dtype}}
+  splits = {}
+  for split in ("train", "val"):
+    encoded = [chat.encode(m, tok) for k, m in recs if chat.split_of(k, val_frac) == split]
+    np.save(os.path.join(out_dir, f"{split}.lengths.npy"), np.array([len(i) for i, _ in encoded]))
+    splits[split] = write_split(out_dir, split, ({chat.FIELD: np.stack([i, m], 1)}
+                                                 for i, m in encoded), len(encoded), fields,
+                                shard_size, f"{split} records")
+    splits[split]["tokens"] = int(sum(len(i) for i, _ in encoded))
+    splits[split]["response_tokens"] = int(sum(m.sum() for _, m in encoded))
+  return records.write_manifest(out_dir, {
+      "kind": "lm", "fields": fields, "splits": splits, "source": os.path.abspath(src),
+      "tokenizer": tokenizer_entry(tok),
+      "loss_mask": {"field": chat.FIELD, "column": 1, "template": "plain"}})
 
 
 def tokenizer_entry(tok: Tokenizer) -> dict:

@@ -31,7 +31,7 @@ from jaxdl.models.lora import trainable_predicate
 from jaxdl.config import ParallelSettings, TrainSettings, parse_parallel, parse_train
 from jaxdl.schema import ConfigError
 from jaxdl.optim import masks, precision
-from jaxdl.train import step, strategies, tasks, trackers
+from jaxdl.train import init_from, step, strategies, tasks, trackers
 from jaxdl.train.step import TrainState, create_train_state
 
 
@@ -67,8 +67,11 @@ class Run:
     return jax.eval_shape(self.init_fn(), self.init_key)
 
   def init_state(self, shardings=None) -> TrainState:
-    """The seeded initial state, created where `shardings` put it (default device otherwise)."""
-    return jax.jit(self.init_fn(), out_shardings=shardings)(self.init_key)
+    """The seeded initial state, created where `shardings` put it (default device otherwise);
+    with the config's `init_from`, its parameters are the base's (`jaxdl.train.init_from`)."""
+    state = jax.jit(self.init_fn(), out_shardings=shardings)(self.init_key)
+    base = self.config.get(init_from.KEY) or ""
+    return init_from.apply(state, self.tx, base) if base else state
 
   def with_optim(self, optim: joptim.OptimConfig, config) -> Run:
     """This run under another parsed `optim` section (`config`: the config recording it): the
@@ -102,6 +105,7 @@ def build(config) -> Run:
   """Parses every section once, then builds data, task, strategy, optimizer, precision policy
   and model from the parsed objects; raises on bad config."""
   train, parallel = parse_train(config), parse_parallel(config)
+  init_from.check(config)
   data = jdata.parse_data(config.data)
   ds = jdata.make_dataset(config, data)
   task = tasks.make_task(config, train)

@@ -20,7 +20,16 @@ Losses (B batch, K classes, T time, V vocabulary):
                   bytes per target token: 1 for raw bytes, `batch['bytes_per_token']`); in
                   training plus the model's aux loss (MoE router losses), when it has one, and
                   with `train.z_loss` = c > 0 PaLM's z-loss c * mean_{B,T} (log Z)^2, log Z =
-                  logsumexp_v z_v (it keeps the softmax normalizer near 1; logged as z_loss)
+                  logsumexp_v z_v (it keeps the softmax normalizer near 1; logged as z_loss).
+                  Instruction data (`jaxdl.data.chat`) carries batch['loss_mask'] m (B, T), 1 on
+                  response targets; with w_bt = m_bt mask_b (mask_b: the eval padding, else 1)
+                    training  loss = sum_{b,t} w_bt CE_bt / max(1, sum_{b,t} w_bt)
+                    eval      loss = sum_{b,t} w_bt CE_bt / (S sum_b mask_b), S =
+                              batch['scored_per_row'] the eval split's scored tokens per row
+                  so `loss` is the mean CE per response token: the batch's in training, and,
+                  the eval average weighting batches by rows, exactly the eval split's total
+                  nats over its response tokens; accuracy, bits per byte (over the response
+                  targets' bytes, `jaxdl.data.packing`) and the z-loss are weighted by w alike
   regression:     mean over output dimensions of e^2, e = prediction - target (MSE); the tasks
                   regression_mae |e| and regression_huber (delta 1: e^2 / 2 for |e| <= 1, else
                   |e| - 1/2, quadratic near 0 and linear for outliers)
@@ -203,22 +212,52 @@ def language_model(config, train_settings: TrainSettings) -> Task:
         apply_fn, params, model_state, batch["x"], rngs, train, **packed)
     logits_BxTxV = logits_BxTxV.astype(jnp.float32)
     ce_BxT = optax.softmax_cross_entropy_with_integer_labels(logits_BxTxV, batch["y"])
-    loss = masked_mean(ce_BxT.mean(-1), batch)
-    accuracy = masked_mean((jnp.argmax(logits_BxTxV, -1) == batch["y"]).mean(-1), batch)
-    # Packed text carries its UTF-8 bytes per target token (`jaxdl.data.packing`: total nats
-    # over total bytes); raw-byte windows are one byte a token.
-    rate = masked_mean(batch["bytes_per_token"], batch) if "bytes_per_token" in batch else 1.0
+    correct_BxT = jnp.argmax(logits_BxTxV, -1) == batch["y"]
+    log_z_BxT = jax.nn.logsumexp(logits_BxTxV, axis=-1) if z_coef else None
+    if "loss_mask" in batch:
+      loss, accuracy, rate, z_mean = _response_means(batch, ce_BxT, correct_BxT, log_z_BxT)
+    else:
+      loss = masked_mean(ce_BxT.mean(-1), batch)
+      accuracy = masked_mean(correct_BxT.mean(-1), batch)
+      # Packed text carries its UTF-8 bytes per target token (`jaxdl.data.packing`: total nats
+      # over total bytes); raw-byte windows are one byte a token.
+      rate = (masked_mean(batch["bytes_per_token"], batch) if "bytes_per_token" in batch
+              else 1.0)
+      z_mean = masked_mean(jnp.square(log_z_BxT).mean(-1), batch) if z_coef else None
     metrics = {"accuracy": accuracy, "bits_per_byte": loss / math.log(2.0) / rate,
                **aux_metrics}
     if z_coef:
-      log_z_BxT = jax.nn.logsumexp(logits_BxTxV, axis=-1)
-      metrics["z_loss"] = z_coef * masked_mean(jnp.square(log_z_BxT).mean(-1), batch)
+      metrics["z_loss"] = z_coef * z_mean
       aux_loss = aux_loss + (metrics["z_loss"] if train else 0.0)
     # An MoE's router losses and the z-loss join the training objective; evaluation and bits
     # per byte report the plain CE.
     return loss + aux_loss, (metrics, new_state)
 
   return Task(loss_fn, kind="lm")
+
+
+def _response_means(batch: dict, ce_BxT, correct_BxT, log_z_BxT):
+  """(loss, accuracy, bytes per scored token, mean (log Z)^2 or None) over the response targets
+  of a masked batch (module docstring: `lm`)."""
+  w_BxT = batch["loss_mask"].astype(jnp.float32)
+  if "mask" in batch:
+    w_BxT = w_BxT * batch["mask"].astype(jnp.float32)[:, None]
+  if "scored_per_row" in batch:  # eval: the split's scored tokens per row, so batches add up
+    rows = batch["mask"].sum() if "mask" in batch else w_BxT.shape[0]
+    total = jnp.maximum(masked_mean(batch["scored_per_row"], batch) * rows, 1e-9)
+  else:
+    total = jnp.maximum(w_BxT.sum(), 1.0)
+  mean = lambda v_BxT: (v_BxT.astype(jnp.float32) * w_BxT).sum() / total  # noqa: E731
+  rate = 1.0
+  if "bytes_per_token" in batch:
+    n_B = w_BxT.sum(-1)
+    r_B = batch["bytes_per_token"].astype(jnp.float32)
+    # Each row's bytes per scored token, weighted by its scored tokens: the batch's total bytes
+    # over its total scored tokens (eval rows all carry the split's value).
+    rate = jnp.where(n_B.sum() > 0, (n_B * r_B).sum() / jnp.maximum(n_B.sum(), 1e-9),
+                     masked_mean(r_B, batch))
+  z_mean = mean(jnp.square(log_z_BxT)) if log_z_BxT is not None else None
+  return mean(ce_BxT), mean(correct_BxT), rate, z_mean
 
 
 def _regression_task(error_fn: Callable[[jax.Array], jax.Array]) -> Task:
