@@ -73,3 +73,19 @@ def test_bad_logger_names_and_missing_packages_are_one_line_errors(monkeypatch):
   for name in ("wandb", "mlflow"):
     with pytest.raises(ValueError, match=rf'needs the {name} package: pip install -e ".\[{name}'):
       trackers.check((name,))
+
+
+def test_a_tracker_failing_with_a_long_error_is_one_warning_line_and_loses_no_record(
+    tmp_path, caplog):
+  class Verbose:
+    def log(self, step, split, metrics):
+      raise RuntimeError("store unreachable\nTraceback (remote):\n  line 1\n  line 2")
+
+  writer = MetricsWriter(tmp_path, tensorboard=False, trackers=[Verbose()])
+  with caplog.at_level("WARNING"):
+    for step in (1, 2):
+      writer.write(step, "train", {"loss": 1.0 / step})
+  (message,) = [r.getMessage() for r in caplog.records if "Verbose" in r.getMessage()]
+  assert message == ("logger Verbose failed (RuntimeError: store unreachable); dropped for the "
+                     "rest of the run")
+  assert [r["step"] for r in read_metrics(tmp_path, "train")] == [1, 2] and not writer.trackers

@@ -89,8 +89,9 @@ class MetricsWriter:
       try:
         tracker.log(int(step), split, metrics)
       except Exception as e:  # noqa: BLE001 -- a tracker failing mid-run must not stop it
+        # One line: a tracker's errors (MLflow's, often) can run to many.
         log.warning("logger %s failed (%s: %s); dropped for the rest of the run",
-                    type(tracker).__name__, type(e).__name__, e)
+                    type(tracker).__name__, type(e).__name__, _first_line(e))
         self.trackers.remove(tracker)
 
   def finish(self, summary: dict) -> None:
@@ -100,7 +101,7 @@ class MetricsWriter:
         tracker.finish(summary)
       except Exception as e:  # noqa: BLE001
         log.warning("logger %s did not finish (%s: %s)", type(tracker).__name__,
-                    type(e).__name__, e)
+                    type(e).__name__, _first_line(e))
     self.trackers = []
 
   def write_event(self, step: int, event: str, **info) -> None:
@@ -112,6 +113,10 @@ class MetricsWriter:
   def close(self) -> None:
     if self._tb is not None:
       self._tb.close()
+
+
+def _first_line(e: Exception) -> str:
+  return (str(e).strip().splitlines() or [""])[0]
 
 
 _warned: set[tuple[str, int]] = set()
