@@ -18,7 +18,7 @@ from jaxdl import cli
 from jaxdl.config import load_config
 from jaxdl.train import NonFiniteLossError, run
 from jaxdl.train.checkpoint import load_state
-from jaxdl.train.writers import read_metrics
+from jaxdl.train.writers import read_metrics, read_records
 
 pytestmark = pytest.mark.slow
 
@@ -49,10 +49,17 @@ def _jaxdl(*args, check=True, experiment="moons_mlp:bn", env=None, **kw):
 # Runs the real CLI and SIGKILLs its own process at a chosen point (argv[1]):
 #   'save:S'  right after the async save of step S is dispatched, before it is finalized;
 #   'step:K'  when step K is dispatched (the checkpoints before it complete).
+# argv[2], when not empty, is a workdir where the same command first runs uninterrupted (the
+# reference run shares the process, and its imports, with the first killed one); argv[3] is the
+# killed run's workdir, then the `jaxdl` arguments.
 KILLER = """
 import os, signal, sys
+from jaxdl.cli import main
 from jaxdl.train import checkpoint, loop
-where, at = sys.argv[1].split(":"); at = int(at)
+kill, reference, workdir, *args = sys.argv[1:]
+if reference and main([*args, "--workdir", reference]) != 0:
+  sys.exit(3)
+where, at = kill.split(":"); at = int(at)
 if where == "save":
   original = checkpoint.Checkpointer.save
   def save_then_die(self, step, *a, **kw):
@@ -69,68 +76,127 @@ else:
       os.kill(os.getpid(), signal.SIGKILL)
     return advance(self, s, *a, **kw)
   loop._Loop.advance = advance_then_die
-from jaxdl.cli import main
-sys.exit(main(sys.argv[2:]))
+sys.exit(main([*args, "--workdir", workdir]))
 """
 
 
-def _train_records(workdir):
-  return {r["step"]: r for r in read_metrics(workdir, "train")}
+def _records(workdir) -> list[dict]:
+  """metrics.jsonl's train and eval records in file order, the killed attempts' included."""
+  return [r for split in ("train", "eval") for r in read_metrics(workdir, split)]
 
 
-# (experiment, overrides, steps, ckpt_every, kill at a save): every source of step-to-step state.
-# moons_mlp:bn: mini-batches with reshuffled epochs, dropout and BatchNorm. bpe_gpt:smoke (shrunk):
-# a BPE-tokenized ArrayRecord corpus read through grain, packed with segment ids. The augmented
-# CNN: random crops drawn per (seed, epoch, record), so the resumed run must redraw the same ones.
+def _text_table(root) -> pathlib.Path:
+  """A Parquet file of 60 code-like rows (about 6 kB): 81 train windows of 64 bytes, 2 batches
+  of 32 an epoch, so 8 steps run 4 epochs, each reshuffled."""
+  import pyarrow as pa
+  import pyarrow.parquet as pq
+  rng = np.random.default_rng(0)
+  words = ["def", "return", "x", "y", "for", "in", "range", "if", "else", "(", ")", ":", "+"]
+  rows = [f"def f{i}(x):\n    " + " ".join(rng.choice(words, 24)) + "\n" for i in range(60)]
+  pq.write_table(pa.table({"text": rows}), root / "text.parquet")
+  return root / "text.parquet"
+
+
+def _prepared_images(root) -> pathlib.Path:
+  """A tiny image folder (3 classes of 12 8x8 RGB pngs) prepared by `jaxdl data prepare`: 32
+  train images, 4 batches of 8 an epoch, so 8 steps run 2 epochs."""
+  from PIL import Image
+  rng = np.random.default_rng(0)
+  folder, out = root / "imgs", root / "prepared"
+  for cls in ("ants", "bees", "wasps"):
+    (folder / cls).mkdir(parents=True)
+    for i in range(12):
+      Image.fromarray(rng.integers(0, 256, (8, 8, 3), np.uint8)).save(folder / cls / f"{i}.png")
+  assert cli.main(["data", "prepare", str(folder), "--out", str(out)]) == 0
+  return out
+
+
+def _sets(*kvs):
+  return [a for kv in kvs for a in ("--set", kv)]
+
+
+# A one-layer GPT of d 32 and 300 ids: the BPE case's and the Parquet case's (bytes, 257 ids)
+# programs are the same, so the second compiles nothing; its one block unrolled, not scanned
+# (a GPT process costs about 7 CPU-s instead of 8.5, mostly tracing).
+TINY_GPT = _sets("model.n_layer=1", "model.scan_layers=False", "model.d_model=32",
+                 "model.vocab_size=300", "model.dropout=0.1", "data.max_eval_windows=8",
+                 "train.log_every=1", "train.eval_every=4", "train.plot=False",
+                 "train.async_checkpoint=True", "sample.max_new_tokens=0")
+# One case per kind of data: (experiment, overrides, steps, ckpt_every, data it needs or None).
+# Each has step-to-step state besides the parameters that a resume must restore exactly.
 CASES = {
-    "moons_mlp:bn": (OVERRIDES, 2 * N, N // 2, True),
-    "bpe_gpt:smoke": (["--set", "data.max_bytes=40000", "--set", "data.vocab=300",
-                       "--set", "model.n_layer=1", "--set", "model.d_model=32",
-                       "--set", "data.max_eval_windows=8", "--set", "model.dropout=0.1",
-                       "--set", "train.log_every=1", "--set", "train.eval_every=4",
-                       "--set", "train.plot=False", "--set", "train.async_checkpoint=True",
-                       "--set", "sample.max_new_tokens=0"], 8, 2, False),
-    "digits_cnn:subset,aug": (["--set", "train.log_every=1", "--set", "train.eval_every=4",
-                               "--set", "train.plot=False",
-                               "--set", "train.async_checkpoint=True"], 8, 2, False),
+    # embedded arrays: mini-batches with reshuffled epochs, dropout and BatchNorm statistics.
+    "embedded": ("moons_mlp:bn", OVERRIDES, 2 * N, N // 2, None),
+    # prepared text: a BPE-tokenized ArrayRecord corpus read through grain, read document by
+    # document and packed with segment ids.
+    "prepared_text": ("bpe_gpt:smoke", [*_sets("data.max_bytes=40000", "data.vocab=300"),
+                                        *TINY_GPT], 8, 2, None),
+    # prepared images with augmentation: records decoded from ArrayRecord shards, random crops
+    # and flips drawn per (seed, epoch, record), which the resumed run must draw again.
+    "prepared_images": ("digits_cnn:data={data}", _sets(
+        "data.batch_size=8", "data.augment=('crop=2','flip')", "model.features=(8,)",
+        "model.hidden=0", "train.log_every=1", "train.eval_every=4", "train.plot=False",
+        "train.async_checkpoint=True"), 8, 2, _prepared_images),
+    # a Parquet table read in place: byte-tokenized rows packed into an in-memory stream.
+    "parquet": ("char_gpt:smoke", [*_sets("data.name=parquet", "data.path={data}",
+                                          "data.context_length=64", "data.segment_ids=True"),
+                                   *TINY_GPT], 8, 2, _text_table),
 }
 
 
-@pytest.mark.parametrize("experiment", list(CASES))
-def test_sigkill_during_a_save_and_at_a_random_step_then_resume_is_bit_exact(
-    experiment, tmp_path):
-  """Killed at a random step (resumes from the newest checkpoint before it, or from scratch)
-  and, for the MLP, while the async checkpoint of step N is being written (that step is lost,
-  the run falls back to step N/2): every resumed run ends bit-identical to an uninterrupted
-  one, metrics included."""
-  overrides, steps, every, kill_in_save = CASES[experiment]
+def _kill_points(rng, steps: int, every: int) -> list[tuple[str, int]]:
+  """Three kill points in order, each with the step its resume starts from: during the async
+  save of a random checkpoint step P (that save is lost: back to P - every, 0 being a fresh
+  start), then at two random later steps (back to the newest checkpoint before each)."""
+  save = int(rng.choice(np.arange(every, steps - 1, every)))
+  k2 = int(rng.integers(save + 1, steps))
+  k3 = int(rng.integers(k2 + 1, steps + 1))
+  return [(f"save:{save}", save - every), *((f"step:{k}", (k - 1) // every * every)
+                                            for k in (k2, k3))]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_sigkill_three_times_in_one_workdir_then_resume_is_bit_exact(case, tmp_path):
+  """One workdir killed three times (during an async save, then at two random later steps),
+  each time resumed from the newest complete checkpoint, then run to the end: its final state is
+  bit-identical to an uninterrupted run's, and so is every train and eval record metrics.jsonl
+  holds, those the killed attempts wrote included. The kill points come from a seeded draw
+  named in every failure (JAXDL_KILL_SEED=SEED replays them)."""
+  experiment, overrides, steps, every, make_data = CASES[case]
+  seed = int(os.environ.get("JAXDL_KILL_SEED") or np.random.SeedSequence().entropy % 2**32)
+  kills = _kill_points(np.random.default_rng(seed), steps, every)
+  where = f"{case}, JAXDL_KILL_SEED={seed}, kills {[k for k, _ in kills]}"
   env = {**_env(), "JAXDL_CACHE": str(tmp_path / "cache")}  # prepared data shared by the runs
-  train = lambda *a, **kw: _jaxdl(*a, experiment=experiment, env=env, **kw)  # noqa: E731
-  full = tmp_path / "full"
+  if make_data is not None:
+    data = make_data(tmp_path)
+    experiment = experiment.format(data=data)
+    overrides = [a.format(data=data) for a in overrides]
   common = [*overrides, "--set", f"train.steps={steps}", "--set", f"train.ckpt_every={every}"]
-  train("--workdir", str(full), *common)
+  full, chained = tmp_path / "full", tmp_path / "chained"
+  for i, (kill, _) in enumerate(kills):
+    proc = subprocess.run([sys.executable, "-c", KILLER, kill, str(full) if i == 0 else "",
+                           str(chained), "train", experiment, *common, "--no-progress"],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == -signal.SIGKILL, f"{where}: {kill}\n{proc.stderr[-2000:]}"
+  resumed = _jaxdl("--workdir", str(chained), *common, experiment=experiment, env=env)
+  # The summary is the CLI's last output (the GPTs print a decoded sample before it).
+  summary = json.loads(resumed.stdout[resumed.stdout.rindex('{\n  "workdir"'):])
+  assert summary["start_step"] == kills[-1][1], where
+  events = [r for r in read_records(chained / "metrics.jsonl") if r.get("event") == "resume"]
+  # A resume from step 0 is a fresh start: it restores nothing and writes no event.
+  assert [e["step"] for e in events] == [r for _, r in kills if r > 0], where
   _, state_full = load_state(full)
-  a = _train_records(full)
-  at_random = int(np.random.default_rng().integers(2, steps + 1))
-  last_save = (at_random - 1) // every * every   # the newest complete checkpoint
-  kills = [(f"step:{at_random}", last_save)]
-  if kill_in_save:
-    kills.insert(0, (f"save:{steps // 2}", steps // 2 - every))
-  for kill, restart in kills:
-    killed = tmp_path / kill.replace(":", "_")
-    proc = subprocess.run([sys.executable, "-c", KILLER, kill, "train", experiment,
-                           "--workdir", str(killed), *common, "--no-progress"], env=env,
-                          cwd=ROOT, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
-    resumed = train("--workdir", str(killed), *common)
-    # The summary is the CLI's last output (bpe_gpt prints a decoded sample before it).
-    summary = json.loads(resumed.stdout[resumed.stdout.rindex('{\n  "workdir"'):])
-    assert summary["start_step"] == restart, kill
-    _, state_resumed = load_state(killed)
-    jax.tree.map(np.testing.assert_array_equal, state_full, state_resumed)  # bit-identical
-    b = _train_records(killed)
-    for s in range(restart + 1, steps + 1):
-      assert a[s] == b[s], f"{kill}, step {s}: {a[s]} != {b[s]}"
+  _, state_chained = load_state(chained)
+  assert jax.tree.structure(state_full) == jax.tree.structure(state_chained), where
+  for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(state_full),
+                          jax.tree.leaves(state_chained)):
+    np.testing.assert_array_equal(a, b, err_msg=f"{where}: {jax.tree_util.keystr(path)}")
+  expected = {(r["split"], r["step"]): r for r in _records(full)}
+  seen = _records(chained)
+  assert {(r["split"], r["step"]) for r in seen} == set(expected), where
+  for r in seen:
+    same = expected[r["split"], r["step"]]
+    assert r == same, f"{where}: {r} != {same}"
 
 
 def test_sigterm_saves_current_step_and_exits_0(tmp_path):
