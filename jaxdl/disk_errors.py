@@ -66,8 +66,10 @@ def unwritable_dir(path: str, flag: str) -> str | None:
     if len(os.fsencode(part)) > name_max:
       return (f"{flag} {path}: the name is too long for the file system "
               f"({len(os.fsencode(part))} > {name_max} bytes per name)")
-  if not _writable(existing):
-    return f"{flag} {path}: {existing} is read-only"
+  if not os.stat(existing).st_mode & 0o222:
+    return f"{flag} {path}: {existing} is read-only (no write bits)"
+  if not os.access(existing, os.W_OK | os.X_OK):
+    return f"{flag} {path}: {existing} is not writable by this user (permission denied)"
   return None
 
 
