@@ -113,6 +113,7 @@ def test_a_workdir_the_user_cannot_create_is_refused_in_one_line(user):
   proc = run(["train", "moons_mlp:smoke", "--workdir", str(locked / "run"), "--no-progress"])
   line = _one_line(proc)
   assert proc.returncode == 2 and line.startswith("jaxdl: error: ") and str(locked) in line, line
+  assert "not writable by this user (permission denied)" in line, line
   assert os.listdir(locked) == []  # nothing created
 
 
@@ -126,6 +127,7 @@ def test_data_prepare_out_the_user_cannot_write_is_refused_in_one_line(user):
   proc = run(["data", "prepare", str(texts), "--out", str(locked / "prep")])
   line = _one_line(proc)
   assert proc.returncode == 2 and "--out" in line and str(locked) in line, line
+  assert "not writable by this user (permission denied)" in line, line
   assert os.listdir(locked) == []
 
 
