@@ -11,8 +11,9 @@ eps 1e-8, 1,000 steps, no clipping, every weight in the decay mask.
 Expected group means (within 0.01): Adam + L2 about [0.99, 0.262] (the L2 term lambda theta goes
 through the moments and is divided by sqrt(v_hat): invisible under the noisy group's large v,
 dominant in the quiet group where it is the whole signal); AdamW about [0.904, 0.904], both
-groups at the closed form (1 - eta lambda)^1000 = 0.905. Writes group_means.png (mean per
-group over the steps) and results.json.
+groups at the closed form (1 - eta lambda)^1000 = 0.905. Over seeds 0-2 (claim adamw_vs_l2):
+Adam+L2 - AdamW in the noisy group 0.0852 [95% CI 0.0852, 0.0853]; AdamW noisy - quiet 0.0006
+[95% CI -0.0013, 0.0026]. Writes group_means.png (mean per group over the steps) and results.json.
 """
 
 import json

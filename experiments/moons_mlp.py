@@ -11,7 +11,9 @@ MLP with a sigmoid/BCE output, Adam lr 0.01, 200 epochs (= 200 full-batch steps)
 no weight decay.
 
 Expected: the BCE training loss over the 200 steps is lower with BatchNorm than without (the
-course's figure; claim `batchnorm_moons`, the mean of the curve: 0.111 vs 0.144); both reach
+course's figure; claim `batchnorm_moons`, the mean of the curve, over seeds 0-2: BN - plain =
+-0.036 [95% CI -0.041, -0.031]; seed 0 0.111 vs 0.144 from jaxdl train, 0.108 vs 0.144 in the
+claim's vmapped program); both reach
 about 0.9+ accuracy on a fresh moons draw. BatchNorm's full-batch curve oscillates at this lr,
 so its last value alone moves with the compiler's flags.
 """

@@ -19,7 +19,8 @@ Expected (measured on this project's 2-core CPU, seed 0):
   Pre-LN's norms shrink towards the output; post-LN's stay near flat from block 2 on, so the
   post/pre ratio grows from 0.86 at block 2 to 1.51 at block 6: post-LN has the larger gradients
   near the output (block 1's post-LN norm is large because its first LN rescales the raw
-  embeddings). `jaxdl reproduce --only prepost_ln_grads` checks this.
+  embeddings). `jaxdl reproduce --only prepost_ln_grads` checks this. Over seeds 0-4 the block-6
+  ratio is 1.444 [95% CI 1.339, 1.549]; both shapes hold in every seed.
   Eval loss after 150 steps (nats per byte; 5.55 at init):
                  no warmup   10% warmup
     pre-LN       2.912       2.928

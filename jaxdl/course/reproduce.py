@@ -12,10 +12,15 @@ Exit codes: 0 every selected claim holds, 1 some claim failed, 2 bad input (an u
 A claim is a function registered with `@claim(name, slow=...)` that measures one statement
 through jaxdl's public API (`jaxdl.optim`, `jaxdl.models`, `jaxdl.generative`, `jaxdl.train`,
 `jaxdl.course.measure`) and returns rows. Each row is a `Row`: `expected` and `measured` are
-numbers, lists of numbers, or booleans; `tolerance` says how they are compared:
+numbers, lists of numbers, booleans or (an interval's) text; `tolerance` says how they are
+compared:
   'abs X'     |measured - expected| <= X, elementwise
   'rel X%'    |measured - expected| <= X/100 |expected|, elementwise
   'exact'     equal (integers, booleans, or floats meant to agree bit for bit)
+  '95% t interval'  a comparison over seeds: measured 'A - B = m [95% CI lo, hi] over n seeds
+              (d_1, ...)', m +- t_{0.975, n-1} s / sqrt(n) of the per-seed differences (or
+              ratios); ok when the interval lies on the side `expected` states
+              (`jaxdl.course.claims.interval_row`)
   otherwise   a stated relation (e.g. 'bn < plain'), decided by the claim itself
 """
 

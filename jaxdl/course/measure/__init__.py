@@ -15,13 +15,15 @@ Signal propagation (section 2 of the lesson):
                          h_l = h_{l-1} + F(h_{l-1}) -> (1 + a^2)^(l/2) (the cross term has mean 0).
 Normalization, attention, dropout, first loss, convolutions, GPT blocks:
   batchnorm_moons_curves the moons MLP's training loss per epoch with and without BatchNorm
+  batchnorm_moons_losses the same over S seeds, each setting one vmapped, scanned program
   qk_score_std           std of q . k and of q . k / sqrt(d_k) for unit-variance q, k
   dropout_draws          the activations of `jaxdl.models.mlp.MLP`'s inverted dropout
   first_loss             cross-entropy of a fresh MLP classifier with its head scaled
   conv_output_length     the output length of a real `flax.linen.Conv`
   measured_receptive_field  input pixels reached by one output of stacked convs (by gradient)
   block_kernel_params    weights in the matrices of one GPT block, in units of d^2
-  block_grad_norms       gradient norm of each GPT block's parameters at init (pre- vs post-LN)
+  block_grad_norms       gradient norm of each GPT block's parameters at init (pre- vs post-LN),
+                         for one seed or vmapped over S seeds
 Generative worked examples:
   two_point_field        the exact flow field for data +-1, as a denoiser `apply_fn`
 
@@ -35,11 +37,13 @@ from jaxdl.course.measure.models import (attention_maps, block_grad_norms,
 from jaxdl.course.measure.signal import (dropout_draws, first_loss, product_gradient,
                                          qk_score_std, relu_stack_moments, relu_stack_theory,
                                          stack_rms, stack_rms_theory)
-from jaxdl.course.measure.training import (batchnorm_moons_curves, decoupled_decay_factor,
-                                           example_loss_curves, two_point_field)
+from jaxdl.course.measure.training import (batchnorm_moons_curves, batchnorm_moons_losses,
+                                           decoupled_decay_factor, example_loss_curves,
+                                           two_point_field)
 
-__all__ = ["attention_maps", "batchnorm_moons_curves", "block_grad_norms", "block_kernel_params",
-           "conv_output_length", "decoupled_decay_factor", "dropout_draws",
-           "example_loss_curves", "first_loss", "gpt_param_shapes", "measured_receptive_field",
-           "product_gradient", "qk_score_std", "relu_stack_moments", "relu_stack_theory",
-           "stack_rms", "stack_rms_theory", "two_point_field"]
+__all__ = ["attention_maps", "batchnorm_moons_curves", "batchnorm_moons_losses",
+           "block_grad_norms", "block_kernel_params", "conv_output_length",
+           "decoupled_decay_factor", "dropout_draws", "example_loss_curves", "first_loss",
+           "gpt_param_shapes", "measured_receptive_field", "product_gradient", "qk_score_std",
+           "relu_stack_moments", "relu_stack_theory", "stack_rms", "stack_rms_theory",
+           "two_point_field"]

@@ -67,31 +67,40 @@ def block_kernel_params(preset: str = "gpt2-small") -> float:
 
 def block_grad_norms(ln: str, *, n_layer: int = 8, d_model: int = 64, n_head: int = 4,
                      vocab: int = 64, seq: int = 32, batch: int = 8, init: str = "gpt2",
-                     seed: int = 0) -> np.ndarray:
+                     seed: int = 0, seeds=None) -> np.ndarray:
   """||d loss / d params of block l|| for l = 1..L of a fresh GPT ('pre' or 'post' LN).
 
   Next-token loss on random tokens at init; the blocks are one scan (params 'h' with a leading
   L axis), so the norm of block l reduces every axis but the first.
   Post-LN puts a norm on the residual path, so the gradients of the early blocks are scaled by
   the later norms; pre-LN keeps an identity path from the loss to every block.
+
+  Returns norm_L for `seed`; with `seeds` (a sequence of S ints, `seed` ignored) norm_SxL, one
+  row per seed (its own tokens and init), computed as one compiled program vmapped over the
+  seeds' keys (one compile for any S).
   """
   cfg = gpt_config("", n_layer=n_layer, d_model=d_model, n_head=n_head, vocab_size=vocab,
                    block_size=seq, ln=ln, scan_layers=True, init_name=init)
   model = build_model(cfg)
-  kt, kp = jax.random.split(jax.random.PRNGKey(seed))
-  tokens = jax.random.randint(kt, (batch, seq + 1), 0, vocab)
-  params = jax.jit(lambda k: model.init(k, tokens[:, :-1], train=False))(kp)["params"]
 
-  @jax.jit
-  @jax.grad
-  def grad(p):
-    logits = model.apply({"params": p}, tokens[:, :-1], train=False)
-    logp = jax.nn.log_softmax(logits)
-    return -jnp.mean(jnp.take_along_axis(logp, tokens[:, 1:, None], -1))
+  def norms_L(key):
+    kt, kp = jax.random.split(key)
+    tokens = jax.random.randint(kt, (batch, seq + 1), 0, vocab)
+    params = model.init(kp, tokens[:, :-1], train=False)["params"]
 
-  g = grad(params)
-  sq_L = sum(jnp.sum(x * x, axis=tuple(range(1, x.ndim))) for x in jax.tree.leaves(g["h"]))
-  return np.sqrt(np.asarray(sq_L))
+    def loss(p):
+      logits = model.apply({"params": p}, tokens[:, :-1], train=False)
+      logp = jax.nn.log_softmax(logits)
+      return -jnp.mean(jnp.take_along_axis(logp, tokens[:, 1:, None], -1))
+
+    g = jax.grad(loss)(params)
+    sq_L = sum(jnp.sum(x * x, axis=tuple(range(1, x.ndim))) for x in jax.tree.leaves(g["h"]))
+    return jnp.sqrt(sq_L)
+
+  if seeds is None:
+    return np.asarray(jax.jit(norms_L)(jax.random.PRNGKey(seed)))
+  keys = jnp.stack([jax.random.PRNGKey(s) for s in seeds])
+  return np.asarray(jax.jit(jax.vmap(norms_L))(keys))
 
 # ------------------------------------------------------------------------- attention maps
 

@@ -65,6 +65,45 @@ def batchnorm_moons_curves(steps: int = 200) -> dict:
     out[name] = (np.array([r["step"] for r in records]), np.array([r["loss"] for r in records]))
   return out
 
+
+def batchnorm_moons_losses(seeds=(0, 1, 2), steps: int = 200) -> dict:
+  """Per-step BCE training loss of experiments/moons_mlp.py without and with its 'bn' arg, over
+  S seeds: {'plain': loss_SxT, 'bn': loss_SxT}, T = `steps`.
+
+  The same updates as `jaxdl.train.run` (`batchnorm_moons_curves`) with `seed=k`: the config's
+  model, task, optimizer and train step (`jaxdl.train.make_train_step`), and `build`'s keys of
+  seed k, (init key, base key) = split(PRNGKey(k)). Each setting is one compiled program, the
+  S seeds vmapped and the T steps scanned, so more seeds cost compute, not compiles. Every step
+  sees the whole make_moons draw (batch = n; the draw is data_seed's, not the run's seed);
+  run()'s per-epoch shuffle only permutes it, which changes neither the mean BCE nor
+  BatchNorm's batch statistics, so the loss of step s (before update s) is run()'s up to float
+  summation order (equal to ~1e-7 over the first steps; the BN curve oscillates at this lr, so
+  later steps drift apart).
+  """
+  from jaxdl.config import load_config
+  from jaxdl.train import build, make_train_step
+  keys_Sx2 = jnp.stack([jax.random.split(jax.random.PRNGKey(k)) for k in seeds])
+  out = {}
+  for name, spec in (("plain", "moons_mlp"), ("bn", "moons_mlp:bn")):
+    config, _ = load_config(spec, [f"train.steps={steps}"])
+    r = build(config)
+    batch = next(r.ds.train_iter(process_index=0, process_count=1))
+    assert len(jax.tree.leaves(batch)[0]) == r.ds.source.train.num, "moons_mlp is full-batch"
+
+    def losses_T(keys, r=r, batch=batch):
+      init_key, base_key = keys
+      train_step = make_train_step(r.model.apply, r.task.loss_fn, r.tx, r.schedule, base_key)
+
+      def body(state, _):
+        state, metrics = train_step(state, batch)
+        return state, metrics["loss"]
+
+      return jax.lax.scan(body, r.init_fn()(init_key), None, length=steps)[1]
+
+    out[name] = np.asarray(jax.jit(jax.vmap(losses_T))(keys_Sx2))
+  return out
+
+
 # ------------------------------------------------------------------------- debugging examples
 
 
