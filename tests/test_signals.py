@@ -28,7 +28,10 @@ def _env() -> dict:
   """The suite's environment with one CPU device (a user's machine), for a faster start."""
   flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
            if not f.startswith("--xla_force_host_platform_device_count")]
-  return {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": " ".join(flags)}
+  # PYTHONFAULTHANDLER: a run that does not stop is sent SIGABRT (`_stop`), which then prints
+  # every thread's stack, so a hang names where it waits.
+  return {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": " ".join(flags),
+          "PYTHONFAULTHANDLER": "1"}
 
 
 def _train(workdir, *extra) -> subprocess.Popen:
@@ -55,9 +58,15 @@ def _wait_for(condition, proc, what: str, timeout: float = 60.0) -> None:
     time.sleep(0.02)
 
 
-def _stop(proc, signum) -> tuple[int, str, str]:
+def _stop(proc, signum, timeout: float = 120.0) -> tuple[int, str, str]:
   proc.send_signal(signum)
-  out, err = proc.communicate(timeout=60)
+  try:
+    out, err = proc.communicate(timeout=timeout)
+  except subprocess.TimeoutExpired:
+    proc.send_signal(signal.SIGABRT)  # the faulthandler's stacks of every thread (`_env`)
+    _, err = proc.communicate()
+    raise AssertionError(f"still running {timeout:.0f} s after {signal.Signals(signum).name}; "
+                         f"its threads:\n{err[-6000:]}") from None
   return proc.returncode, out, err
 
 
