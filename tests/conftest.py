@@ -77,4 +77,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.hookimpl(optionalhook=True)  # a hook of xdist's, absent under `-p no:xdist`
 def pytest_xdist_make_scheduler(config, log):
   from xdist.scheduler import LoadScopeScheduling  # pylint: disable=g-import-not-at-top
+  # xdist would hand out the modules with the most tests first; keep COSTLIEST_FIRST's order
+  # (test_readme, one 130 CPU-s test, ran last that way and ended the run alone for a minute).
+  config.option.loadscopereorder = False
   return LoadScopeScheduling(config, log)
