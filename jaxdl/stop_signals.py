@@ -50,6 +50,9 @@ class Preemption:
       # background job is not meant to stop on the terminal's Ctrl-C.
       self._old = {s: signal.signal(s, self._handle) for s in self.SIGNALS
                    if signal.getsignal(s) is not signal.SIG_IGN}
+      # A handler never runs for a blocked signal, and a blocked mask is inherited from the
+      # parent (a thread that blocked it while starting us): unblock the ones handled here.
+      signal.pthread_sigmask(signal.SIG_UNBLOCK, set(self._old))
     return self
 
   def _handle(self, signum, frame):

@@ -34,12 +34,26 @@ def _env() -> dict:
           "PYTHONFAULTHANDLER": "1"}
 
 
+# A foreground run, as a terminal starts one: SIGINT and SIGTERM at their default disposition,
+# whatever this test worker inherited or was left with by the tests before it (an ignored SIGINT
+# is inherited, and jaxdl leaves it ignored on purpose: a shell's background job).
+FOREGROUND = ("import runpy, signal, sys; "
+              "[signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGTERM)]; "
+              "sys.argv[0] = 'jaxdl'; runpy.run_module('jaxdl', run_name='__main__')")
+
+
 def _train(workdir, *extra) -> subprocess.Popen:
   return subprocess.Popen(
-      [sys.executable, "-m", "jaxdl", "train", "moons_mlp", "--workdir", str(workdir),
+      [sys.executable, "-c", FOREGROUND, "train", "moons_mlp", "--workdir", str(workdir),
        "--no-progress", "--set", "train.plot=False", "--set", "train.steps=100000",
        "--set", "train.ckpt_every=0", *extra],
       env=_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _signal_state(pid: int) -> str:
+  """Process `pid`'s blocked, ignored and caught signal masks (/proc), for failure messages."""
+  lines = pathlib.Path(f"/proc/{pid}/status").read_text().splitlines()
+  return " ".join(line for line in lines if line.startswith(("SigBlk", "SigIgn", "SigCgt")))
 
 
 def _catches(pid: int, signum: int) -> bool:
@@ -104,6 +118,7 @@ def test_sigint_during_training_saves_the_step_and_exits_130(tmp_path):
   metrics = workdir / "metrics.jsonl"
   _wait_for(lambda: metrics.exists() and metrics.read_text().count('"train"') >= 3, proc,
             "third step")
+  assert _catches(proc.pid, signal.SIGINT), _signal_state(proc.pid)
   code, out, err = _stop(proc, signal.SIGINT)
   assert code == 130, err
   assert "Traceback" not in err and "KeyboardInterrupt" not in err, err

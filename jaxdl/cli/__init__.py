@@ -1,5 +1,5 @@
 """The `jaxdl` command line: train, list, sample, likelihood, doctor, reproduce, bench, data, plot,
-sweep.
+sweep, export.
 
 Exit codes: 0 success (also after a SIGTERM, which stops `train` cleanly at any moment, saving
 the current step during training), 130 a `train` stopped as cleanly by SIGINT (Ctrl-C), 1 a run
@@ -18,13 +18,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jaxdl.cli import (bench, data, doctor, likelihood, listing, logs, plot, reproduce, sample,
-                       sweep, train)
+from jaxdl.cli import (bench, data, doctor, export, likelihood, listing, logs, plot, reproduce,
+                       sample, sweep, train)
 
 # The commands in the order `jaxdl --help` lists them.
 COMMANDS = {"train": train, "list": listing, "sample": sample, "likelihood": likelihood,
             "doctor": doctor, "reproduce": reproduce, "bench": bench, "data": data, "plot": plot,
-            "sweep": sweep}
+            "sweep": sweep, "export": export}
 
 
 def build_parser() -> argparse.ArgumentParser:
