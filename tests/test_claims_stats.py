@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from jaxdl.course.claims import interval_row, seed_interval
+from jaxdl.course.rows import interval_row, seed_interval
 
 T_975_2 = 4.302652729911275  # t_{0.975, 2}: the 95% two-sided quantile with 2 degrees of freedom
 

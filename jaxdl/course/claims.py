@@ -6,46 +6,7 @@ import math
 
 import numpy as np
 
-from jaxdl.course.rows import Row, claim, close, exact
-
-# ============================================================================ over seeds
-#
-# A claim that compares two settings A and B measures both on seeds k = 1..n (paired: seed k's
-# two runs share what the seed draws, where the settings allow) and reports the per-seed
-# difference d_k = A_k - B_k (or a per-seed ratio) as its mean with a 95% t interval:
-#
-#   m = (1/n) sum d_k,   s^2 = (1/(n-1)) sum (d_k - m)^2,   m +- t_{0.975, n-1} s / sqrt(n)
-#
-# (t_{0.975, 2} = 4.303, t_{0.975, 4} = 2.776). The claim holds when the interval lies on the
-# stated side of its bound: a difference that one seed shows but the seeds' spread covers does
-# not pass.
-
-
-def seed_interval(values_S, level: float = 0.95) -> tuple[float, float, float]:
-  """(mean, low, high) of the two-sided t interval of the mean of S >= 2 per-seed values (the
-  sweep report's `t_interval`)."""
-  from jaxdl.course.sweeps.report import t_interval
-  values_S = [float(v) for v in values_S]
-  if len(values_S) < 2:
-    raise ValueError(f"seed_interval: {len(values_S)} value(s); an interval needs 2 or more")
-  mean, half = t_interval(values_S, level)
-  return mean, mean - half, mean + half
-
-
-def interval_row(name: str, label: str, values_S, *, above: float | None = None,
-                 below: float | None = None, digits: int = 3) -> Row:
-  """A row for a per-seed quantity: measured 'label = m [95% CI lo, hi] over n seeds (v_1, ...)'.
-  Ok when the interval lies above `above` and below `below` (both given: inside)."""
-  mean, lo, hi = seed_interval(values_S)
-  f = lambda x: f"{x:.{digits}f}"  # noqa: E731
-  measured = (f"{label} = {f(mean)} [95% CI {f(lo)}, {f(hi)}] over {len(values_S)} seeds "
-              f"({', '.join(f(v) for v in values_S)})")
-  bounds = ([f"> {above:g}"] if above is not None else []) + (
-      [f"< {below:g}"] if below is not None else [])
-  ok = ((above is None or lo > above) and (below is None or hi < below)
-        and bool(np.all(np.isfinite(values_S))))
-  return Row(name, f"95% CI {' and '.join(bounds)}", measured, "95% t interval", bool(ok))
-
+from jaxdl.course.rows import Row, claim, close, exact, interval_row
 
 # ============================================================================ optimizers
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxdl.course.claims import interval_row
+from jaxdl.course.rows import interval_row
 from jaxdl.course.rows import Row, claim, close
 
 

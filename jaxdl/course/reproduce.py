@@ -20,7 +20,7 @@ compared:
   '95% t interval'  a comparison over seeds: measured 'A - B = m [95% CI lo, hi] over n seeds
               (d_1, ...)', m +- t_{0.975, n-1} s / sqrt(n) of the per-seed differences (or
               ratios); ok when the interval lies on the side `expected` states
-              (`jaxdl.course.claims.interval_row`)
+              (`jaxdl.course.rows.interval_row`)
   otherwise   a stated relation (e.g. 'bn < plain'), decided by the claim itself
 """
 

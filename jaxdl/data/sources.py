@@ -30,41 +30,16 @@ import functools
 import os
 import sysconfig
 import zlib
-from typing import Callable
 
 import numpy as np
 
 from jaxdl.data.augment import augment_setting
+from jaxdl.data.embedded_cache import sklearn_arrays
 from jaxdl.schema import NONNEG, OPEN_UNIT, POSITIVE, one_of, setting
 from jaxdl.data.registry import DataSource, Source, Split, register_source
 
 KINDS = ("classification", "binary", "lm", "regression", "generative")
 TOY2D = ("moons", "8gaussians", "checkerboard", "swissroll")
-
-
-def _sklearn_arrays(name: str, build: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-  """`build()`'s arrays (scikit-learn's embedded datasets), kept once per scikit-learn version in
-  `$JAXDL_CACHE/embedded/` (default ~/.cache/jaxdl): importing scikit-learn costs each process
-  about 2 CPU-s, reading the cached file about a millisecond. The file is written whole and
-  renamed into place, so concurrent runs never read half of one."""
-  from importlib import metadata  # pylint: disable=g-import-not-at-top
-  root = os.path.join(os.path.expanduser(os.environ.get("JAXDL_CACHE") or "~/.cache/jaxdl"),
-                      "embedded")
-  path = os.path.join(root, f"{name}-sklearn{metadata.version('scikit-learn')}.npz")
-  try:
-    with np.load(path) as f:
-      return {k: f[k] for k in f.files}
-  except (OSError, ValueError, EOFError):  # absent, unreadable or truncated: build it again
-    pass
-  arrays = build()
-  try:
-    os.makedirs(root, exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp.npz"
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
-  except OSError:  # a read-only home: the arrays are still right, only not kept
-    pass
-  return arrays
 
 
 def _array_split(arrays: dict[str, np.ndarray]) -> Split:
@@ -105,7 +80,7 @@ class Moons(DataSource):
         from sklearn.datasets import make_moons  # pylint: disable=g-import-not-at-top
         x_NxD, y_N = make_moons(n_samples=n, noise=self.noise, random_state=seed)
         return {"x": x_NxD.astype(np.float32), "y": y_N.astype(np.float32)}
-      return _sklearn_arrays(f"moons-{n}-{self.noise!r}-{seed}", build)
+      return sklearn_arrays(f"moons-{n}-{self.noise!r}-{seed}", build)
 
     return arrays_source("binary", draw(self.n, self.data_seed),
                           draw(n_eval, self.data_seed + 1), num_classes=2)
@@ -124,7 +99,7 @@ def digits_split() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         d.images, d.target, test_size=0.2, random_state=0, stratify=d.target)
     return dict(x_tr=x_tr, y_tr=y_tr, x_te=x_te, y_te=y_te)
 
-  a = _sklearn_arrays("digits-split", build)
+  a = sklearn_arrays("digits-split", build)
   return a["x_tr"], a["y_tr"], a["x_te"], a["y_te"]
 
 

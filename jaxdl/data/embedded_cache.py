@@ -1,0 +1,33 @@
+"""scikit-learn's embedded datasets (moons, digits) kept on disk once per scikit-learn version."""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+import numpy as np
+
+
+def sklearn_arrays(name: str, build: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+  """`build()`'s arrays (scikit-learn's embedded datasets), kept once per scikit-learn version in
+  `$JAXDL_CACHE/embedded/` (default ~/.cache/jaxdl): importing scikit-learn costs each process
+  about 2 CPU-s, reading the cached file about a millisecond. The file is written whole and
+  renamed into place, so concurrent runs never read half of one."""
+  from importlib import metadata  # pylint: disable=g-import-not-at-top
+  root = os.path.join(os.path.expanduser(os.environ.get("JAXDL_CACHE") or "~/.cache/jaxdl"),
+                      "embedded")
+  path = os.path.join(root, f"{name}-sklearn{metadata.version('scikit-learn')}.npz")
+  try:
+    with np.load(path) as f:
+      return {k: f[k] for k in f.files}
+  except (OSError, ValueError, EOFError):  # absent, unreadable or truncated: build it again
+    pass
+  arrays = build()
+  try:
+    os.makedirs(root, exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp.npz"
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+  except OSError:  # a read-only home: the arrays are still right, only not kept
+    pass
+  return arrays
