@@ -2,7 +2,7 @@
 
 Run:
   jaxdl train experiments/ddpm_digits_cfg.py          # workdir runs/ddpm_digits_cfg
-  jaxdl train ddpm_digits_cfg:smoke                   # tiny U-Net, 60 steps, for tests
+  jaxdl train ddpm_digits_cfg:smoke                   # tiny U-Net, 20 steps, for tests
 
 Setup: as fm_digits_cfg, but the DDPM eps loss on the cosine alpha_bar schedule (T = 1000) and
 DDIM sampling (eta = 0, 50 steps, x_hat clipped to [-1, 1]) with guidance w = 2; 2,000 steps.

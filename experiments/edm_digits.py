@@ -2,7 +2,7 @@
 
 Run:
   jaxdl train experiments/edm_digits.py               # workdir runs/edm_digits
-  jaxdl train edm_digits:smoke                        # tiny U-Net, 60 steps, for tests
+  jaxdl train edm_digits:smoke                        # tiny U-Net, 20 steps, for tests
   jaxdl sample runs/edm_digits --class 3 --out three.png
   jaxdl sample runs/edm_digits --class 3 --sampler dpmpp_2m --steps 10 --out three_dpm.png
 

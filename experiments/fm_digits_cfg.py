@@ -2,9 +2,9 @@
 
 Run:
   jaxdl train experiments/fm_digits_cfg.py            # workdir runs/fm_digits_cfg
-  jaxdl train fm_digits_cfg:smoke                     # tiny U-Net, 60 steps, for tests
+  jaxdl train fm_digits_cfg:smoke                     # tiny U-Net, 20 steps, for tests
   jaxdl train fm_digits_cfg:dit --workdir runs/fm_digits_dit   # the DiT denoiser instead
-  jaxdl train fm_digits_cfg:dit,smoke                 # a tiny DiT, 60 steps, for tests
+  jaxdl train fm_digits_cfg:dit,smoke                 # a tiny DiT, 20 steps, for tests
 
 Setup: sklearn digits scaled to [-1, 1] (training split), a two-level conv U-Net (16/32 channels)
 with a time embedding and 10 class embeddings plus a null class; velocity MSE with labels dropped

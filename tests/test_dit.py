@@ -116,4 +116,4 @@ def test_fm_digits_cfg_dit_smoke_trains_and_samples(tmp_path, capsys):
   out = capsys.readouterr().out
   summary = json.loads(out[out.rindex('{\n  "workdir"'):])
   assert summary["step"] == 2 and np.isfinite(summary["train"]["loss"])
-  assert summary["generative"]["num"] == 100 and (workdir / "summary.json").exists()
+  assert summary["generative"]["num"] == 50 and (workdir / "summary.json").exists()

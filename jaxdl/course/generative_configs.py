@@ -92,7 +92,7 @@ def digits_config(task: str, name: str, arg=None):
   """Class-conditional 8x8 digits in [-1, 1]: small U-Net (16/32 channels), 10 classes + null,
   p_uncond 0.1, guidance 2.0, AdamW 2e-3 warmup-cosine, batch 64, 3,000 steps (sized for a CPU).
 
-  arg: None, or 'smoke' (a tiny U-Net, 60 steps).
+  arg: None, or 'smoke' (a tiny U-Net, 20 steps, 50 samples judged).
   """
   c = generative_base(task, name, "digits", batch_size=64, steps=3000, every=1000,
                       log_every=100)
@@ -113,7 +113,7 @@ def digits_config(task: str, name: str, arg=None):
     c.gen.clip_x0 = 1.0
   c.optim = _flow_optim()
   if parse_arg(arg, smoke=False).smoke:
-    smoke(c, steps=60, eval_every=30, ckpt_every=30)
+    smoke(c, steps=20, eval_every=10, ckpt_every=10)
     c.model.update(channels=(8, 16), emb_dim=32)
-    c.gen.update(eval_num=100, classifier="svm", steps=5)
+    c.gen.update(eval_num=50, classifier="svm", steps=5)
   return c
