@@ -136,30 +136,81 @@ def test_bad_grad_accum_is_one_line_exit_2(value, expected, tmp_path, capsys):
   assert not workdir.exists()
 
 
-def test_unrolled_and_scanned_microbatch_loops_agree():
-  """The two loop forms of `accumulate_gradients` are two programs for one sum: a Python loop
-  of N microbatch gradients (what 'auto' picks on a CPU for a model with convolutions, whose
-  gradients XLA:CPU runs several times slower inside a while loop) and a `lax.scan`. With
-  dropout and BatchNorm, so keys and running statistics follow the same microbatches."""
+def _small_cnn(rows: int):
   model = CNN(features=(4, 8), hidden=16, out=3, norm="batch", dropout=0.5)
   task = make_task(ml_collections.ConfigDict(dict(task="classification", train={})))
   rng = np.random.default_rng(0)
-  batch = {"x": rng.normal(size=(8, 8, 8, 1)).astype(np.float32),
-           "y": rng.integers(0, 3, size=8).astype(np.int32)}
+  batch = {"x": rng.normal(size=(rows, 8, 8, 1)).astype(np.float32),
+           "y": rng.integers(0, 3, size=rows).astype(np.int32)}
   state = create_train_state(model, optax.sgd(0.1), jax.random.PRNGKey(0), batch["x"])
-  rngs = step_rngs(jax.random.PRNGKey(1), jnp.zeros((), jnp.int32))
+  return model, task, batch, state
 
+
+def test_microbatch_loop_forms_agree():
+  """The loop forms of `accumulate_gradients` are programs for one sum: a `lax.scan`, the scan
+  with its convolutions rewritten to XLA:CPU's canonical layout (what 'auto' picks on a CPU for a
+  model with convolutions, whose gradients XLA:CPU runs several times slower inside a loop
+  otherwise), and a Python loop of N microbatch gradients. With dropout and BatchNorm, so keys and
+  running statistics follow the same microbatches."""
+  model, task, batch, state = _small_cnn(8)
+  rngs = step_rngs(jax.random.PRNGKey(1), jnp.zeros((), jnp.int32))
   grad_fn = _grad_fn(model, task)
   run = lambda loop: jax.jit(lambda s, b: accumulate_gradients(  # noqa: E731
       grad_fn, s.params, s.model_state, b, rngs, 2, loop=loop))(state, batch)
   close = lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)  # noqa: E731
-  jax.tree.map(close, run("scan"), run("unroll"))
+  scan = run("scan")
+  jax.tree.map(close, scan, run("scan+canonical"))
+  jax.tree.map(close, scan, run("unroll"))
   micro = {k: v[:4] for k, v in batch.items()}
-  assert accum_loop(grad_fn, state.params, state.model_state, micro, rngs) == "unroll"
+  assert accum_loop(grad_fn, state.params, state.model_state, micro, rngs) == "scan+canonical"
   mlp, _, mlp_batch = _mlp_setup("none")
   mlp_state = create_train_state(mlp, optax.sgd(0.1), jax.random.PRNGKey(0), mlp_batch["x"])
   assert accum_loop(_grad_fn(mlp, task), mlp_state.params, {},
                     {k: v[:4] for k, v in mlp_batch.items()}, rngs) == "scan"
+
+
+def test_canonical_convolutions_keep_every_layout():
+  """`canonical_convolutions` is the same function for convolutions in any layout (NCHW input,
+  OIHW kernel, a transposed output, strides, dilation, feature groups), and the program it makes
+  holds only convolutions in the canonical (B, S.., F) x (S.., I, O) layout."""
+  from jaxdl.train.step import canonical_convolutions
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.normal(size=(2, 4, 9, 7)), jnp.float32)  # N C H W
+  k = jnp.asarray(rng.normal(size=(6, 2, 3, 2)), jnp.float32)  # O I/groups H W
+
+  def f(x, k):
+    y = jax.lax.conv_general_dilated(x, k, (2, 1), "SAME", rhs_dilation=(1, 2),
+                                     dimension_numbers=("NCHW", "OIHW", "HWNC"),
+                                     feature_group_count=2)
+    return jax.grad(lambda x, k: jnp.sum(jnp.sin(jax.lax.conv_general_dilated(
+        x, k, (2, 1), "SAME", rhs_dilation=(1, 2), dimension_numbers=("NCHW", "OIHW", "HWNC"),
+        feature_group_count=2))), argnums=(0, 1))(x, k), y
+
+  close = lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)  # noqa: E731
+  jax.tree.map(close, jax.jit(canonical_convolutions(f))(x, k), jax.jit(f)(x, k))
+  jaxpr = jax.make_jaxpr(canonical_convolutions(f))(x, k).jaxpr
+  convs = [e for e in jaxpr.eqns if e.primitive.name == "conv_general_dilated"]
+  assert len(convs) == 4  # y, and the forward, input- and weight-gradient ones of the grad
+  for e in convs:
+    assert tuple(e.params["dimension_numbers"]) == ((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2))
+
+
+def test_accumulation_keeps_one_microbatch_alive():
+  """The compiled step at N = 4 on 4 M rows needs at most 1.3x the temporary memory of one step
+  on M rows (XLA's buffer assignment, deterministic for a given jax): the loop holds one
+  microbatch's activations, not N. A small CNN with max pooling, whose unrolled form holds N
+  copies of the pooling gradient's index buffers."""
+  model, task, batch, state = _small_cnn(4 * 32)
+  tx = optax.adamw(1e-3)
+  state = create_train_state(model, tx, jax.random.PRNGKey(0), batch["x"])
+
+  def temp_bytes(n, rows):
+    step = _step(model, task, tx, n, donate_argnums=0)
+    b = {k: v[:rows] for k, v in batch.items()}
+    return step.lower(state, b).compile().memory_analysis().temp_size_in_bytes
+
+  one, four = temp_bytes(1, 32), temp_bytes(4, 4 * 32)
+  assert four <= 1.3 * one, (four, one)
 
 
 def _grad_fn(model, task):

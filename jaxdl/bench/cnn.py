@@ -6,15 +6,15 @@
            microbatch's activations alive, not N). Same model, optimizer and data; only the
            batch and N differ. For the digits CNN, the digits MLP with BatchNorm, a small char
            GPT and the digits U-Net (`ACCUM_FAMILIES`). Measured at N = 4 on this 2-core CPU
-           under a load average of 5-10 (wall / CPU seconds, memory):
-             digits_cnn     unroll  1.51 / 1.34   3.58x   (scan: 5.97 / 5.86, 1.04x)
-             digits_mlp_bn  scan    0.96 / 0.92   1.57x
-             char_gpt       scan    1.09 / 1.00   1.03x   (unroll: 2.06 / 1.30, 3.77x)
-             unet           unroll  0.90 / 1.29   3.91x   (scan: 31.2 / 9.17, 0.95x)
-           No loop form meets both targets for the convolutional models on XLA:CPU (see
-           `jaxdl.train.step`): its while bodies run convolution gradients outside its fast
-           kernels (jax-ml/jax#12868), and unrolled, its scheduler keeps every microbatch's
-           data-independent buffers alive at once.
+           shared with other jobs (load 3-5), jax 0.10.2, median of 3 runs (wall / CPU seconds,
+           memory):
+             digits_cnn     scan+canonical  0.94 / 0.94   1.03x   (one run 1.57 wall)
+             digits_mlp_bn  scan            0.80 / 0.81   1.57x   (memory target not met)
+             char_gpt       scan            1.03 / 1.04   1.03x
+             unet           scan+canonical  1.21 / 1.12   1.02x   (time target not met; one
+                                                                   earlier run 0.95 / 1.06)
+           Before the convolution rewrite (`jaxdl.train.step.canonical_convolutions`) the scan
+           cost 6-7x (CNN) and 9x (U-Net), and the unrolled loop used for them 3.6-3.9x memory.
   augment  batches/s of the digits training pipeline with data.augment (random shifts by pad +
            crop, then mixup) at batch M vs the CNN train step's steps/s at batch M: >= 1 means
            the step never waits for data (the pipeline runs in the calling thread here, with no

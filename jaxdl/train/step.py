@@ -39,15 +39,27 @@ carries
     model_state <- the state after microbatch i          (e.g. BatchNorm running averages)
 
 and returns g = g_sum / N. Its form (`accum_loop`) is chosen by measurement (`jaxdl bench
-accum`, N = 4, this 2-core CPU, jax 0.10.2): a `lax.scan` keeps one microbatch's activations
-alive (compiled temporary memory 0.95-1.04x one microbatch step's for the CNN, GPT and U-Net),
-but XLA:CPU leaves the convolution gradients inside a while body out of its fast (YNNPACK)
-kernels: 6.0x the time of N microbatch steps for the digits CNN, 9.2x (CPU seconds) for the
-U-Net. So on a CPU a step whose gradient holds a convolution runs the N microbatches as a
-Python-unrolled loop (1.3x for both, at 3.6-3.9x the temporary memory: XLA's CPU scheduler
-hoists the data-independent work of every microbatch); every other step, and every step on an
-accelerator, scans (char GPT 1.09x wall / 1.00x CPU, memory 1.03x; MLP with BatchNorm 0.96x,
-memory 1.57x, its float32 gradient sum being a quarter of so small a step's buffers).
+accum`, N = 4, this 2-core CPU, jax 0.10.2): a `lax.scan`, which keeps one microbatch's
+activations alive (compiled temporary memory 1.02-1.03x one microbatch step's for the CNN, GPT
+and U-Net). XLA:CPU rewrites convolutions into the layout its fast (YNNPACK) kernels take
+(batch, spatial.., feature; kernel spatial.., in, out) only in the entry computation, so inside a
+while body the weight- and input-gradient convolutions, which JAX emits in other layouts, fell to
+slow kernels: 6-7x the time of N microbatch steps for the digits CNN, 9x for the U-Net. On a CPU
+the scan body of a gradient holding a convolution therefore does that rewrite itself
+(`canonical_convolutions`: transposes around each convolution, the same sums), which brings the
+CNN to 0.94x wall / 0.94x CPU (medians of 3 bench runs) and the U-Net to 1.21x / 1.12x, still
+above the 1.1 target (one run 0.95x / 1.06x: the machine is shared). Measured and not chosen: a
+Python-unrolled loop (CNN 1.3-1.7x wall, U-Net 1.0x, but 3.6-3.9x the memory: XLA:CPU expands
+max-pool gradients into scatters whose activation-sized index iotas, which depend on no data, it
+schedules at the start, N copies alive at once; an `optimization_barrier` chaining microbatch i +
+1 on microbatch i's sum cannot order ops that have no inputs, and changed nothing); a `lax.cond`
+around each unrolled microbatch (1.06x memory, but its branch is a nested computation: 6.3x
+time); `lax.scan(unroll=N)` (3.58x memory for the CNN, as unrolled) and unroll=2 (1.95x memory
+for the GPT).
+Without convolutions the plain scan: char GPT 1.03x wall / 1.04x CPU at 1.03x memory; MLP with
+BatchNorm 0.80x / 0.81x at 1.57x memory, above the 1.3x target: the float32 gradient sum alone
+is a quarter of so small a step's buffers (84k parameters against 128-row activations), and
+peeling the first microbatch out of the loop (no zero-initialized sum) changed nothing.
 
 Each task loss is a mean over its rows, so with equal microbatches
 
@@ -146,13 +158,70 @@ def _holds_convolution(jaxpr) -> bool:
   return False
 
 
+def _canonical_conv(lhs, rhs, *, dimension_numbers, **params):
+  """One convolution in the layout XLA:CPU's fast kernels take, lhs (B, S.., F), rhs (S.., I, O)
+  -> out (B, S.., F), with transposes around it: what XLA:CPU's own canonicalization does, but
+  only in the entry computation. The same sum, so the same result."""
+  lhs_spec, rhs_spec, out_spec = dimension_numbers
+  nd = lhs.ndim
+  canon_io = (0, nd - 1, *range(1, nd - 1))  # (batch, feature, spatial..) of B S.. F
+  canon_k = (nd - 1, nd - 2, *range(nd - 2))  # (out, in, spatial..) of S.. I O
+  canon = jax.lax.ConvDimensionNumbers(canon_io, canon_k, canon_io)
+  if (tuple(lhs_spec), tuple(rhs_spec), tuple(out_spec)) == tuple(canon):
+    return jax.lax.conv_general_dilated_p.bind(lhs, rhs, dimension_numbers=canon, **params)
+  lhs = jnp.transpose(lhs, (lhs_spec[0], *lhs_spec[2:], lhs_spec[1]))
+  rhs = jnp.transpose(rhs, (*rhs_spec[2:], rhs_spec[1], rhs_spec[0]))
+  out = jax.lax.conv_general_dilated_p.bind(lhs, rhs, dimension_numbers=canon, **params)
+  perm = [0] * nd  # axis a of the wanted output is axis perm[a] of B S.. F
+  perm[out_spec[0]], perm[out_spec[1]] = 0, nd - 1
+  for k, a in enumerate(out_spec[2:]):
+    perm[a] = 1 + k
+  return jnp.transpose(out, perm)
+
+
+def _eval_canonical(jaxpr, consts, *args) -> list:
+  """`jax.core.eval_jaxpr` with every convolution through `_canonical_conv`; nested jit calls
+  are inlined so their convolutions are reached too (other sub-jaxprs, e.g. a remat or an inner
+  scan, are bound as they are)."""
+  env = {}
+  read = lambda v: v.val if isinstance(v, jcore.Literal) else env[v]  # noqa: E731
+  env.update(zip(jaxpr.constvars, consts))
+  env.update(zip(jaxpr.invars, args))
+  for eqn in jaxpr.eqns:
+    invals = [read(v) for v in eqn.invars]
+    if eqn.primitive.name == "conv_general_dilated":
+      outs = [_canonical_conv(*invals, **eqn.params)]
+    elif eqn.primitive.name in ("jit", "pjit", "closed_call") and "jaxpr" in eqn.params:
+      sub = eqn.params["jaxpr"]
+      outs = _eval_canonical(sub.jaxpr, sub.consts, *invals)
+    else:
+      with eqn.ctx.manager:
+        outs = eqn.primitive.bind(*invals, **eqn.primitive.get_bind_params(eqn.params))
+      outs = outs if eqn.primitive.multiple_results else [outs]
+    env.update(zip(eqn.outvars, outs))
+  return [read(v) for v in jaxpr.outvars]
+
+
+def canonical_convolutions(fn: Callable) -> Callable:
+  """`fn` with every convolution of its program in XLA:CPU's fast layout (`_canonical_conv`):
+  for a function that runs inside a loop body, where XLA:CPU does not canonicalize."""
+
+  def wrapped(*args):
+    closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*args)
+    outs = _eval_canonical(closed.jaxpr, closed.consts, *jax.tree.leaves(args))
+    return jax.tree.unflatten(jax.tree.structure(out_shape), outs)
+
+  return wrapped
+
+
 def accum_loop(grad_fn: Callable, params, model_state, micro: dict, rngs: dict) -> str:
-  """'unroll' where XLA:CPU would run a convolution's gradient inside the scan (several times
-  slower there than outside a loop, see the module docstring), else 'scan'."""
+  """The loop 'auto' runs: 'scan+canonical' where the scan body's convolutions are rewritten to
+  the layout of XLA:CPU's fast kernels (on a CPU, for a gradient that holds a convolution), else
+  'scan' (see the module docstring)."""
   if jax.default_backend() != "cpu":
     return "scan"
   jaxpr = jax.make_jaxpr(grad_fn)(params, model_state, micro, rngs).jaxpr
-  return "unroll" if _holds_convolution(jaxpr) else "scan"
+  return "scan+canonical" if _holds_convolution(jaxpr) else "scan"
 
 
 def accumulate_gradients(grad_fn: Callable, params, model_state, batch: dict, rngs: dict,
@@ -161,8 +230,10 @@ def accumulate_gradients(grad_fn: Callable, params, model_state, batch: dict, rn
   N microbatches (2.): the mean gradient (summed in float32), the mean loss and metrics, and the
   model state after the last microbatch. N = 1 calls `grad_fn` once on the whole batch.
 
-  loop: 'scan' (one microbatch's activations alive at a time), 'unroll' (N copies of the
-  microbatch step in the program, run in order), or 'auto' (`accum_loop`).
+  loop: 'scan' (a `lax.scan`: one microbatch's activations alive at a time), 'scan+canonical'
+  (the same with `canonical_convolutions` in the body), 'unroll' (N copies of the microbatch
+  step in the program, run in order; kept as the reference the bench compares with), or 'auto'
+  (`accum_loop`).
   """
   if n == 1:
     return grad_fn(params, model_state, batch, rngs)
@@ -184,21 +255,23 @@ def accumulate_gradients(grad_fn: Callable, params, model_state, batch: dict, rn
       g_sum = add(g_sum, grads)
       values.append((loss, metrics))
     loss_N, metrics_N = jax.tree.map(lambda *v: jnp.stack(v), *values)
-  elif loop == "scan":
+  elif loop in ("scan", "scan+canonical"):
     rows_M = jnp.arange(jax.tree.leaves(batch)[0].shape[0] // n) * n
+    micro_grad = canonical_convolutions(grad_fn) if loop == "scan+canonical" else grad_fn
 
     def body(carry, i):
       g_sum, state = carry
       # Rows i, i + N, ... gathered in the body: one microbatch is copied at a time, where a
       # split before the loop would copy (transpose) the whole batch.
       micro = jax.tree.map(lambda x: jnp.take(x, rows_M + i, axis=0), batch)
-      grads, (loss, metrics, state) = grad_fn(params, state, micro, micro_rngs(i))
+      grads, (loss, metrics, state) = micro_grad(params, state, micro, micro_rngs(i))
       return (add(g_sum, grads), state), (loss, metrics)
 
     (g_sum, model_state), (loss_N, metrics_N) = jax.lax.scan(
         body, (g_sum, model_state), jnp.arange(n))
   else:
-    raise ValueError(f"accumulate_gradients: loop {loop!r}; expected 'auto', 'scan' or 'unroll'")
+    raise ValueError(f"accumulate_gradients: loop {loop!r}; expected 'auto', 'scan', "
+                     "'scan+canonical' or 'unroll'")
   grads = jax.tree.map(lambda s, p: (s / n).astype(p.dtype), g_sum, params)
   loss, metrics = jax.tree.map(lambda v_N: jnp.mean(v_N.astype(jnp.float32), axis=0),
                                (loss_N, metrics_N))
@@ -222,7 +295,8 @@ def make_train_step(apply_fn: Callable, loss_fn: Callable, tx: optax.GradientTra
     jit: return the step jitted with the state donated (for single-device use); the parallel
       strategies wrap the un-jitted step themselves.
     grad_accum: N, the number of microbatches the batch is split into for one update (a scan,
-      or an unrolled loop where `accum_loop` says so; gradients summed in float32). 1: none.
+      its convolutions canonicalized on a CPU, see `accum_loop`; gradients summed in float32).
+      1: none.
     watch: `health(step, params, grads, new_params) -> vector`, the health signals of
       `jaxdl.train.watch.make_health`, returned as the metric 'watch'; None: not computed.
 
