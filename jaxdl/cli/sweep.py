@@ -11,10 +11,20 @@ the command resumes it, and a larger --trials extends it. DIST is uniform:LOW:HI
 loguniform:LOW:HIGH, int:LOW:HIGH, logint:LOW:HIGH or choice:V1,V2,...
 (`jaxdl.course.sweeps.space`; running and pruning: `jaxdl.course.sweeps.search`).
 
+`jaxdl sweep ... --executor slurm [--partition P] [--time T] [--gpus-per-run G] [--cpus-per-run
+C] [--account A] [--nodes N] [--tasks-per-run K] [--sbatch KEY=VALUE ...] [--executor-config
+FILE] [--no-wait]`: the grid's runs as a SLURM job array through submitit (needs the `slurm`
+extra), each the same `jaxdl train` in its workdir; a run of several processes is started by
+`srun` with `--distributed`. It waits for the jobs unless --no-wait; rerunning the command waits
+for the queued ones and submits again the cancelled or unfinished ones, which resume
+(`jaxdl.course.sweeps.slurm`; a one-node cluster for trying it: scripts/slurm_cluster.sh).
+
 Exit codes: 0 every run finished (a search: it holds N trials, one or more finished; also after
-SIGTERM, which stops the runs cleanly: rerun to resume), 1 some run failed (a search: no trial
-finished; errors are in the table and in DIR/sweep.json), 2 bad input before anything started
-(a bad grid, space, flag, experiment or directory: one line), 130 stopped by SIGINT.
+SIGTERM, which stops the runs cleanly: rerun to resume; with --executor slurm also after a job
+left the queue unfinished, or once --no-wait submitted the runs), 1 some run failed (a search: no
+trial finished; errors are in the table and in DIR/sweep.json), 2 bad input before anything
+started (a bad grid, space, flag, experiment or directory, a missing sbatch: one line), 130
+stopped by SIGINT.
 """
 
 from __future__ import annotations
@@ -26,6 +36,8 @@ from jaxdl import disk_errors
 HELP = "run a grid of an experiment over seeds (resumable); `sweep report DIR`: its statistics"
 _REPORT_ONLY = ("csv", "json", "figures")
 _SEARCH_ONLY = ("space", "trials", "prune", "sampler_seed")
+_SLURM_ONLY = ("partition", "time", "gpus_per_run", "cpus_per_run", "account", "nodes",
+               "tasks_per_run", "sbatch", "executor_config", "no_wait")
 
 
 def add_arguments(p) -> None:
@@ -39,14 +51,40 @@ def add_arguments(p) -> None:
   run.add_argument("--seeds", type=int, metavar="N",
                    help="runs per point, seeds s0..s0+N-1 from the config's seed (default 1)")
   run.add_argument("--seed-key", default="seed", help="the config key of the seed (default seed)")
-  run.add_argument("--jobs", type=int, default=1, metavar="J",
-                   help="runs at once, CPUs split between them and one GPU each (default 1)")
+  run.add_argument("--jobs", type=int, metavar="J",
+                   help="runs at once, CPUs split between them and one GPU each (default 1); "
+                        "with --executor slurm the array's limit (default all)")
   run.add_argument("--out", metavar="DIR",
                    help="the sweep directory (default runs/<experiment>[-<arg>]-sweep)")
   run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a key in every run (repeatable), e.g. --set train.steps=50")
   run.add_argument("--retry-failed", action="store_true",
                    help="rerun the runs that failed before (exit 1 or 2); by default skipped")
+  slurm = p.add_argument_group(
+      "on a SLURM cluster (--executor slurm; a grid)",
+      "Counts are per run: a run's GPUs are split evenly over its nodes, its CPUs over its "
+      "processes. --executor-config FILE: a JSON (or YAML) object of these flags' names, e.g. "
+      '{"partition": "gpu", "time": "4:00:00", "sbatch": {"qos": "high"}}; flags override it.')
+  slurm.add_argument("--executor", choices=("local", "slurm"), default="local",
+                     help="where the runs go: this machine (default) or SLURM through submitit")
+  slurm.add_argument("--partition", help="sbatch --partition (default the cluster's)")
+  slurm.add_argument("--time", metavar="MINUTES|[D-]HH:MM:SS",
+                     help="each run's time limit (default the partition's); SIGTERM 90 s before "
+                          "it saves the run, and a rerun resumes it")
+  slurm.add_argument("--gpus-per-run", type=int, metavar="G", help="GPUs of one run")
+  slurm.add_argument("--cpus-per-run", type=int, metavar="C", help="CPUs of one run")
+  slurm.add_argument("--account", help="sbatch --account")
+  slurm.add_argument("--nodes", type=int, metavar="N", help="nodes of one run (default 1)")
+  slurm.add_argument("--tasks-per-run", type=int, metavar="K",
+                     help="processes of one run (default one per node); more than one: "
+                          "started by srun, `jaxdl train --distributed`")
+  slurm.add_argument("--sbatch", action="append", metavar="KEY=VALUE",
+                     help="another sbatch option (repeatable), e.g. --sbatch qos=high, "
+                          "--sbatch exclusive")
+  slurm.add_argument("--executor-config", metavar="FILE",
+                     help="the flags above from a file (the flags given override it)")
+  slurm.add_argument("--no-wait", action="store_true",
+                     help="submit and return; rerun the same command to wait and collect")
   find = p.add_argument_group(
       "searching (Optuna; instead of --grid)",
       "DIST: uniform:LOW:HIGH | loguniform:LOW:HIGH | int:LOW:HIGH | logint:LOW:HIGH | "
@@ -93,6 +131,9 @@ def main(args) -> int:
       return _error("sweep report: give the sweep directory (jaxdl sweep report DIR)")
     if args.grid or args.overrides:
       return _error("sweep report: --grid and --set belong to running a sweep")
+    given = _slurm_flags(args) + (["--executor"] if args.executor != "local" else [])
+    if given:
+      return _error(f"sweep report: {given[0]} belongs to running a sweep")
     given = [f"--{k.replace('_', '-')}" for k in ("search", *_SEARCH_ONLY) if getattr(args, k)]
     if given:
       return _error(f"sweep report: {given[0]} belongs to running a search")
@@ -104,9 +145,15 @@ def main(args) -> int:
   given = [f"--{k}" for k in _REPORT_ONLY if getattr(args, k) is not None]
   if given:
     return _error(f"sweep: {given[0]} belongs to `jaxdl sweep report DIR`")
-  if args.jobs < 1:
+  if args.jobs is not None and args.jobs < 1:
     return _error(f"--jobs: expected a count >= 1, got {args.jobs}")
+  given = _slurm_flags(args)
+  if given and args.executor != "slurm":
+    return _error(f"sweep: {given[0]} belongs to --executor slurm")
   if args.search is not None:
+    if args.executor == "slurm":
+      return _error("sweep: --executor slurm runs a grid; a search runs on this machine "
+                    "(--executor local)")
     return _search(args)
   given = [f"--{k.replace('_', '-')}" for k in (*_SEARCH_ONLY, "metric", "mode")
            if getattr(args, k) not in (None, [])]
@@ -116,15 +163,32 @@ def main(args) -> int:
 
   def run(out):
     plan = grid.plan(args.experiment, args.grid, args.overrides, args.seeds or 1, args.seed_key)
-    return plan, lambda: runner.run(out, plan, jobs=args.jobs, retry_failed=args.retry_failed,
-                                    echo=_echo)
+    if args.executor == "slurm":
+      from jaxdl.course.sweeps import resources, slurm
+      res = resources.parse({k: getattr(args, k) for k in resources.FIELDS},
+                            args.executor_config)
+      slurm.check_cluster(res.partition)
+      return plan, lambda: slurm.run(out, plan, res, jobs=args.jobs,
+                                     retry_failed=args.retry_failed, wait=not args.no_wait,
+                                     echo=_echo)
+    return plan, lambda: runner.run(out, plan, jobs=args.jobs or 1,
+                                    retry_failed=args.retry_failed, echo=_echo)
 
   def outcome(plan, index):
     failed = [r.name for r in plan.runs if index["runs"][r.name]["status"] == "failed"]
     return 1 if failed else 0
 
-  return _launch(args, "-sweep", run, outcome, "sweep", "its runs saved their current step "
-                 "(rerun the same command to resume)")
+  if args.executor == "slurm":
+    def hint(ended):
+      if ended == "SLURM":
+        return "rerun the same command to submit them again (they resume from their checkpoints)"
+      return ("its SLURM jobs keep running (rerun the same command to wait for them; scancel "
+              "stops them)")
+  else:
+    def hint(ended):
+      del ended
+      return "its runs saved their current step (rerun the same command to resume)"
+  return _launch(args, "-sweep", run, outcome, "sweep", hint)
 
 
 def _search(args) -> int:
@@ -145,20 +209,21 @@ def _search(args) -> int:
                       sampler_seed=args.sampler_seed or 0, metric=args.metric, mode=args.mode,
                       prune=args.prune or "none")
     space.import_optuna()
-    return plan, lambda: search.run(out, plan, args.trials, jobs=args.jobs, echo=_echo)
+    return plan, lambda: search.run(out, plan, args.trials, jobs=args.jobs or 1, echo=_echo)
 
   def outcome(plan, idx):
     return 0 if any(r["status"] == index.FINISHED for r in idx["runs"].values()) else 1
 
-  return _launch(args, "-search", run, outcome, "search", "its running trials saved their "
-                 "current step (rerun the same command to resume them)")
+  return _launch(args, "-search", run, outcome, "search", lambda ended: "its running trials "
+                 "saved their current step (rerun the same command to resume them)")
 
 
 def _launch(args, suffix, prepare, outcome, what, resume_hint) -> int:
   """The grid's and the search's common course: `prepare(out) -> (plan, start)` checks every
   flag (ConfigError: one line, exit 2), the output folder is checked before anything starts,
   `start()` runs it (a ValueError: another sweep's folder or one in use), then the table, and
-  the exit code: 130 after SIGINT, 0 after SIGTERM, else `outcome(plan, index)`."""
+  the exit code: 130 after SIGINT, 0 after SIGTERM (or SLURM jobs that left unfinished; what to
+  do next: `resume_hint(ended)`), else `outcome(plan, index)`."""
   from jaxdl.config import ConfigError, default_workdir, load_config
   from jaxdl.course.sweeps import report
   try:
@@ -176,9 +241,14 @@ def _launch(args, suffix, prepare, outcome, what, resume_hint) -> int:
     return _error(str(e).splitlines()[0])
   print(report.format_table(report.summarize(out)))
   if ended != "done":
-    _echo(f"jaxdl: {what} stopped by {ended}; {resume_hint}")
+    _echo(f"jaxdl: {what} stopped by {ended}; {resume_hint(ended)}")
     return 130 if ended == "SIGINT" else 0
   return outcome(plan, index)
+
+
+def _slurm_flags(args) -> list[str]:
+  """The --executor slurm flags given, as flags."""
+  return [f"--{k.replace('_', '-')}" for k in _SLURM_ONLY if getattr(args, k) not in (None, False)]
 
 
 def _report(args) -> int:

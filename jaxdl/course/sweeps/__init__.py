@@ -19,6 +19,9 @@ adds directories beside them (`grid`). The modules:
   index    sweep.json: read, merge a new invocation in, write atomically; provenance
   runner   run the pending runs as `python -m jaxdl train` subprocesses, J at a time, devices
            split between them; resume on a rerun
+  slurm    the same runs as a SLURM job array through submitit (`--executor slurm`); a rerun
+           waits for queued jobs and resubmits cancelled ones, which resume
+  resources what each run asks SLURM for: the --executor slurm flags and --executor-config
   report   per-point statistics of a metric over seeds (mean, t interval), the table, CSV /
            JSON and the figures; a search's table per trial
   space    a search's plan: parse `--space KEY=DIST`, `--search`, `--prune`, `--metric`, typed
@@ -26,8 +29,8 @@ adds directories beside them (`grid`). The modules:
   search   run a search: ask the study for trials, run them as the runner does, report their
            metrics as they grow and prune; resume a stopped study on a rerun
 
-Importing this package loads nothing heavy (optuna only when a search runs); import the module
-you need.
+Importing this package loads nothing heavy (optuna only when a search runs, submitit only for
+--executor slurm); import the module you need.
 
 Measured (2026-12-01, 2-core CPU): `jaxdl sweep moons_mlp:smoke --grid optim.lr=1e-3,1e-2
 --seeds 2 --jobs 2` took 64 s; the same command again, every run finished and skipped, 11 s.
