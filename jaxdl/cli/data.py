@@ -45,6 +45,9 @@ def add_arguments(parser) -> None:
   prep.add_argument("--tokenizer", default=None,
                     help="text: bytes | bpe (OUT/tokenizer.json) | a tokenizer.json path "
                          "(default: bpe when OUT has a tokenizer.json, else bytes)")
+  prep.add_argument("--chat-template", default="auto",
+                    help="chat JSONL: auto (the tokenizer directory's Jinja chat_template when "
+                         "it has one, else plain) | plain | a Jinja template file")
   prep.add_argument("--mode", default="", choices=["", "L", "RGB"],
                     help="images: convert every image to this mode")
   prep.add_argument("--shard-size", type=int, default=4096, help="records per shard")
@@ -85,7 +88,7 @@ def run(args) -> dict:
                                  else "bytes")
   if chat.is_chat_file(args.src):
     return prepare.prepare_chat(args.src, args.out, tokenizer=tokenizer, val_frac=args.val_frac,
-                                shard_size=args.shard_size)
+                                shard_size=args.shard_size, chat_template=args.chat_template)
   return prepare.prepare_text(args.src, args.out, tokenizer=tokenizer,
                               shard_size=args.shard_size, **text)
 

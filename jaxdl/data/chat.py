@@ -10,7 +10,11 @@ assistant's. Blank lines are skipped. A bad line (not JSON, a missing or empty p
 content, an unknown role, no assistant turn at the end) is a one-line ValueError naming its line
 number (`jaxdl data` exits 2).
 
-Template (the plain default; a tokenizer's Jinja `chat_template` is not applied): the segments
+Template (`--chat-template`): a tokenizer directory's Jinja `chat_template` when it has one
+(`auto`, the default) or a template FILE is rendered as transformers' `apply_chat_template`
+renders it, with the mask 1 on each assistant turn's content and the text that ends the turn,
+the template's own special tokens as their ids (`jaxdl.data.chat_template`); otherwise, and
+with `--chat-template plain`, the plain default applies: the segments
 
   system     "### System:\\n{content}\\n\\n"                           mask 0
   user       "### Instruction:\\n{content}\\n\\n### Response:\\n"       mask 0
@@ -30,7 +34,8 @@ uses the module path, so a module's functions stay on one side); both splits mus
 Prepared format: kind 'lm' with one field `tokens_mask`, shape (-1, 2) and the tokenizer's id
 dtype: column 0 the token ids, column 1 the loss mask m (0/1), so a record's ids and mask are one
 variable-length array (`jaxdl.data.records` allows one variable length a record); the manifest
-adds "loss_mask": {"field": "tokens_mask", "column": 1, "template": "plain"}.
+adds "loss_mask": {"field": "tokens_mask", "column": 1, "template": "plain"} (a Jinja template:
+its name, 'tokenizer' or the file's, and "template_sha256", the sha256 of its text).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ import zlib
 
 import numpy as np
 
+from jaxdl.data import chat_template
 from jaxdl.data.tokenize import Tokenizer
 
 FIELD = "tokens_mask"
@@ -109,8 +115,14 @@ def prompt_text(prompt: str) -> str:
   return TEMPLATE["user"].format(prompt)
 
 
-def encode(messages: list[tuple[str, str]], tok: Tokenizer) -> tuple[np.ndarray, np.ndarray]:
-  """(ids_N int32, mask_N uint8): each segment tokenized on its own, concatenated."""
+def encode(messages: list[tuple[str, str]], tok: Tokenizer,
+           template: chat_template.ChatTemplate | None = None,
+           record: int = 0) -> tuple[np.ndarray, np.ndarray]:
+  """(ids_N int32, mask_N uint8): each segment tokenized on its own, concatenated. `template`:
+  a Jinja template (`jaxdl.data.chat_template`; `record`, 1-based, names the record in its
+  errors) or None, the plain one."""
+  if template is not None:
+    return chat_template.encode(template, messages, tok, record)
   segments = render(messages)
   ids = tok.encode_batch([s for s, _ in segments])
   mask_N = np.concatenate([np.full(len(i), m, np.uint8) for i, (_, m) in zip(ids, segments)])

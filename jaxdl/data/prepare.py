@@ -231,35 +231,42 @@ def prepare_text(src: str, out_dir: str, *, tokenizer: str = "bytes", pattern: s
 
 
 def prepare_chat(src: str, out_dir: str, *, tokenizer: str = "bytes", val_frac: float = 0.1,
-                 shard_size: int = 4096, records_: list | None = None) -> dict:
+                 shard_size: int = 4096, records_: list | None = None,
+                 chat_template: str = "plain") -> dict:
   """Instruction data (`jaxdl.data.chat`: a JSONL file `src`, or `records_` = [(split key,
   messages), ...] already read) -> `tokens_mask` records (ids and loss mask, (N, 2)) + lengths +
-  manifest in `out_dir` (the manifest). Split by crc32 of each record's split key."""
+  manifest in `out_dir` (the manifest). Split by crc32 of each record's split key. Templated by
+  `chat_template` (auto | plain | a Jinja file: `jaxdl.data.chat_template`); every record is
+  encoded before anything is written, so a template that fails on one leaves no output."""
   from jaxdl.data import chat  # pylint: disable=g-import-not-at-top
+  from jaxdl.data import chat_template as templates  # pylint: disable=g-import-not-at-top
   tok = get_tokenizer(tokenizer, out_dir, key="--tokenizer")
+  template = templates.resolve(chat_template, tokenizer, out_dir)
   recs = chat.read_jsonl(src) if records_ is None else records_
   problem = split_error(sorted({k for k, _ in recs}), val_frac, src, "records")
   if problem:
     raise ValueError(problem.replace("its relative path", "its split key: its index among the "
                                      "records unless it has a 'split_key'"))
+  encoded = {"train": [], "val": []}
+  for n, (k, m) in enumerate(recs, 1):
+    encoded[chat.split_of(k, val_frac)].append(chat.encode(m, tok, template, n))
   os.makedirs(out_dir, exist_ok=True)
   if tok.hf is not None and not os.path.isfile(os.path.join(out_dir, "tokenizer.json")):
     tok.save(os.path.join(out_dir, "tokenizer.json"))
   dtype = "uint16" if tok.vocab_size <= 2**16 else "int32"
   fields = {chat.FIELD: {"shape": [-1, 2], "dtype": dtype}}
   splits = {}
-  for split in ("train", "val"):
-    encoded = [chat.encode(m, tok) for k, m in recs if chat.split_of(k, val_frac) == split]
-    np.save(os.path.join(out_dir, f"{split}.lengths.npy"), np.array([len(i) for i, _ in encoded]))
+  for split, enc in encoded.items():
+    np.save(os.path.join(out_dir, f"{split}.lengths.npy"), np.array([len(i) for i, _ in enc]))
     splits[split] = write_split(out_dir, split, ({chat.FIELD: np.stack([i, m], 1)}
-                                                 for i, m in encoded), len(encoded), fields,
+                                                 for i, m in enc), len(enc), fields,
                                 shard_size, f"{split} records")
-    splits[split]["tokens"] = int(sum(len(i) for i, _ in encoded))
-    splits[split]["response_tokens"] = int(sum(m.sum() for _, m in encoded))
+    splits[split]["tokens"] = int(sum(len(i) for i, _ in enc))
+    splits[split]["response_tokens"] = int(sum(m.sum() for _, m in enc))
   return records.write_manifest(out_dir, {
       "kind": "lm", "fields": fields, "splits": splits, "source": os.path.abspath(src),
       "tokenizer": tokenizer_entry(tok),
-      "loss_mask": {"field": chat.FIELD, "column": 1, "template": "plain"}})
+      "loss_mask": {"field": chat.FIELD, "column": 1, **templates.manifest_entry(template)}})
 
 
 def tokenizer_entry(tok: Tokenizer) -> dict:
