@@ -13,6 +13,16 @@ import pytest
 FAST_COMPILE = ("--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true "
                 "--xla_cpu_use_fusion_emitters=false")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Under `-n W` each xdist worker (and every process it starts) gets its own W-th of the cores,
+# before jax is imported, so XLA sizes its thread pools to them. Left to share all cores, two
+# workers' XLA thread pools each wait on threads the other worker's compute has taken: a subset
+# of 56 tests took 95-98 s and 150-159 CPU-s that way, and 77-82 s and 124-144 CPU-s pinned.
+if os.environ.get("PYTEST_XDIST_WORKER") and hasattr(os, "sched_setaffinity"):
+  _cpus = sorted(os.sched_getaffinity(0))
+  _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+  _mine = _cpus[int(os.environ["PYTEST_XDIST_WORKER"][2:]) % _workers::_workers]
+  if _workers > 1 and _mine:
+    os.sched_setaffinity(0, _mine)
 # The CPU-only flags are left out when scripts/gpu_check.sh runs the suite's GPU-sensitive tests
 # on a GPU (JAX_PLATFORMS=cuda).
 if os.environ["JAX_PLATFORMS"] == "cpu":
@@ -55,6 +65,39 @@ if os.environ.get("JAXDL_TEST_CPU_LOG"):
 
 
 
+# One device unless a module is about devices. The session emulates four CPU devices so that the
+# parallelism tests (ALL_DEVICES) have them, but a run whose config says parallel.devices=0 ("all
+# of them") would otherwise shard every smoke run over four devices on two cores:
+# test_experiment_smoke and test_denoiser took 107 CPU-s that way and 87 on one. So every other
+# module's in-process runs train on the first device (parallel.devices=0 reads as 1). Module
+# scope, so that a module fixture's run and its tests' runs agree. The processes a test starts
+# keep the session's four devices: one device of a four-device client does not sum in the order
+# of a one-device client (a moons run's grad_norm differs in the 7th digit), so a module that
+# compares its own runs with a subprocess's (test_sweep) is in ALL_DEVICES.
+ALL_DEVICES = frozenset((
+    "test_augment", "test_bench", "test_config", "test_distributed", "test_faults", "test_fsdp",
+    "test_grad_accum", "test_layers", "test_loop", "test_mfu", "test_moe", "test_packing",
+    "test_parallel", "test_permissions", "test_resume", "test_signals", "test_slurm",
+    "test_small_rows", "test_step", "test_studies", "test_sweep", "test_tensor_parallel",
+    "test_throughput", "test_trackers_real", "test_watch"))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_device_unless_about_devices(request):
+  if request.path.stem in ALL_DEVICES or os.environ["JAX_PLATFORMS"] != "cpu":
+    yield
+    return
+  from jaxdl.train import strategies  # pylint: disable=g-import-not-at-top
+  make_strategy = strategies.make_strategy
+
+  def one_device(name, num_devices=0, *args, **kwargs):
+    return make_strategy(name, num_devices or 1, *args, **kwargs)
+
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(strategies, "make_strategy", one_device)
+    yield
+
+
 # Scheduling under `-n 2`. Whole modules go to one worker (xdist's load-by-scope scheduler), so a
 # module-scoped fixture (a trained run that several tests read) is built once, not once per
 # worker; and the costliest modules are collected first, so the two workers start on them and
@@ -62,7 +105,7 @@ if os.environ.get("JAXDL_TEST_CPU_LOG"):
 # The order is from JAXDL_TEST_CPU_LOG (CPU seconds per module, summed; CONTRIBUTING.md).
 COSTLIEST_FIRST = (
     "test_readme", "test_resume", "test_notebooks", "test_reproduce", "test_few_step_digits",
-    "test_denoiser", "test_experiment_smoke", "test_faults", "test_sweep_search",
+    "test_denoiser", "test_experiment_smoke", "test_slurm", "test_faults", "test_sweep_search",
     "test_digits_judge", "test_distributed", "test_tensor_parallel", "test_doctor",
     "test_few_step", "test_sweep", "test_packed_documents", "test_autoregressive_digits")
 
