@@ -128,6 +128,26 @@ def train_command(plan: Plan, record: dict, workdir: pathlib.Path) -> list[str]:
           "--no-progress", *sets]
 
 
+def classify(sweep_dir, plan, index, retry_failed: bool, skip=()) -> tuple[list[str], int, int]:
+  """(runs to start, finished count, failed-before count) of `plan`'s runs not in `skip`; marks
+  each record finished or pending in `index` (a run that failed on its config, exit 1 or 2,
+  stays failed unless `retry_failed`)."""
+  todo, finished, skipped = [], 0, 0
+  for r in plan.runs:
+    record = index["runs"][r.name]
+    if r.name in skip:
+      continue
+    if is_finished(sweep_dir, record):
+      record["status"], finished = jindex.FINISHED, finished + 1
+    elif (record["status"] == jindex.FAILED and record["returncode"] in (1, 2)
+          and not retry_failed):
+      skipped += 1
+    else:
+      record["status"] = jindex.PENDING
+      todo.append(r.name)
+  return todo, finished, skipped
+
+
 def is_finished(sweep_dir: pathlib.Path, record: dict) -> bool:
   return ((sweep_dir / record["workdir"] / jworkdir.SUMMARY).exists()
           or record["status"] == jindex.FINISHED)
@@ -217,17 +237,7 @@ def run(sweep_dir, plan: Plan, jobs: int = 1, retry_failed: bool = False,
   (sweep_dir / "runs").mkdir(exist_ok=True)
   with sweep_lock(sweep_dir), Preemption() as preempt, preempt.polled():
     index = jindex.merge(jindex.read(sweep_dir), plan)
-    todo, finished, skipped = [], 0, 0
-    for r in plan.runs:
-      record = index["runs"][r.name]
-      if is_finished(sweep_dir, record):
-        record["status"], finished = jindex.FINISHED, finished + 1
-      elif (record["status"] == jindex.FAILED and record["returncode"] in (1, 2)
-            and not retry_failed):
-        skipped += 1
-      else:
-        record["status"] = jindex.PENDING
-        todo.append(r.name)
+    todo, finished, skipped = classify(sweep_dir, plan, index, retry_failed)
     jindex.write(sweep_dir, index)
     echo(f"jaxdl sweep: {sweep_dir}: {len(plan.runs)} runs: {finished} finished, {skipped} "
          f"failed before{' (--retry-failed reruns them)' if skipped else ''}, {len(todo)} to "

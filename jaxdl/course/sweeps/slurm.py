@@ -207,19 +207,8 @@ def run(sweep_dir, plan, res: Resources, jobs: int | None = None, retry_failed: 
         states = queue_states() or states
       if record["status"] != jindex.RUNNING:
         del watched[r.name]
-    todo, finished, skipped = [], 0, 0
-    for r in plan.runs:
-      record = index["runs"][r.name]
-      if r.name in watched:
-        continue
-      if runner.is_finished(sweep_dir, record):
-        record["status"], finished = jindex.FINISHED, finished + 1
-      elif (record["status"] == jindex.FAILED and record["returncode"] in (1, 2)
-            and not retry_failed):
-        skipped += 1
-      else:
-        record["status"] = jindex.PENDING
-        todo.append(r.name)
+    todo, finished, skipped = runner.classify(sweep_dir, plan, index, retry_failed,
+                                              skip=watched)
     jindex.write(sweep_dir, index)
     echo(f"jaxdl sweep: {sweep_dir}: {len(plan.runs)} runs: {finished} finished, {skipped} "
          f"failed before{' (--retry-failed reruns them)' if skipped else ''}, "
