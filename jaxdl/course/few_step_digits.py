@@ -5,9 +5,10 @@ The teacher is the run in `workdir` (fm_digits_cfg's config: U-Net 16/32, guidan
 judge is a digits_cnn run in <workdir>/classifier (`jaxdl.course.digits_judge`, its smoke size
 when `config.smoke`). The students (`jaxdl.generative.few_step`) learn the guided teacher and
 sample unguided. Teacher (guided: 2 calls per step) and students (1 call per step) are sampled
-with Euler, `PER_CLASS` per class (key 0), and judged by `evaluation.digits_quality`: the
-fraction labelled as their class with probability >= 0.9, and the Frechet distance of the
-judge's penultimate features to real digits beside the real-vs-real floor.
+with Euler, `PER_CLASS` per class (`SMOKE_PER_CLASS` when `config.smoke`; key 0), and judged
+by `evaluation.digits_quality`: the fraction labelled as their class with probability >= 0.9,
+and the Frechet distance of the judge's penultimate features to real digits beside the
+real-vs-real floor.
 
 - `digits_reflow(config, workdir)`: one reflowed student, measured at `reflow.eval_steps`;
   writes reflow.json, digits_grid.png (the student at its fewest steps) and <workdir>/student
@@ -30,11 +31,19 @@ from jaxdl.course import digits_judge
 from jaxdl.generative import distill, evaluation, few_step, reflow, tasks
 
 PER_CLASS = 50
+SMOKE_PER_CLASS = 10  # the smoke config's: still a full row of digits_grid.png per class
 
 
-def euler_quality(config, model, variables, judge, steps: int, per_class: int = PER_CLASS):
+def samples_per_class(config) -> int:
+  """Samples per class of each measurement: `PER_CLASS`, `SMOKE_PER_CLASS` when smoke."""
+  return SMOKE_PER_CLASS if config.smoke else PER_CLASS
+
+
+def euler_quality(config, model, variables, judge, steps: int, per_class: int | None = None):
   """(quality, pixels16_Nx64) of Euler at `steps` with the config's guidance, `per_class`
-  samples of each class (key 0), judged by `judge` (`digits_judge.judge_outputs`)."""
+  samples of each class (default `samples_per_class(config)`; key 0), judged by `judge`
+  (`digits_judge.judge_outputs`)."""
+  per_class = samples_per_class(config) if per_class is None else per_class
   sample = tasks.make_run_sampler(config, model, sampler="euler", steps=steps)
   y_N = np.repeat(np.arange(config.gen.num_classes), per_class)
   x = sample(variables, jax.random.PRNGKey(0), len(y_N), y=y_N)
