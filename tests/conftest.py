@@ -69,11 +69,11 @@ if os.environ.get("JAXDL_TEST_CPU_LOG"):
 # parallelism tests (ALL_DEVICES) have them, but a run whose config says parallel.devices=0 ("all
 # of them") would otherwise shard every smoke run over four devices on two cores:
 # test_experiment_smoke and test_denoiser took 107 CPU-s that way and 87 on one. So every other
-# module's in-process runs train on the first device (parallel.devices=0 reads as 1). Module
-# scope, so that a module fixture's run and its tests' runs agree. The processes a test starts
-# keep the session's four devices: one device of a four-device client does not sum in the order
-# of a one-device client (a moons run's grad_norm differs in the 7th digit), so a module that
-# compares its own runs with a subprocess's (test_sweep) is in ALL_DEVICES.
+# module's in-process runs train on the first device (parallel.devices=0 reads as 1), and the
+# processes its tests start see one device. Module scope, so that a module fixture's run and its
+# tests' runs agree. One device of a four-device client does not sum in the order of a
+# one-device client (a moons run's grad_norm differs in the 7th digit), so a module that compares
+# its own runs with a subprocess's (test_sweep) is in ALL_DEVICES.
 ALL_DEVICES = frozenset((
     "test_augment", "test_bench", "test_config", "test_distributed", "test_faults", "test_fsdp",
     "test_grad_accum", "test_layers", "test_loop", "test_mfu", "test_moe", "test_packing",
@@ -95,6 +95,8 @@ def _one_device_unless_about_devices(request):
 
   with pytest.MonkeyPatch.context() as patch:
     patch.setattr(strategies, "make_strategy", one_device)
+    patch.setenv("XLA_FLAGS", os.environ["XLA_FLAGS"].replace(
+        "--xla_force_host_platform_device_count=4", "--xla_force_host_platform_device_count=1"))
     yield
 
 
@@ -104,10 +106,10 @@ def _one_device_unless_about_devices(request):
 # finish on the many cheap ones together instead of one waiting out a long module at the end.
 # The order is from JAXDL_TEST_CPU_LOG (CPU seconds per module, summed; CONTRIBUTING.md).
 COSTLIEST_FIRST = (
-    "test_readme", "test_resume", "test_notebooks", "test_reproduce", "test_few_step_digits",
-    "test_denoiser", "test_experiment_smoke", "test_slurm", "test_faults", "test_sweep_search",
-    "test_digits_judge", "test_distributed", "test_tensor_parallel", "test_doctor",
-    "test_few_step", "test_sweep", "test_packed_documents", "test_autoregressive_digits")
+    "test_readme", "test_resume", "test_notebooks", "test_reproduce", "test_sweep_search",
+    "test_slurm", "test_denoiser", "test_few_step_digits", "test_experiment_smoke", "test_doctor",
+    "test_packed_documents", "test_faults", "test_distributed", "test_tensor_parallel",
+    "test_moe", "test_sweep", "test_digits_judge", "test_few_step", "test_autoregressive_digits")
 
 
 def pytest_collection_modifyitems(config, items):
