@@ -28,6 +28,7 @@ from jaxdl.course.sweeps import grid, resources, runner, slurm
 from jaxdl.train import run
 from jaxdl.train.checkpoint import load_state
 from jaxdl.train.writers import read_metrics
+from test_sweep import _final  # what a run ends with: summary metrics and eval curve
 
 EXP = "moons_mlp:smoke"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -148,14 +149,6 @@ def _lock_pid(workdir):
     return json.loads((workdir / ".lock").read_text())["pid"]
   except (OSError, ValueError, KeyError):
     return None  # not there yet, or half written
-
-
-def _final(workdir):
-  """What a run ends with: its summary's metrics and its eval curve (a step once)."""
-  summary = json.loads((workdir / "summary.json").read_text())
-  evals = {r["step"]: r["loss"] for r in map(json.loads, (workdir / "metrics.jsonl").open())
-           if r.get("split") == "eval"}
-  return summary["train"], summary["eval"], evals
 
 
 @pytest.mark.slow
