@@ -79,7 +79,7 @@ ALL_DEVICES = frozenset((
     "test_grad_accum", "test_layers", "test_loop", "test_mfu", "test_moe", "test_packing",
     "test_parallel", "test_permissions", "test_resume", "test_signals", "test_slurm",
     "test_small_rows", "test_step", "test_studies", "test_sweep", "test_tensor_parallel",
-    "test_throughput", "test_trackers_real", "test_watch"))
+    "test_throughput", "test_trackers_real", "test_tree_reductions", "test_watch"))
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -87,7 +87,12 @@ def _one_device_unless_about_devices(request):
   if request.path.stem in ALL_DEVICES or os.environ["JAX_PLATFORMS"] != "cpu":
     yield
     return
+  import jax  # pylint: disable=g-import-not-at-top
   from jaxdl.train import strategies  # pylint: disable=g-import-not-at-top
+  # This worker's own backend starts now, with the session's four devices: XLA reads XLA_FLAGS
+  # once, when the first computation needs a backend, and the one-device flags below are for the
+  # processes this module starts.
+  jax.devices()
   make_strategy = strategies.make_strategy
 
   def one_device(name, num_devices=0, *args, **kwargs):

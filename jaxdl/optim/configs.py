@@ -24,6 +24,7 @@ from jaxdl.optim.ema import ema_params
 from jaxdl.optim.masks import mask_of, mask_table, path_predicate
 from jaxdl.optim.rules import OPTIMIZERS, AdamW, Optimizer
 from jaxdl.optim.schedules import SCHEDULES, Schedule, WarmupCosine
+from jaxdl.optim.tree_reductions import clip_by_global_norm
 
 UNIT_OR_NONE = schema.Check(lambda v: 0 <= v < 1, "must be in [0, 1) or None (no average)")
 POSITIVE_OR_NONE = schema.Check(lambda v: v > 0, "must be > 0 or None (no clipping)")
@@ -80,7 +81,7 @@ class OptimConfig(schema.Settings):
     schedule = self.schedule_fn(total_steps)
     parts = []
     if self.clip_norm is not None:
-      parts.append(optax.clip_by_global_norm(self.clip_norm))
+      parts.append(clip_by_global_norm(self.clip_norm))
     parts.append(self.optimizer.build(schedule, self.mask_fn()))
     if self.ema_decay is not None:
       parts.append(ema_params(self.ema_decay))  # last: it averages the parameters after the update

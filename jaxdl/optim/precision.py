@@ -37,6 +37,8 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
+from jaxdl.optim.tree_reductions import all_finite  # noqa: F401  (its home before)
+
 POLICIES = ("fp32", "bf16", "fp16")
 
 
@@ -149,14 +151,6 @@ def make_loss_scale(policy: Policy | str, init_scale: float = 2.0**15, period: i
   if policy.loss_scaling:
     return DynamicLossScale.create(init_scale, period)
   return NoOpLossScale()
-
-
-def all_finite(tree) -> jax.Array:
-  """Scalar bool: every element of every leaf is finite."""
-  leaves = jax.tree.leaves(tree)
-  if not leaves:
-    return jnp.asarray(True)
-  return jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]).all()
 
 
 def select_tree(pred, on_true, on_false):

@@ -27,6 +27,7 @@ the loop passes `state_shardings(abstract_state)` as orbax's restore target.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -34,6 +35,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from jaxdl.optim import tree_reductions
 from jaxdl.schema import ConfigError
 from jaxdl.train import sharding_rules
 from jaxdl.train.parallel import JitStrategy
@@ -140,6 +142,18 @@ class FsdpStrategy(JitStrategy):
     return jax.tree_util.tree_map_with_path(
         lambda path, x: NamedSharding(self.mesh, sharding_rules.param_spec(
             path, np.shape(x), sizes, fsdp_spec)), state)
+
+  def compile_train(self, train_step, state):
+    """The jit strategy's compiled step, traced inside `tree_reductions.per_leaf()`: the state
+    is split over devices, so its norms and finiteness checks reduce each leaf where it lives
+    instead of gathering concatenations of leaves."""
+
+    @functools.wraps(train_step)
+    def per_leaf_step(state, batch):
+      with tree_reductions.per_leaf():
+        return train_step(state, batch)
+
+    return super().compile_train(per_leaf_step, state)
 
   def replicated_params(self, state) -> list[tuple[str, tuple]]:
     """Parameters that the rules leave whole on every device."""

@@ -13,7 +13,8 @@ N = train.grad_accum microbatches of M = B / N rows each, P the parameters, S th
               Under the fp16 policy the loss differentiated is S * L and g <- g / S.
   3. devices  under pmap, g, the loss and the metrics are averaged over devices (lax.pmean);
               under jit and fsdp the mesh already makes every reduction global.
-  4. norm     grad_norm = ||g||_2, before any clipping.
+  4. norm     grad_norm = ||g||_2, before any clipping, in a few kernels rather than one per
+              leaf (`jaxdl.optim.tree_reductions`; per leaf where the state is sharded).
   5. update   (u, opt_state) <- tx.update(g, opt_state, params), params <- params + u, step + 1.
               `tx` is the optax chain of `jaxdl.optim`: clip g to norm c (g min(1, c / ||g||)),
               then the rule with its lr schedule eta(s) and weight-decay mask, then the EMA.
@@ -21,13 +22,14 @@ N = train.grad_accum microbatches of M = B / N rows each, P the parameters, S th
               (only the step count moves) and S is halved; S doubles after a run of finite
               steps (`jaxdl.optim.precision.DynamicLossScale`).
   7. metrics  loss, grad_norm, lr = eta(s), state_finite = 1.0 if every leaf of the new params,
-              optimizer and model state is finite else 0.0, the task's metrics, loss_scale and
-              grads_finite under fp16, and the `watch` health vector when asked; all float32.
+              optimizer and model state is finite else 0.0 (`tree_reductions.all_finite`), the
+              task's metrics, loss_scale and grads_finite under fp16, and the `watch` health
+              vector when asked; all float32.
 
 A non-finite g shows as a non-finite grad_norm (NaN and Inf propagate through the sum of squares;
 so does an overflow of the sum itself, which would overflow Adam's second moment too). The loop
 refuses to save a state after a step whose loss, grad_norm or state_finite says otherwise; the
-check is one fused reduction inside the step, read back with the other metrics (no extra sync).
+check is a few reductions inside the step, read back with the other metrics (no extra sync).
 
 Gradient accumulation (N > 1). Microbatch i holds rows i, i + N, i + 2N, ... of the batch (a
 strided split). A batch sharded over devices in contiguous blocks of B / D rows then gives every
@@ -85,7 +87,7 @@ import numpy as np
 import optax
 from jax.extend import core as jcore
 
-from jaxdl.optim import precision
+from jaxdl.optim import precision, tree_reductions
 
 RNG_STREAMS = ("dropout", "noise", "time", "label_drop")
 
@@ -325,7 +327,7 @@ def make_train_step(apply_fn: Callable, loss_fn: Callable, tx: optax.GradientTra
       grads = jax.lax.pmean(grads, axis_name)
       loss, metrics = jax.lax.pmean((loss, metrics), axis_name)
     # 4. norm, before the chain clips
-    grad_norm = optax.tree.norm(grads)
+    grad_norm = tree_reductions.global_norm(grads)
     # 5. update
     updates, new_opt_state = tx.update(grads, state.opt_state, state.params)
     new_params = optax.apply_updates(state.params, updates)
