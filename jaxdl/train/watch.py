@@ -40,6 +40,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jcore
 
+from jaxdl.optim import tree_reductions
+
 log = logging.getLogger("jaxdl")
 
 STACKED = "h"          # the scanned transformer stack (`jaxdl.models.transformer.apply_blocks`)
@@ -64,14 +66,11 @@ def group_names(params, n_stacked: int) -> list[str]:
 
 def group_sq_norms(tree, n_stacked: int) -> jax.Array:
   """sum of x^2 over each group's leaves, as one float32 vector (per layer for the stack)."""
-  out = []
-  for key in sorted(tree):
-    leaves = [jnp.asarray(x, jnp.float32) for x in jax.tree.leaves(tree[key])]
-    if key == STACKED and n_stacked:
-      out.append(sum(jnp.sum(x * x, axis=tuple(range(1, x.ndim))) for x in leaves))
-    else:
-      out.append(jnp.reshape(sum(jnp.sum(x * x) for x in leaves), (1,)))
-  return jnp.concatenate(out)
+  # A few reductions per group, not one per leaf (`jaxdl.optim.tree_reductions`).
+  return jnp.concatenate([
+      jnp.reshape(tree_reductions.sum_of_squares(tree[key], rows=key == STACKED and n_stacked > 0),
+                  (-1,))
+      for key in sorted(tree)])
 
 
 def make_health(params, model, every: int) -> tuple[list[str], Callable]:
