@@ -82,3 +82,13 @@ def test_the_fsdp_strategy_traces_its_step_leaf_by_leaf():
     patch.setattr("jaxdl.train.parallel.JitStrategy.compile_train", compile_train)
     strategy.compile_train(step, tree)
   assert _concatenates(traced["fn"], tree, None) == 0
+
+
+def test_sum_of_squares_per_row_of_a_stacked_axis():
+  """rows=True: one sum per index of the leading axis all leaves share (a scanned stack)."""
+  rng = np.random.default_rng(1)
+  stack = {f"w{i}": jnp.asarray(rng.normal(size=(3, i + 1, 2)), jnp.float32) for i in range(40)}
+  want = sum(np.sum(np.square(np.asarray(x, np.float64)), axis=(1, 2)) for x in stack.values())
+  np.testing.assert_allclose(tree_reductions.sum_of_squares(stack, rows=True), want, rtol=1e-6)
+  with tree_reductions.per_leaf():
+    np.testing.assert_allclose(tree_reductions.sum_of_squares(stack, rows=True), want, rtol=1e-6)
