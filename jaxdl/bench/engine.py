@@ -21,10 +21,12 @@ loop 11.0 vs bare 10.6 steps/s (wall overhead -3.6%: within the noise), CPU seco
 0.0401 vs 0.0387 (overhead 3.7%, target <= 5%); per step with one watched step in 100 (plain
 0.0400 s): cheap 0.0393 s, detailed 0.0394 s (a watched step 0.0489 s and the probe 0.0109 s, so
 (0.0489 - 0.0393 + 0.0109) / 100 ~ 0.0002 s per step, 0.5%; targets 5% and 10%).
-`bench_sampler_nfe` (fm_digits_cfg's U-Net at init, 64 samples, 20 calls each, 5 rounds, same
-2-core CPU at a load average of ~8): CPU seconds per sample over Euler's (6.9 ms): heun 0.96,
-edm_heun 0.80, dpmpp_2m 0.92, dpmpp_3m 1.03 (target <= 1.05); the wall ratios (1.1 to 2.5) were
-the machine's load, not the solvers (a rerun on a quiet machine is still owed).
+`bench_sampler_nfe` (fm_digits_cfg's U-Net at init, 64 samples, 20 calls each, 5 rounds, the
+2-core CPU otherwise idle, 2026-12-02): seconds per sample over Euler's (3.51 ms), wall / CPU:
+heun 0.97 / 0.99, edm_heun 0.97 / 0.98, dpmpp_2m 0.99 / 0.99, dpmpp_3m 0.83 / 0.84 (target
+<= 1.05). An earlier run under a load average of ~8 had CPU ratios 0.80-1.03 and wall ratios
+1.1-2.5: the load, not the solvers. The lax-loop rows of the same run: fm_toy2d 1.03 / 1.02,
+fm_digits_cfg 0.96 / 0.97.
 """
 
 from __future__ import annotations
