@@ -100,7 +100,7 @@ def test_sweep_writes_the_table_and_figure_with_honest_nfe(edm_run, tmp_path):
   table = sampler_table.sampler_table(edm_run, [2, 3], samplers=("heun", "edm_heun", "dpmpp_3m"),
                                       judge=stand_in_judge, per_class=3, out_dir=tmp_path,
                                       log=lines.append)
-  assert (table["task"], table["path"], table["guidance"]) == ("edm", "edm", 2.0)
+  assert (table["task"], table["path"], table["guidance"]) == ("edm", "edm", 1.5)  # its config's
   assert table["nfe_per_call"] == 2 and table["num"] == 30 and table["judge"] == "stand_in_judge"
   got = [(r["sampler"], r["steps"], r["calls"], r["nfe"]) for r in table["rows"]]
   # edm_heun: 2N - 1 calls (last step Euler); guided, each call evaluates 2 inputs per sample.
