@@ -5,14 +5,18 @@
            steps' temporary memory, m(N, N M) / m(1, M) (target <= 1.3: the loop keeps one
            microbatch's activations alive, not N). Same model, optimizer and data; only the
            batch and N differ. For the digits CNN, the digits MLP with BatchNorm, a small char
-           GPT and the digits U-Net (`ACCUM_FAMILIES`). Measured at N = 4 on this 2-core CPU
-           shared with other jobs (load 3-5), jax 0.10.2, median of 3 runs (wall / CPU seconds,
-           memory):
-             digits_cnn     scan+canonical  0.94 / 0.94   1.03x   (one run 1.57 wall)
-             digits_mlp_bn  scan            0.80 / 0.81   1.57x   (memory target not met)
-             char_gpt       scan            1.03 / 1.04   1.03x
-             unet           scan+canonical  1.21 / 1.12   1.02x   (time target not met; one
-                                                                   earlier run 0.95 / 1.06)
+           GPT and the digits U-Net (`ACCUM_FAMILIES`). Measured at N = 4 on this 2-core CPU,
+           otherwise idle, jax 0.10.2, median of 3 runs (wall / CPU seconds, memory; 2026-12-02):
+             digits_cnn     scan+canonical  0.91 / 0.89   1.03x
+             digits_mlp_bn  scan            0.78 / 0.79   1.48x   (memory target not met)
+             char_gpt       scan            0.95 / 0.95   1.03x
+             unet           scan+canonical  0.98 / 0.92   1.02x
+           The MLP's 1.48x: the scan carries the float32 gradient sum beside the microbatch's
+           gradient, two parameter-sized buffers where the one-step program has one, and in so
+           small a step (84k parameters against 128-row activations) a parameter-sized buffer
+           is about a quarter of the temporary memory. The unrolled loop is no way out: 3.83x
+           for the MLP (3.77x for char_gpt), as XLA runs the microbatches' forward passes side
+           by side. (The session before, under a load of 3-5, the U-Net measured 1.21 / 1.12.)
            Before the convolution rewrite (`jaxdl.train.step.canonical_convolutions`) the scan
            cost 6-7x (CNN) and 9x (U-Net), and the unrolled loop used for them 3.6-3.9x memory.
   augment  batches/s of the digits training pipeline with data.augment (random shifts by pad +

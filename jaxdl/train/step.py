@@ -49,19 +49,21 @@ while body the weight- and input-gradient convolutions, which JAX emits in other
 slow kernels: 6-7x the time of N microbatch steps for the digits CNN, 9x for the U-Net. On a CPU
 the scan body of a gradient holding a convolution therefore does that rewrite itself
 (`canonical_convolutions`: transposes around each convolution, the same sums), which brings the
-CNN to 0.94x wall / 0.94x CPU (medians of 3 bench runs) and the U-Net to 1.21x / 1.12x, still
-above the 1.1 target (one run 0.95x / 1.06x: the machine is shared). Measured and not chosen: a
-Python-unrolled loop (CNN 1.3-1.7x wall, U-Net 1.0x, but 3.6-3.9x the memory: XLA:CPU expands
-max-pool gradients into scatters whose activation-sized index iotas, which depend on no data, it
-schedules at the start, N copies alive at once; an `optimization_barrier` chaining microbatch i +
-1 on microbatch i's sum cannot order ops that have no inputs, and changed nothing); a `lax.cond`
-around each unrolled microbatch (1.06x memory, but its branch is a nested computation: 6.3x
-time); `lax.scan(unroll=N)` (3.58x memory for the CNN, as unrolled) and unroll=2 (1.95x memory
-for the GPT).
-Without convolutions the plain scan: char GPT 1.03x wall / 1.04x CPU at 1.03x memory; MLP with
-BatchNorm 0.80x / 0.81x at 1.57x memory, above the 1.3x target: the float32 gradient sum alone
-is a quarter of so small a step's buffers (84k parameters against 128-row activations), and
-peeling the first microbatch out of the loop (no zero-initialized sum) changed nothing.
+CNN to 0.91x wall / 0.89x CPU and the U-Net to 0.98x / 0.92x (medians of 3 bench runs on an
+idle CPU, 2026-12-02; under a load of 3-5 the U-Net had measured 1.21x / 1.12x). Measured and not
+chosen: a Python-unrolled loop (CNN 1.3-1.7x wall, U-Net 1.0x, but 3.6-3.9x the memory: XLA:CPU
+expands max-pool gradients into scatters whose activation-sized index iotas, which depend on no
+data, it schedules at the start, N copies alive at once; an `optimization_barrier` chaining
+microbatch i + 1 on microbatch i's sum cannot order ops that have no inputs, and changed nothing);
+a `lax.cond` around each unrolled microbatch (1.06x memory, but its branch is a nested
+computation: 6.3x time); `lax.scan(unroll=N)` (3.58x memory for the CNN, as unrolled) and unroll=2
+(1.95x memory for the GPT).
+Without convolutions the plain scan: char GPT 0.95x wall / 0.95x CPU at 1.03x memory; MLP with
+BatchNorm 0.78x / 0.79x at 1.48x memory, above the 1.3x target: the float32 gradient sum beside
+the microbatch's gradient is one parameter-sized buffer more than the one-step program holds,
+about a quarter of so small a step's buffers (84k parameters against 128-row activations);
+peeling the first microbatch out of the loop (no zero-initialized sum) changed nothing, and the
+unrolled loop is 3.83x.
 
 Each task loss is a mean over its rows, so with equal microbatches
 
