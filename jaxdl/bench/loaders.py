@@ -35,14 +35,20 @@ W = 2 is what a user of this 2-core machine would pick. A worker contender's buf
 the other one runs, so each round starts with up to W x prefetch batches ready, the same number
 for both.
 
-Measured here (`jaxdl bench --only data`, torch 2.13.0+cpu, on this 2-core CPU shared with other
-jobs, so wall ratios swing ~30% between runs; grain over DataLoader, one run):
+Measured here (`jaxdl bench --only data`, torch 2.13.0+cpu, this 2-core CPU otherwise idle,
+2026-12-02; grain over DataLoader, three runs, median first):
 
-  packed BPE   0 workers 0.85x (126 vs 149 batches/s; CPU seconds 0.93x), 2 workers 1.13x
-  images       0 workers 1.20x (CPU seconds 1.07x), 2 workers 1.55x
+  packed BPE   0 workers 0.96x (1.00, 0.96, 0.80; 337 vs 335, 355 vs 368, 299 vs 372 batches/s;
+               CPU seconds the same), 2 workers 1.18x (1.01, 1.20, 1.18)
+  images       0 workers 1.02x (1.07, 1.02, 1.02; CPU the same), 2 workers 1.54x (1.30-1.55)
 
-The text pipeline in-process is the one row under 1x, within this machine's noise of level on CPU
-seconds. Before `records.RecordReader.get` read record by record it was 0.17-0.29x: the batched
+The text pipeline in-process is the one row under 1x, at parity within the run-to-run spread:
+both contenders do the same reads, and the reads are the cost (a py-spy profile of the grain
+stream: 62% in `ArrayRecordDataSource.__getitem__`, 10% joining documents, 7% decoding; grain's
+own iterator layers about 1%). A window of 65 tokens reads every document it overlaps whole,
+so the way past parity is fewer or smaller reads (documents stored in chunks, or a cache of
+decoded documents), not the iterator. An earlier run, under load, gave 0.85x (126 vs 149
+batches/s). Before `records.RecordReader.get` read record by record it was 0.17-0.29x: the batched
 `ArrayRecordDataSource.__getitems__` starts a thread pool on every call (~400 us for one record
 against ~45 us for `source[i]`), and the text pipeline reads once per window, 32 times a batch.
 """
