@@ -129,3 +129,27 @@ def test_bits_per_byte_is_total_nats_over_total_utf8_bytes():
   train_batch = src.train.gather(np.array([0, 1]))        # (a b e) (C3 A9 e): 4 bytes, 6 tokens
   _, (m, _) = task.loss_fn(apply_fn, {}, {}, train_batch, {}, False)
   np.testing.assert_allclose(float(m["bits_per_byte"]), 6 * np.log2(v) / 4, rtol=1e-6)
+
+
+@pytest.mark.parametrize("cache_tokens", [0, 12, 10_000])  # none, about two documents, all
+def test_doc_stream_reads_each_document_once_while_cached_and_windows_never_change(cache_tokens):
+  rng = np.random.default_rng(0)
+  docs = [rng.integers(0, 50, size=n) for n in (5, 1, 7, 3, 9, 4)]
+  reads = []
+
+  def get(indices):
+    reads.extend(indices)
+    return [docs[i] for i in indices]
+
+  stream = packing.DocStream(get, np.array([len(d) for d in docs]), 99,
+                             cache_tokens=cache_tokens)
+  whole = packing.join_documents(docs, 99)
+  assert stream.length == len(whole)
+  windows = [(int(a), int(a) + 4) for a in rng.integers(0, len(whole) - 4, size=60)]
+  for a, b in windows:
+    np.testing.assert_array_equal(stream.read(a, b), whole[a:b])
+  if cache_tokens >= len(whole):
+    assert sorted(reads) == sorted(set(reads))  # each document read once
+  else:
+    assert len(reads) > len(set(reads))  # evicted documents read again
+  assert stream._cached <= cache_tokens  # noqa: SLF001
