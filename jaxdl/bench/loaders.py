@@ -38,19 +38,20 @@ for both.
 Measured here (`jaxdl bench --only data`, torch 2.13.0+cpu, this 2-core CPU otherwise idle,
 2026-12-02; grain over DataLoader, three runs, median first):
 
-  packed BPE   0 workers 0.96x (1.00, 0.96, 0.80; 337 vs 335, 355 vs 368, 299 vs 372 batches/s;
-               CPU seconds the same), 2 workers 1.18x (1.01, 1.20, 1.18)
-  images       0 workers 1.02x (1.07, 1.02, 1.02; CPU the same), 2 workers 1.54x (1.30-1.55)
+  packed BPE   0 workers 1.04x (1.03, 1.04, 1.36; about 1,600 batches/s each), 2 workers 1.01x
+               (0.92, 1.03, 1.01)
+  images       0 workers 1.00x (0.98, 1.00, 1.03), 2 workers 1.45x (1.35, 1.57, 1.45)
 
-The text pipeline in-process is the one row under 1x, at parity within the run-to-run spread:
-both contenders do the same reads, and the reads are the cost (a py-spy profile of the grain
-stream: 62% in `ArrayRecordDataSource.__getitem__`, 10% joining documents, 7% decoding; grain's
-own iterator layers about 1%). A window of 65 tokens reads every document it overlaps whole,
-so the way past parity is fewer or smaller reads (documents stored in chunks, or a cache of
-decoded documents), not the iterator. An earlier run, under load, gave 0.85x (126 vs 149
-batches/s). Before `records.RecordReader.get` read record by record it was 0.17-0.29x: the batched
-`ArrayRecordDataSource.__getitems__` starts a thread pool on every call (~400 us for one record
-against ~45 us for `source[i]`), and the text pipeline reads once per window, 32 times a batch.
+Both contenders read documents through the same `packing.DocStream`, and its reads were the cost:
+a py-spy profile of the grain stream had 62% of a batch in `ArrayRecordDataSource.__getitem__`
+(a window of 65 tokens reads every document it overlaps whole, 3,800 tokens on average), 10%
+joining documents and 7% decoding, grain's own iterator layers about 1%. With the stream's cache
+of decoded documents (`packing.DOC_CACHE_TOKENS`) this corpus is read once, and both went from
+about 340 to 1,600 batches/s; before it three runs gave 0.96x (1.00, 0.96, 0.80), and an earlier
+one under load 0.85x. Before `records.RecordReader.get` read record by record it was
+0.17-0.29x: the batched `ArrayRecordDataSource.__getitems__` starts a thread pool on every call
+(~400 us for one record against ~45 us for `source[i]`), and the text pipeline reads once per
+window, 32 times a batch.
 """
 
 from __future__ import annotations
