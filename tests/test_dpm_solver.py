@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdl.generative import paths, samplers, spacings
+from jaxdl.generative import closed_forms, paths, samplers, spacings
 from test_edm import MU, S0, gaussian_eps  # the exact denoiser of N(MU, S0^2)
 
 Z = np.linspace(-2.5, 2.5, 11, dtype=np.float32)[:, None]
@@ -16,7 +16,7 @@ EDM = paths.EDMPath()
 
 
 def flow_field(variables, x, t_1, y=None, train=False):
-  return paths.gaussian_flow_velocity(x, t_1[:, None], MU, S0)
+  return closed_forms.gaussian_flow_velocity(x, t_1[:, None], MU, S0)
 
 
 def ode_errors(path, sampler, ns, **kw):

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdl.generative import losses, paths, samplers, spacings
+from jaxdl.generative import closed_forms, losses, paths, samplers, spacings
 from jaxdl.schema import ConfigError
 
 MU, S0 = 0.7, 0.4
@@ -25,7 +25,7 @@ def gaussian_eps(path):
 
   def apply(variables, x, tm_1, y=None, train=False):
     alpha, sigma = coefficients(tm_1)
-    return paths.gaussian_eps_posterior(x, alpha, sigma, mu_w, s_w)
+    return closed_forms.gaussian_eps_posterior(x, alpha, sigma, mu_w, s_w)
   return apply
 
 
@@ -116,7 +116,8 @@ def test_edm_heun_runs_on_ddpm_and_flow_paths_and_equals_its_python_loop():
   Euler (sigma = inf there). The scan and the Python loop agree."""
   errs = ode_errors(paths.make_path("ddpm", T=1000), "edm_heun", (16, 32), spacing="karras")
   assert errs[-1] < 0.02 and errs[0] / errs[1] > 3.5, errs
-  field = lambda v, x, t, y=None, train=False: paths.gaussian_flow_velocity(x, t[:, None], MU, S0)
+  field = lambda v, x, t, y=None, train=False: closed_forms.gaussian_flow_velocity(  # noqa: E731
+      x, t[:, None], MU, S0)
   kw = dict(sampler="edm_heun", steps=16, sample_shape=(1,))
   flow = paths.FlowPath()
   x = samplers.make_sampler(field, flow, **kw)(None, jax.random.PRNGKey(0), 11, x_init=Z)

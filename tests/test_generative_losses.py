@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdl.generative import losses, paths
+from jaxdl.generative import closed_forms, losses, paths
 
 K_T, K_N = jax.random.PRNGKey(1), jax.random.PRNGKey(2)
 
@@ -46,8 +46,8 @@ def test_ddpm_loss_targets(prediction):
 def test_the_exact_two_point_field_beats_perturbed_fields():
   """v*(y, t) = E[x - eps | x_t = y] minimises the velocity MSE (regression to the mean)."""
   x = jnp.sign(jax.random.normal(jax.random.PRNGKey(0), (20000, 1)))
-  exact = lambda x_t, t: (paths.two_point_posterior_velocity(x_t, jnp.minimum(t, 0.999)[:, None]),
-                          None)
+  exact = lambda x_t, t: (  # noqa: E731
+      closed_forms.two_point_posterior_velocity(x_t, jnp.minimum(t, 0.999)[:, None]), None)
   best = float(losses.flow_matching_loss(exact, x, K_T, K_N)[0])
   for delta in (0.1, -0.1):
     shifted = lambda x_t, t, d=delta: (exact(x_t, t)[0] + d, None)

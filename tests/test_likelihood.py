@@ -9,7 +9,7 @@ import scipy.stats
 from jax.scipy.stats import norm
 
 from jaxdl import models as jmodels
-from jaxdl.generative import likelihood, paths
+from jaxdl.generative import closed_forms, likelihood, paths
 
 # Data N(mu, Sigma) with a full covariance: the flow's Jacobian is not diagonal, so Hutchinson's
 # estimate has a real variance and the exact trace must read every column.
@@ -69,7 +69,7 @@ def _gaussian_ddpm(schedule: str):
 
   def apply_fn(variables, x_t, tm_1, y=None, train=False):
     a, sg, _, _ = coefficients(tm_1[0])
-    return paths.gaussian_eps_posterior(x_t, a, sg, mu, s)
+    return closed_forms.gaussian_eps_posterior(x_t, a, sg, mu, s)
 
   def marginal(tau):
     a, sg, _, _ = coefficients(jnp.float32(tau))

@@ -1,5 +1,5 @@
-"""Tests for jaxdl.generative.paths: schedules, conversions, exact fields (the DDIM step by hand is
-the claim ddim_by_hand of `jaxdl reproduce`)."""
+"""Tests for jaxdl.generative.paths and closed_forms: schedules, conversions, exact fields (the
+DDIM step by hand is the claim ddim_by_hand of `jaxdl reproduce`)."""
 
 import math
 
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdl.generative import paths
+from jaxdl.generative import closed_forms, paths
 
 
 def test_linear_schedule_is_the_cumulative_product_of_linear_betas():
@@ -77,8 +77,8 @@ def test_two_point_posterior_is_bayes_rule():
     lik_p = np.exp(-(y - t) ** 2 / (2 * (1 - t) ** 2))
     lik_m = np.exp(-(y + t) ** 2 / (2 * (1 - t) ** 2))
     expected = (lik_p - lik_m) / (lik_p + lik_m)
-    np.testing.assert_allclose(paths.two_point_posterior_mean(y, t), expected, atol=1e-6)
-    np.testing.assert_allclose(paths.two_point_posterior_velocity(y, t),
+    np.testing.assert_allclose(closed_forms.two_point_posterior_mean(y, t), expected, atol=1e-6)
+    np.testing.assert_allclose(closed_forms.two_point_posterior_velocity(y, t),
                                (expected - y) / (1 - t), atol=1e-5)
 
 
@@ -87,9 +87,10 @@ def test_gaussian_flow_solution_solves_the_ode():
   eps = jnp.linspace(-2, 2, 5)
   for t in (0.1, 0.5, 0.9):
     h = 1e-3
-    dy = (paths.gaussian_flow_solution(eps, t + h, 1.5, 0.5)
-          - paths.gaussian_flow_solution(eps, t - h, 1.5, 0.5)) / (2 * h)
-    v = paths.gaussian_flow_velocity(paths.gaussian_flow_solution(eps, t, 1.5, 0.5), t, 1.5, 0.5)
+    dy = (closed_forms.gaussian_flow_solution(eps, t + h, 1.5, 0.5)
+          - closed_forms.gaussian_flow_solution(eps, t - h, 1.5, 0.5)) / (2 * h)
+    y = closed_forms.gaussian_flow_solution(eps, t, 1.5, 0.5)
+    v = closed_forms.gaussian_flow_velocity(y, t, 1.5, 0.5)
     np.testing.assert_allclose(dy, v, atol=2e-3)
 
 

@@ -15,14 +15,14 @@ import optax
 import pytest
 
 from jaxdl import models as jmodels
-from jaxdl.generative import paths, reflow
+from jaxdl.generative import closed_forms, reflow
 
 MU, S = 1.5, 0.5
 
 
 def teacher(variables, x_t, t_B, y=None, train=False):
   del variables, y, train
-  return paths.gaussian_flow_velocity(x_t, jnp.reshape(t_B, (-1, 1)), MU, S)
+  return closed_forms.gaussian_flow_velocity(x_t, jnp.reshape(t_B, (-1, 1)), MU, S)
 
 
 def reflowed(variables, x_t, t_B, train=False):
@@ -53,7 +53,7 @@ def _mu(y):
 
 def conditional_teacher(variables, x_t, t_B, y=None, train=False):
   del variables, train
-  return paths.gaussian_flow_velocity(x_t, jnp.reshape(t_B, (-1, 1)), _mu(y), S)
+  return closed_forms.gaussian_flow_velocity(x_t, jnp.reshape(t_B, (-1, 1)), _mu(y), S)
 
 
 def conditional_reflowed(params, x_t, t_B, y=None, train=False):

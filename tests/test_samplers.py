@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdl.generative import paths, samplers
+from jaxdl.generative import closed_forms, paths, samplers
 
 FLOW = paths.FlowPath()
 EPS5 = jnp.array([-1.3, -0.2, 0.05, 0.5, 2.0])[:, None]
@@ -13,12 +13,12 @@ EPS5 = jnp.array([-1.3, -0.2, 0.05, 0.5, 2.0])[:, None]
 
 def two_point_field(variables, x, t_B, y=None, train=False):
   del variables, y, train
-  return paths.two_point_posterior_velocity(x, t_B[:, None])
+  return closed_forms.two_point_posterior_velocity(x, t_B[:, None])
 
 
 def gaussian_field(mu, s):
   def apply(variables, x, t_B, y=None, train=False):
-    return paths.gaussian_flow_velocity(x, t_B[:, None], mu, s)
+    return closed_forms.gaussian_flow_velocity(x, t_B[:, None], mu, s)
   return apply
 
 
@@ -30,7 +30,7 @@ def ddpm_gaussian_eps(path, mu, s):
   def apply(variables, x, tm_B, y=None, train=False):
     t = jnp.round(tm_B * path.T).astype(jnp.int32)
     a, sg = sq_ab[t][:, None], sq_1mab[t][:, None]
-    return paths.gaussian_eps_posterior(x, a, sg, mu, s)
+    return closed_forms.gaussian_eps_posterior(x, a, sg, mu, s)
   return apply
 
 
@@ -57,7 +57,7 @@ def test_euler_and_heun_reach_the_same_limit_of_the_two_point_ode():
 def test_euler_on_gaussian_flow_matches_closed_form():
   eps = jax.random.normal(jax.random.PRNGKey(1), (256, 1))
   mu, s = 1.5, 0.5
-  exact = paths.gaussian_flow_solution(eps, 1.0, mu, s)  # = mu + s eps
+  exact = closed_forms.gaussian_flow_solution(eps, 1.0, mu, s)  # = mu + s eps
   errs = {}
   for n in (100, 200):
     sample = samplers.make_sampler(gaussian_field(mu, s), FLOW, sampler="euler", steps=n,

@@ -14,12 +14,12 @@ def distill_one_step() -> list[Row]:
   import jax
   import jax.numpy as jnp
   import optax
-  from jaxdl.generative import distill, metrics, paths
+  from jaxdl.generative import closed_forms, distill, metrics
   mu, s = 1.5, 0.5
 
   def teacher(variables, x_t, t, y=None, train=False):
     del variables, y, train
-    return paths.gaussian_flow_velocity(x_t, jnp.reshape(t, (-1, 1)), mu, s)
+    return closed_forms.gaussian_flow_velocity(x_t, jnp.reshape(t, (-1, 1)), mu, s)
 
   def student(variables, x_t, t_B, train=False):  # affine in x: the exact 1-step map is affine
     del t_B, train

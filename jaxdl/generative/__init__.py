@@ -1,12 +1,13 @@
 """Diffusion and flow matching as one Gaussian-path family: paths, losses, samplers, metrics.
 
-`paths` (schedules, conversions, exact fields), `losses` (denoising regressions, condition dropout),
-`samplers` (`make_sampler`: DDPM / DDIM / Euler / Heun as one `lax.scan`, classifier-free guidance),
-`metrics` (energy distance, exact W2), `tasks` (the 'flow_matching' and 'ddpm' training tasks),
-`evaluation` (post-training distances / classifier check), `trained` (a trained run's
-samples and likelihood: `jaxdl sample`, `jaxdl likelihood`), `likelihood` (exact log p(x)
-through the probability-flow ODE), `vae` and `gan` (the 'vae' and 'gan' models and tasks). The
-course's worked examples and the generative experiments' shared configs live in `jaxdl.course`.
+`paths` (schedules, conversions), `closed_forms` (exact fields of known data), `losses` (denoising
+regressions, condition dropout), `samplers` (`make_sampler`: DDPM / DDIM / Euler / Heun as one
+`lax.scan`, classifier-free guidance), `metrics` (energy distance, exact W2), `tasks` (the
+'flow_matching' and 'ddpm' training tasks), `evaluation` (post-training distances / classifier
+check), `trained` (a trained run's samples and likelihood: `jaxdl sample`, `jaxdl likelihood`),
+`likelihood` (exact log p(x) through the probability-flow ODE), `vae` and `gan` (the 'vae' and
+'gan' models and tasks). The course's worked examples and the generative experiments' shared
+configs live in `jaxdl.course`.
 """
 
 from jaxdl.generative import losses, metrics, paths, samplers  # noqa: F401

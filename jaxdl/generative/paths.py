@@ -25,8 +25,8 @@ Tweedie: grad log p_t(x_t) = -eps_hat / sigma. Every path also has the variance-
 level sigma_ve = sigma / alpha = exp(-lambda), lambda = log(alpha / sigma) the half log-SNR, in
 which x_t / alpha = x_hat + sigma_ve eps_hat; the EDM and DPM-Solver++ samplers step in it.
 
-Also here: closed-form fields used by tests and `jaxdl reproduce` (two-point data {-1, +1} and
-Gaussian data under the flow path).
+The closed-form fields that tests and `jaxdl reproduce` check against (two-point data {-1, +1},
+Gaussian data) are in `jaxdl.generative.closed_forms`.
 
 Shapes: B batch, N steps of a time grid; arrays with trailing data dims are written x_B... .
 """
@@ -369,41 +369,3 @@ def flow_velocity_from_x0(x_t, x_hat, t):
 def flow_velocity_from_eps(x_t, eps_hat, t):
   """v = (x_t - eps_hat) / t on the flow path."""
   return (x_t - eps_hat) / _bc(t, x_t)
-
-
-# ----------------------------------------------------------------------------- exact fields
-
-
-def two_point_posterior_mean(y, t):
-  """E[x | x_t = y] for data x = +-1 (prob 1/2 each) on the flow path: tanh(t y / (1 - t)^2).
-
-  Given x, x_t ~ N(t x, (1 - t)^2); Bayes' rule gives the odds exp(2 t y / (1 - t)^2).
-  """
-  return jnp.tanh(t * y / (1.0 - t) ** 2)
-
-
-def two_point_posterior_velocity(y, t):
-  """The exact flow field v*(y, t) = E[x - eps | x_t = y] = (x_hat(y, t) - y) / (1 - t)."""
-  return (two_point_posterior_mean(y, t) - y) / (1.0 - t)
-
-
-def gaussian_flow_velocity(y, t, mu, s):
-  """Exact flow field for data N(mu, s^2) per coordinate and eps ~ N(0, 1).
-
-  x_t ~ N(t mu, var_t) with var_t = t^2 s^2 + (1 - t)^2, and
-  x_hat = mu + t s^2 (y - t mu)/var_t, eps_hat = (1 - t)(y - t mu)/var_t, v = x_hat - eps_hat.
-  """
-  var = t**2 * s**2 + (1.0 - t) ** 2
-  r = (y - t * mu) / var
-  return mu + (t * s**2 - (1.0 - t)) * r
-
-
-def gaussian_flow_solution(eps, t, mu, s):
-  """The ODE dy/dt = gaussian_flow_velocity from y(0) = eps: y(t) = t mu + sqrt(var_t) eps."""
-  return t * mu + jnp.sqrt(t**2 * s**2 + (1.0 - t) ** 2) * eps
-
-
-def gaussian_eps_posterior(x_t, alpha, sigma, mu, s):
-  """E[eps | x_t] for data N(mu, s^2) on any Gaussian path:
-  sigma (x_t - alpha mu) / (alpha^2 s^2 + sigma^2)."""
-  return sigma * (x_t - alpha * mu) / (alpha**2 * s**2 + sigma**2)

@@ -17,8 +17,8 @@ import numpy as np
 def two_point_field(variables, x, t_B, y=None, train=False):
   """The exact flow field v*(x, t) for data +-1 as a denoiser `apply_fn` (`make_sampler`)."""
   del variables, y, train
-  from jaxdl.generative import paths
-  return paths.two_point_posterior_velocity(x, t_B.reshape(t_B.shape + (1,) * (x.ndim - 1)))
+  from jaxdl.generative import closed_forms
+  return closed_forms.two_point_posterior_velocity(x, t_B.reshape(t_B.shape + (1,) * (x.ndim - 1)))
 
 
 def decoupled_decay_factor(optim_cfg, steps: int) -> float:
