@@ -26,25 +26,9 @@ target: measured once with the SVM as the judge (`--set gen.classifier=svm`), 1.
 samples, eval loss 0.366 at step 3,000, 12 minutes on two shared CPU cores; with the digits_cnn
 judge not measured.
 
-Quality against network calls (`jaxdl sample WORKDIR --sweep-steps 4,8,16,32,64`, the trained
-default run, w = 2, 100 samples per class, 2026-12-01): Frechet distance in the digits_cnn
-judge's features @ network evaluations per sample (2 per guided call), real-vs-real floor
-2.81 (docs/figures/nfe_sweep_fm_digits_cfg.png):
-
-  sampler    N=4        N=8         N=16        N=32        N=64
-  ddpm       14.20 @ 8  10.19 @ 16  8.25 @ 32   6.96 @ 64   6.15 @ 128
-  ddim       12.83 @ 8  10.07 @ 16  8.79 @ 32   8.09 @ 64   7.74 @ 128
-  euler      12.83 @ 8  10.07 @ 16  8.79 @ 32   8.09 @ 64   7.74 @ 128
-  heun       5.68 @ 16  6.86 @ 32   7.24 @ 64   7.35 @ 128  7.37 @ 256
-  dpmpp_2m   9.57 @ 8   7.14 @ 16   7.40 @ 32   7.47 @ 64   7.40 @ 128
-  edm_heun   5.56 @ 12  6.56 @ 28   7.31 @ 60   7.40 @ 124  7.38 @ 252
-The confident fraction is 1.00 (rounded) in every cell.
-
-On the flow, DDIM with eta = 0 is Euler, step for step. The ODE solvers settle at about 7.4, the
-ODE's own limit at this training; DPM-Solver++(2M) gets there by 16 evaluations, Heun and
-EDM-Heun by about 60; ancestral sampling (`ddpm`) keeps improving with calls. Heun's and
-EDM-Heun's few-step points below 7.4 are integration error that happens to score better, not a
-better ODE solution.
+Quality against network calls (`jaxdl sample WORKDIR --sweep-steps 4,8,16,32,64` on the trained
+default run, six samplers): the table is in `jaxdl.generative.nfe_sweep`'s docstring and the
+README, the figure in docs/figures/nfe_sweep_fm_digits_cfg.png.
 """
 
 from jaxdl.config import parse_arg
