@@ -124,16 +124,18 @@ class DocStream:
     fetched = dict(zip(missing, self.get(missing))) if missing else {}
     docs = []
     for i in wanted:
-      if i in fetched:
-        docs.append(fetched[i])
-      else:
-        self._cache.move_to_end(i)
-        docs.append(self._cache[i])
-    for i, doc in fetched.items():
+      doc = fetched.get(i)
+      if doc is None:  # cached: taken out and put back as the most recently used
+        doc = self._cache.pop(i, None)
+        if doc is None:  # evicted since (another thread reading this stream): read it again
+          doc = self.get([i])[0]
+        else:
+          self._cached -= self._size(doc)
+      docs.append(doc)
       if self._size(doc) <= self.cache_tokens:
         self._cache[i] = doc
         self._cached += self._size(doc)
-    while self._cached > self.cache_tokens:
+    while self._cached > self.cache_tokens and self._cache:
       self._cached -= self._size(self._cache.popitem(last=False)[1])
     return first, docs
 
