@@ -60,6 +60,22 @@ refused on the discrete path; the confident fraction 0.998 to 1.000 in every cel
 DPM-Solver++(2M) and EDM-Heun are at the ODE's limit (about 5.9) by 16-28 evaluations, DDIM by
 about 128; ancestral sampling is far from converged at 128.
 
+And on `jaxdl train edm_digits`' trained run at its guidance w = 1.5 (same judge, 50 samples per
+class, floor 5.84; plain Heun refused at sigma = 0; the ancestral and DDIM rows from a first run
+of the sweep, which stopped at Euler before the fix to `Grid.velocity` on this path; 2026-12-02):
+
+  sampler    N=4          N=8          N=16         N=32         N=64
+  ddpm       13.20 @ 8    11.69 @ 16   8.56 @ 32    5.91 @ 64    5.13 @ 128
+  ddim       10.53 @ 8     8.33 @ 16   5.84 @ 32    4.98 @ 64    4.63 @ 128
+  euler      86.90 @ 8    39.02 @ 16   7.16 @ 32    3.63 @ 64    3.67 @ 128
+  dpmpp_2m    8.96 @ 8     5.18 @ 16   4.08 @ 32    4.21 @ 64    4.29 @ 128
+  edm_heun   68.42 @ 14    4.72 @ 30   4.01 @ 62    4.21 @ 126   4.29 @ 254
+
+The confident fraction is 0.99-1.00 wherever the distance is under 10 (Euler at 8 and 16
+evaluations: 0.46, 0.86; EDM-Heun at 14: 0.20). Four steps of the rho = 7 Karras grid from
+sigma = 80 are too coarse for the first-order rules and EDM-Heun; DPM-Solver++(2M) and EDM-Heun
+reach about 4.0-4.3 by 30-60 evaluations.
+
 Shapes: N samples, K classes, H judge features.
 """
 
