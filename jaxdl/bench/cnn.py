@@ -16,7 +16,8 @@
            small a step (84k parameters against 128-row activations) a parameter-sized buffer
            is about a quarter of the temporary memory. The unrolled loop is no way out: 3.83x
            for the MLP (3.77x for char_gpt), as XLA runs the microbatches' forward passes side
-           by side. (The session before, under a load of 3-5, the U-Net measured 1.21 / 1.12.)
+           by side. Peeling the first microbatch out of the loop (no zero-initialized sum)
+           changed nothing. (Under a load of 3-5 the U-Net had measured 1.21 / 1.12.)
            Before the convolution rewrite (`jaxdl.train.step.canonical_convolutions`) the scan
            cost 6-7x (CNN) and 9x (U-Net), and the unrolled loop used for them 3.6-3.9x memory.
   augment  batches/s of the digits training pipeline with data.augment (random shifts by pad +

@@ -171,8 +171,7 @@ class Grid:
     x_hat, eps_hat, out = self.predict(variables, x, j, y_B)
     if self.prediction == "velocity" and self.clip_x0 is None:
       return out  # the network output is already dx/dt; skip a round trip through (x_hat, eps_hat)
-    # Per grid point on a path whose coefficients' derivatives vary (EDM); constants on the flow.
-    d_alpha, d_sigma = (jnp.asarray(d)[j] if jnp.ndim(d) else d
+    d_alpha, d_sigma = (jnp.asarray(d)[j] if jnp.ndim(d) else d  # per grid point on EDM
                         for d in (self.d_alpha, self.d_sigma))
     return d_alpha * x_hat + d_sigma * eps_hat
 

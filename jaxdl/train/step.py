@@ -49,8 +49,7 @@ while body the weight- and input-gradient convolutions, which JAX emits in other
 slow kernels: 6-7x the time of N microbatch steps for the digits CNN, 9x for the U-Net. On a CPU
 the scan body of a gradient holding a convolution therefore does that rewrite itself
 (`canonical_convolutions`: transposes around each convolution, the same sums), which brings the
-CNN to 0.91x wall / 0.89x CPU and the U-Net to 0.98x / 0.92x (medians of 3 bench runs on an
-idle CPU, 2026-12-02; under a load of 3-5 the U-Net had measured 1.21x / 1.12x). Measured and not
+CNN and the U-Net under the 1.1 target (the numbers are `jaxdl.bench.cnn`'s). Measured and not
 chosen: a Python-unrolled loop (CNN 1.3-1.7x wall, U-Net 1.0x, but 3.6-3.9x the memory: XLA:CPU
 expands max-pool gradients into scatters whose activation-sized index iotas, which depend on no
 data, it schedules at the start, N copies alive at once; an `optimization_barrier` chaining
@@ -58,12 +57,8 @@ microbatch i + 1 on microbatch i's sum cannot order ops that have no inputs, and
 a `lax.cond` around each unrolled microbatch (1.06x memory, but its branch is a nested
 computation: 6.3x time); `lax.scan(unroll=N)` (3.58x memory for the CNN, as unrolled) and unroll=2
 (1.95x memory for the GPT).
-Without convolutions the plain scan: char GPT 0.95x wall / 0.95x CPU at 1.03x memory; MLP with
-BatchNorm 0.78x / 0.79x at 1.48x memory, above the 1.3x target: the float32 gradient sum beside
-the microbatch's gradient is one parameter-sized buffer more than the one-step program holds,
-about a quarter of so small a step's buffers (84k parameters against 128-row activations);
-peeling the first microbatch out of the loop (no zero-initialized sum) changed nothing, and the
-unrolled loop is 3.83x.
+Without convolutions the plain scan; the MLP with BatchNorm's memory stays above the 1.3x target
+(why, and peeling the first microbatch or unrolling tried, in `jaxdl.bench.cnn`).
 
 Each task loss is a mean over its rows, so with equal microbatches
 
