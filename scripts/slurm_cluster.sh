@@ -120,8 +120,9 @@ SelectTypeParameters=CR_CPU
 MpiDefault=none
 # A node that was down comes back as soon as its slurmd registers.
 ReturnToService=2
-# A test's job is short: hand its CPUs back and schedule the next without the default waits.
-KillWait=5
+# A cancelled job has SLURM's default 30 s between SIGTERM and SIGKILL to save its checkpoint
+# (5 s can be too short on a loaded machine).
+KillWait=30
 MinJobAge=600
 SchedulerType=sched/builtin
 $node_line State=UNKNOWN

@@ -151,6 +151,14 @@ def _lock_pid(workdir):
     return None  # not there yet, or half written
 
 
+def _alive(pid):
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  return True
+
+
 @pytest.mark.slow
 def test_a_cancelled_run_resumes_and_the_sweep_ends_with_the_local_results(cluster, tmp_path,
                                                                             capsys):
@@ -174,9 +182,12 @@ def test_a_cancelled_run_resumes_and_the_sweep_ends_with_the_local_results(clust
   finally:
     with contextlib.suppress(ProcessLookupError):
       os.kill(pid, signal.SIGCONT)  # SLURM sends it too; never leave it held
-  _wait_for(lambda: runner.lock_holder(victim) is None, "the cancelled run to save and stop")
-  assert not (victim / "summary.json").exists()
+  # The process's exit, not the lock's release: the run lets its lock go before the CLI prints
+  # the line read below.
+  _wait_for(lambda: not _alive(pid), "the cancelled run to save and stop")
+  assert runner.lock_holder(victim) is None and not (victim / "summary.json").exists()
   log = (out / "logs" / f"{victim.name}.log").read_text()
+  assert "jaxdl: stopped by SIGTERM at step " in log, log[-3000:]
   stopped_at = int(log.split("jaxdl: stopped by SIGTERM at step ")[1].split(";")[0])
   assert 10 <= stopped_at < 40
 
