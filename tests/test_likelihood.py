@@ -127,6 +127,17 @@ def test_run_likelihood_of_a_denoiser_exact_trace_matches_jacfwd_and_other_tasks
   delta = h / 6 * (d1 + 2 * d2 + 2 * d3 + d4)
   np.testing.assert_allclose(out["x_noise"], x0, atol=1e-5)
   np.testing.assert_allclose(out["logp"], likelihood.standard_normal_logpdf(x0) + delta, atol=1e-4)
+  # A second model of the same shapes reuses the compiled solve (its params are an argument, not
+  # constants), and gets its own numbers: those of the same model's field as a closure.
+  other = jax.tree.map(lambda p: 1.5 * p, variables)
+  traced = likelihood._solver.cache_info()  # noqa: SLF001
+  again = likelihood.run_log_likelihood(config, model, other, x_BxD, steps=1)
+  assert likelihood._solver.cache_info().hits == traced.hits + 1  # noqa: SLF001
+  closed = likelihood.log_likelihood(
+      likelihood.network_velocity(model.apply, other, likelihood.path_from_config(config),
+                                  "velocity"), x_BxD, t_data=1.0, t_noise=0.0, steps=1)
+  np.testing.assert_allclose(again["logp"], closed["logp"], rtol=1e-6, atol=1e-6)
+  assert np.abs(np.asarray(again["logp"] - out["logp"])).max() > 1e-2
   config.task = "gan"
   with pytest.raises(ValueError, match="a GAN defines no density"):
     likelihood.run_log_likelihood(config, model, variables, x_BxD)
