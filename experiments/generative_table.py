@@ -5,9 +5,10 @@ Run:
   jaxdl train generative_table:smoke            # every run at its smoke size, for tests
 
 Setup: the table's own training run, in <workdir>, is the moons flow (fm_toy2d's config;
-`--set` overrides apply to it). After it, `jaxdl.course.generative_table.build_table` trains each
-other family's experiment through the engine into <workdir>/<row> (a finished run there is
-reused; copy a workdir in to skip its training): ddpm_toy2d and gan_toy2d on moons
+`--set` overrides apply to it, and its train.plot and train.loggers to every row's run too).
+After it, `jaxdl.course.generative_table.build_table` trains each other family's experiment
+through the engine into <workdir>/<row> (a finished run there is reused; copy a workdir in to
+skip its training): ddpm_toy2d and gan_toy2d on moons
 (data.distribution=moons), the moons flow reflowed (reflow_toy2d's student) and step-distilled
 (distill_toy2d's 1-step student); digits with vae_digits, fm_digits_cfg, ddpm_digits_cfg and
 ar_digits, judged by a digits_cnn run in <workdir>/classifier. (Before issue 24 the moons flow

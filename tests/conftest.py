@@ -111,10 +111,11 @@ def _one_device_unless_about_devices(request):
 # finish on the many cheap ones together instead of one waiting out a long module at the end.
 # The order is from JAXDL_TEST_CPU_LOG (CPU seconds per module, summed; CONTRIBUTING.md).
 COSTLIEST_FIRST = (
-    "test_readme", "test_resume", "test_notebooks", "test_reproduce", "test_sweep_search",
-    "test_slurm", "test_denoiser", "test_few_step_digits", "test_experiment_smoke", "test_doctor",
-    "test_packed_documents", "test_faults", "test_distributed", "test_tensor_parallel",
-    "test_moe", "test_sweep", "test_digits_judge", "test_few_step", "test_autoregressive_digits")
+    "test_readme", "test_resume", "test_notebooks", "test_reproduce", "test_generative_table",
+    "test_sweep_search", "test_slurm", "test_denoiser", "test_few_step_digits",
+    "test_experiment_smoke", "test_doctor", "test_packed_documents", "test_faults",
+    "test_distributed", "test_tensor_parallel", "test_moe", "test_sweep", "test_digits_judge",
+    "test_few_step", "test_autoregressive_digits")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -20,17 +20,13 @@ HERE = ("ddpm_digits_cfg", "ddpm_toy2d", "digits_lstm", "digits_mlp", "digits_vi
 # Experiments whose smoke run is a README command (tests/test_readme.py runs every `jaxdl train`
 # of the README at smoke size, `after_training` included).
 VIA_README = ("edm_digits",)
-# The generative table trains every family (minutes even at smoke size); its rows' code is
-# tested in test_generative_table.py and each family's smoke run in its own test file.
-NOT_RUN = {"generative_table": "tests/test_generative_table.py tests its rows; every family it "
-                               "trains has a smoke run of its own"}
 
 
 def test_every_experiment_has_a_smoke_run():
   others = "".join(p.read_text() for p in TESTS.glob("test_*.py")
                    if p.name != pathlib.Path(__file__).name)
   for name, _ in list_experiments():
-    if name in HERE or name in NOT_RUN or name in VIA_README:
+    if name in HERE or name in VIA_README:
       continue
     assert re.search(rf"[\"']{name}(:[a-z0-9_,=]*)?[\"']", others), (
         f"{name}: no test runs it; add it to HERE")

@@ -1,6 +1,67 @@
-"""jaxdl.course.generative_table: the table's rows as markdown."""
+"""jaxdl.course.generative_table: the whole `generative_table:smoke` run (every family trained
+and measured), the table's rows as markdown and the families figure."""
 
+import json
+import math
+
+import numpy as np
+import pytest
+
+from jaxdl import cli
+from jaxdl.config import load_config
 from jaxdl.course import generative_table
+
+ROWS = ["toy_fm", "toy_fm_reflow", "toy_fm_distill", "toy_ddpm", "toy_gan", "digits_vae",
+        "digits_gan", "digits_fm", "digits_ddpm", "digits_ar"]
+
+
+@pytest.mark.slow
+def test_the_smoke_table_trains_and_measures_every_family(tmp_path):
+  """`jaxdl train generative_table:smoke` as a user runs it: the moons flow, then every other
+  row's run trained into the workdir (the table's train.plot and train.loggers reach them), the
+  digits judged by a digits_cnn run; a row per family with its own columns. Smoke-sized runs
+  say nothing of the families' quality, so this checks the procedure: the calls, the exact
+  relations between columns, and what each family's failure column holds."""
+  workdir = tmp_path / "table"
+  assert cli.main(["train", "generative_table:smoke", "--workdir", str(workdir), "--no-progress",
+                   "--set", "train.plot=False", "--set", "train.loggers=()"]) == 0
+  t = load_config("generative_table:smoke")[0].table
+  rows = json.loads((workdir / "table.json").read_text())
+  assert list(rows) == ROWS
+  assert (workdir / "table.md").read_text().count("\n") == 2 + len(ROWS)
+  for name, row in rows.items():
+    assert row["seconds_per_sample"] > 0, name
+    if name not in ("toy_fm",):  # the table's own run is the workdir itself
+      run = workdir / name if name.startswith(("digits", "toy_gan", "toy_ddpm")) else None
+      if run is not None:
+        assert (run / "summary.json").exists(), name
+        assert not (run / "loss.png").exists() and not (run / "tensorboard").exists(), name
+  # Calls: one for the one-call families and the few-step students, a pass per pixel for the AR,
+  # many for the iterative samplers; the time ratio is to the one-call family of the same data.
+  assert [rows[k]["calls"] for k in ("toy_fm_reflow", "toy_fm_distill", "toy_gan",
+                                     "digits_vae", "digits_gan", "digits_ar")] == [1] * 5 + [64]
+  assert min(rows[k]["calls"] for k in ("toy_fm", "toy_ddpm", "digits_fm", "digits_ddpm")) > 1
+  assert rows["toy_gan"]["time_ratio"] == rows["digits_vae"]["time_ratio"] == 1.0
+  # Bits/dim: none for a GAN; the AR's dequantized figure is its exact one + log2(17/128).
+  assert all("bits_per_dim" not in rows[k] for k in ("toy_gan", "digits_gan"))
+  assert all(math.isfinite(rows[k]["bits_per_dim"]) for k in ROWS if "gan" not in k)
+  ar = rows["digits_ar"]
+  assert ar["bits_per_dim_dequantized"] == pytest.approx(
+      ar["bits_per_dim"] + math.log2(17 / 128), abs=1e-9)
+  # Failure columns, and every digits row judged on the table's sample count.
+  assert 0 <= rows["toy_gan"]["modes_covered"] <= 8
+  assert 1 <= rows["digits_gan"]["classes_drawn"] <= 10
+  assert 0 <= rows["digits_vae"]["active_units"] <= load_config("vae_digits:smoke")[0].model.latent
+  for name in ROWS[5:]:
+    q = rows[name]["quality"]
+    assert q["num"] == t.num and 0 <= q["confident"] <= 1 and q["frechet"] >= 0, name
+  samples = dict(np.load(workdir / "samples.npz"))
+  assert list(samples) == ROWS
+  assert all(samples[k].shape == (t.toy_num, 2) for k in ROWS[:5])
+  assert all(samples[k].shape == (t.num, 64) and 0 <= samples[k].min() <= samples[k].max() <= 16
+             for k in ROWS[5:])
+  _, toy, digits = generative_table.families_figure(samples)
+  assert toy == [k[4:] for k in ROWS[:5]] and digits == [k[7:] for k in ROWS[5:]]
 
 
 def test_markdown_writes_one_line_per_row_with_its_failure_column():
@@ -33,7 +94,6 @@ def test_families_figure_has_a_square_digit_row_for_every_family_that_makes_digi
   """Every family of the table draws digits (the GAN too), so the figure has one digits row per
   family, in the table's order, and its 8x8 digits are square on the page."""
   import matplotlib.pyplot as plt
-  import numpy as np
   families = {family for _, _, family, _, _ in generative_table.RUNS}
   digit_rows = [(name, family) for name, data, family, _, _ in generative_table.RUNS
                 if data == "digits"]

@@ -52,12 +52,21 @@ def best_time(fn, *args) -> float:
   return min(times)
 
 
-def _train(spec, overrides, smoke, workdir):
-  """(config, model, variables) of experiment `spec` trained into `workdir` (reused if done)."""
+# The table's own settings that every row's run takes too: what a run writes beside its
+# checkpoints (`--set train.plot=False` on the table turns off every row's loss plot).
+SHARED_KEYS = ("train.plot", "train.loggers")
+
+
+def _train(spec, overrides, table_config, workdir):
+  """(config, model, variables) of experiment `spec` trained into `workdir` (reused if done), at
+  its smoke size when the table's is, with the table's `SHARED_KEYS`."""
   from jaxdl.config import load_config
   from jaxdl.train import load_run
   from jaxdl.train import run as train_run
-  config, _ = load_config(spec + (":smoke" if smoke else ""), list(overrides))
+  shared = [f"{key}={table_config[key.split('.')[0]][key.split('.')[1]]!r}"
+            for key in SHARED_KEYS]
+  config, _ = load_config(spec + (":smoke" if table_config.smoke else ""),
+                          [*overrides, *shared])
   train_run(config, workdir, progress=False)
   _, model, variables, _ = load_run(workdir, config)
   return config, model, variables
@@ -196,7 +205,7 @@ def build_table(config, workdir, summary=None) -> dict:
   rows["toy_fm"].update(data="toy", family="flow matching", experiment="fm_toy2d")
   _few_step_rows(config, model, variables, t, rows, samples)
   for name, data, family, spec, overrides in RUNS:
-    cfg, m, v = _train(spec, overrides, config.smoke, workdir / name)
+    cfg, m, v = _train(spec, overrides, config, workdir / name)
     if data is None:  # the mode-collapse run: modes covered on 8 Gaussians
       sample, _ = _sampler(family, cfg, m)
       x = np.asarray(sample(v, jax.random.PRNGKey(0), t.toy_num))
