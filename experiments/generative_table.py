@@ -85,7 +85,7 @@ def get_config(arg=None):
   c.description = "The generative-model table: calls, time, bits/dim, quality, failure per family"
   c.table = dict(num=500, toy_num=2000, rounds=16, ll_num=360, ll_steps=100)
   if c.smoke:
-    c.table.update(num=64, toy_num=300, rounds=2, ll_num=64, ll_steps=8)
+    c.table.update(num=64, toy_num=300, rounds=2, ll_num=16, ll_steps=8)
   return c
 
 

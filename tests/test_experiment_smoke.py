@@ -15,8 +15,7 @@ from jaxdl.config import list_experiments
 TESTS = pathlib.Path(__file__).resolve().parent
 # Experiments whose smoke run no other test makes. Two steps each: the point is that the whole
 # command (config, engine, after_training) runs; each experiment's own numbers are its docstring's.
-HERE = ("ddpm_digits_cfg", "ddpm_toy2d", "digits_lstm", "digits_mlp", "digits_vit",
-        "graph_classify")
+HERE = ("digits_lstm", "digits_mlp", "digits_vit", "graph_classify")
 # Experiments whose smoke run is a README command (tests/test_readme.py runs every `jaxdl train`
 # of the README at smoke size, `after_training` included).
 VIA_README = ("edm_digits",)

@@ -62,6 +62,16 @@ def test_the_smoke_table_trains_and_measures_every_family(tmp_path):
              for k in ROWS[5:])
   _, toy, digits = generative_table.families_figure(samples)
   assert toy == [k[4:] for k in ROWS[:5]] and digits == [k[7:] for k in ROWS[5:]]
+  # Train once, read many: these two experiments' smoke runs (tests/test_experiment_smoke.py
+  # leaves them here) are the table's rows. `jaxdl train` on a finished run trains nothing more
+  # and runs the experiment's after_training on it.
+  for spec, row in (("ddpm_toy2d:smoke", "toy_ddpm"), ("ddpm_digits_cfg:smoke", "digits_ddpm")):
+    before = json.loads((workdir / row / "summary.json").read_text())
+    assert cli.main(["train", spec, "--workdir", str(workdir / row), "--no-progress",
+                     "--set", "train.plot=False", "--set", "train.loggers=()"]) == 0, spec
+    assert json.loads((workdir / row / "summary.json").read_text()) == before, spec
+    evaluation = json.loads((workdir / row / "generative_eval.json").read_text())
+    assert evaluation, spec
 
 
 def test_markdown_writes_one_line_per_row_with_its_failure_column():

@@ -54,6 +54,11 @@ class Run:
   model: Any                               # flax module, cloned with the policy's dtype
   init_key: jax.Array
   base_key: jax.Array
+  # `abstract_state`'s answer, once traced: the build's checks and the loop each ask for it, and
+  # every trace of the model's and the optimizer's init costs as much as the first. Not an init
+  # field, so a `dataclasses.replace`d run (another optimizer) traces its own.
+  _abstract: dict = dataclasses.field(default_factory=dict, init=False, repr=False,
+                                      compare=False)
 
   def init_fn(self) -> Callable[[jax.Array], TrainState]:
     """`key -> state_0` (pure; jit it with the shardings where the state should live)."""
@@ -63,8 +68,10 @@ class Run:
                                           loss_scale=scale)
 
   def abstract_state(self) -> TrainState:
-    """Shapes and dtypes of the state, without computing it."""
-    return jax.eval_shape(self.init_fn(), self.init_key)
+    """Shapes and dtypes of the state, without computing it (traced once per run)."""
+    if "state" not in self._abstract:
+      self._abstract["state"] = jax.eval_shape(self.init_fn(), self.init_key)
+    return self._abstract["state"]
 
   def init_state(self, shardings=None) -> TrainState:
     """The seeded initial state, created where `shardings` put it (default device otherwise);
