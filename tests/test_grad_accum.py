@@ -4,6 +4,7 @@ before anything compiles."""
 
 import jax
 import jax.numpy as jnp
+import flax.linen as nn
 import ml_collections
 import numpy as np
 import optax
@@ -222,3 +223,74 @@ def _grad_fn(model, task):
     return jax.grad(objective, has_aux=True)(params)
 
   return grad_fn
+
+
+class _TinyLM(nn.Module):
+  """Token embedding and a linear head: logits (B, T, 8) for the masked-loss tests."""
+
+  @nn.compact
+  def __call__(self, x, train=False):
+    del train
+    return nn.Dense(8)(nn.Embed(8, 8)(x))
+
+
+def _masked_lm(task_name: str):
+  """A tiny LM, its task, and a batch whose scored tokens (loss_mask) are uneven both ways:
+  microbatch 0 of N = 4 (rows 0, 4, 8, 12) and device 0 of 4 (rows 0-3) score one token a row,
+  most other rows all six."""
+  rng = np.random.default_rng(0)
+  mask = np.ones((16, 6), np.float32)
+  mask[[0, 4, 8, 12, 1, 2, 3], 1:] = 0
+  batch = {"x": rng.integers(0, 8, (16, 6)).astype(np.int32),
+           "y": rng.integers(0, 8, (16, 6)).astype(np.int32), "loss_mask": mask}
+  task = make_task(ml_collections.ConfigDict(dict(task=task_name, train={})))
+  model, tx = _TinyLM(), optax.sgd(0.5)
+  return model, task, tx, batch, create_train_state(model, tx, jax.random.PRNGKey(0), batch["x"])
+
+
+def _close(a, b, keys=("loss", "accuracy", "grad_norm")):
+  for key in keys:
+    np.testing.assert_allclose(a[key], b[key], rtol=1e-6, atol=1e-7, err_msg=key)
+
+
+@pytest.mark.parametrize("task_name", ["lm", "lm_masked"])
+def test_a_masked_loss_accumulates_to_the_whole_batch(task_name):
+  """Each microbatch's loss divides by its own scored tokens; weighted by them
+  (`Task.loss_weight`), N = 4 is the whole batch's loss, metrics and update. Unweighted (the
+  mean of the microbatch means) it is not: microbatch 0's four tokens would count as much as
+  another's 23."""
+  model, task, tx, batch, state = _masked_lm(task_name)
+
+  def step(n, weight):
+    return jax.jit(make_train_step(model.apply, task.loss_fn, tx, optax.constant_schedule(0.5),
+                                   jax.random.PRNGKey(1), grad_accum=n,
+                                   loss_weight=task.loss_weight if weight else None))(state, batch)
+
+  (s1, m1), (s4, m4) = step(1, True), step(4, True)
+  _close(m1, m4)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7),
+               s1.params, s4.params)
+  assert abs(float(step(4, False)[1]["loss"]) - float(m1["loss"])) > 1e-2
+
+
+def test_pmap_weighs_each_device_by_what_it_scores():
+  """Under pmap each device's loss divides by its own scored tokens; `weighted_pmean` makes the
+  update the whole batch's, as jit on one device computes it (device 0 scores 4 tokens, the
+  others 19-24)."""
+  model, task, tx, batch, state = _masked_lm("lm")
+
+  def step(axis_name, weight):
+    return make_train_step(model.apply, task.loss_fn, tx, optax.constant_schedule(0.5),
+                           jax.random.PRNGKey(1), axis_name=axis_name,
+                           loss_weight=task.loss_weight if weight else None)
+
+  s1, m1 = jax.jit(step(None, True))(state, batch)
+  devices = jax.devices()[:4]
+  per_device = {k: v.reshape(4, 4, *v.shape[1:]) for k, v in batch.items()}
+  replicated = jax.tree.map(lambda x: np.stack([np.asarray(x)] * 4), state)
+  s4, m4 = jax.pmap(step("d", True), axis_name="d", devices=devices)(replicated, per_device)
+  _close(m1, jax.tree.map(lambda v: v[0], m4))
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b[0], rtol=1e-6, atol=1e-7),
+               s1.params, s4.params)
+  _, plain = jax.pmap(step("d", False), axis_name="d", devices=devices)(replicated, per_device)
+  assert abs(float(plain["loss"][0]) - float(m1["loss"])) > 1e-2

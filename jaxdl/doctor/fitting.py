@@ -28,7 +28,7 @@ def check_first_steps(ctx: Context) -> list[Finding]:
   """S real train steps: stability, recompilation count, and units that stay identical."""
   traces = [0]
   step_fn = make_train_step(ctx.model.apply, ctx.task.loss_fn, ctx.tx, ctx.schedule, ctx.base_key,
-                           grad_accum=ctx.grad_accum)
+                           grad_accum=ctx.grad_accum, loss_weight=ctx.task.loss_weight)
 
   def counted(state, batch):
     traces[0] += 1  # runs once per trace, never when a compiled version is reused
@@ -109,7 +109,7 @@ def _fit_chunk(ctx: Context, grad_accum: int):
     batch, s = xs
     g, (loss, _, new_state) = accumulate_gradients(
         jax.grad(objective, has_aux=True), params, model_state, batch,
-        step_rngs(ctx.base_key, s), grad_accum)
+        step_rngs(ctx.base_key, s), grad_accum, weight_fn=ctx.task.loss_weight)
     updates, opt_state = tx.update(g, opt_state, params)
     return (optax.apply_updates(params, updates), new_state, opt_state), loss
 

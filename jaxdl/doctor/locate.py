@@ -118,7 +118,8 @@ def locate_nonfinite(config, workdir, step: int) -> Finding:
     start, state, data_state = restored
     train_it.set_state(data_state)
   train_step = make_train_step(model.apply, task.loss_fn, r.tx, r.schedule, r.base_key,
-                               axis_name=strategy.axis_name, grad_accum=r.train.grad_accum)
+                               axis_name=strategy.axis_name, grad_accum=r.train.grad_accum,
+                               loss_weight=task.loss_weight)
   state = strategy.place_state(state)
   train_fn = strategy.compile_train(train_step, state)
   spe = ds.info["steps_per_epoch"]

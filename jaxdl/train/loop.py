@@ -137,7 +137,8 @@ def _train(r: Run, workdir: pathlib.Path, config_json: dict, abstract, hooks: Ho
   train_step = jstep.make_train_step(r.model.apply, r.task.loss_fn, r.tx, r.schedule,
                                      r.base_key, axis_name=r.strategy.axis_name,
                                      grad_accum=r.train.grad_accum,
-                                     watch=loop.watcher.health)
+                                     watch=loop.watcher.health,
+                                     loss_weight=r.task.loss_weight)
   eval_step = jstep.make_eval_step(r.model.apply, r.task.loss_fn, axis_name=r.strategy.axis_name)
   loop.state = r.strategy.place_state(loop.state)
   train_fn = r.strategy.compile_train(train_step, loop.state)

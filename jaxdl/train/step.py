@@ -9,10 +9,13 @@ N = train.grad_accum microbatches of M = B / N rows each, P the parameters, S th
               the named streams dropout / noise / time / label_drop (`step_rngs`). No key is
               stored in the state, so a restored state continues bit-exactly.
   2. grads    g = grad of the task loss at params, the model in train mode. With N > 1 the mean
-              of N microbatch gradients, summed in float32 (`accumulate_gradients`, below).
+              of N microbatch gradients, summed in float32 (`accumulate_gradients`, below);
+              weighted by what each microbatch scores when the task's loss divides by that
+              (`Task.loss_weight`: masked tokens, labelled nodes), so g is the whole batch's.
               Under the fp16 policy the loss differentiated is S * L and g <- g / S.
-  3. devices  under pmap, g, the loss and the metrics are averaged over devices (lax.pmean);
-              under jit and fsdp the mesh already makes every reduction global.
+  3. devices  under pmap, g, the loss and the metrics are averaged over devices (lax.pmean;
+              weighted by `Task.loss_weight` alike, `weighted_pmean`); under jit and fsdp the
+              mesh already makes every reduction global.
   4. norm     grad_norm = ||g||_2, before any clipping, in a few kernels rather than one per
               leaf (`jaxdl.optim.tree_reductions`; per leaf where the state is sharded).
   5. update   (u, opt_state) <- tx.update(g, opt_state, params), params <- params + u, step + 1.
@@ -223,8 +226,17 @@ def accum_loop(grad_fn: Callable, params, model_state, micro: dict, rngs: dict) 
   return "scan+canonical" if _holds_convolution(jaxpr) else "scan"
 
 
+def _share(weight_fn: Callable | None, part: dict, w_whole):
+  """W(part) / W(whole) for a task whose loss divides by W (`Task.loss_weight`), else None
+  (every row weighs the same). A whole with W = 0 (nothing scored) gives every part share 0:
+  its loss and gradient are 0, as a single step's would be."""
+  if w_whole is None:
+    return None
+  return weight_fn(part) / jnp.maximum(w_whole, 1e-12)
+
+
 def accumulate_gradients(grad_fn: Callable, params, model_state, batch: dict, rngs: dict,
-                         n: int, *, loop: str = "auto"):
+                         n: int, *, loop: str = "auto", weight_fn: Callable | None = None):
   """`grad_fn(params, model_state, batch, rngs) -> (grads, (loss, metrics, model_state))` over
   N microbatches (2.): the mean gradient (summed in float32), the mean loss and metrics, and the
   model state after the last microbatch. N = 1 calls `grad_fn` once on the whole batch.
@@ -233,6 +245,12 @@ def accumulate_gradients(grad_fn: Callable, params, model_state, batch: dict, rn
   (the same with `canonical_convolutions` in the body), 'unroll' (N copies of the microbatch
   step in the program, run in order; kept as the reference the bench compares with), or 'auto'
   (`accum_loop`).
+
+  weight_fn: `Task.loss_weight`. For a loss L_i = S_i / W_i that divides a sum S_i by the
+  microbatch's own weight W_i (its scored tokens), the mean of the L_i is not the whole batch's
+  S / W: a microbatch with few scored tokens would count as much as one with many. With it the
+  means are weighted, g = sum_i (W_i / W) grad L_i = grad S / W, and so are the loss and metrics:
+  the whole batch's numbers.
   """
   if n == 1:
     return grad_fn(params, model_state, batch, rngs)
@@ -242,18 +260,23 @@ def accumulate_gradients(grad_fn: Callable, params, model_state, batch: dict, rn
                                                         x.dtype), batch)
     loop = accum_loop(grad_fn, params, model_state, micro, micro_rngs(0))
 
-  def add(g_sum, grads):
-    return jax.tree.map(lambda s, g: s + g.astype(jnp.float32), g_sum, grads)
+  def add(g_sum, grads, share):
+    if share is None:
+      return jax.tree.map(lambda s, g: s + g.astype(jnp.float32), g_sum, grads)
+    return jax.tree.map(lambda s, g: s + share * g.astype(jnp.float32), g_sum, grads)
 
+  w_whole = weight_fn(batch) if weight_fn is not None else None
   g_sum = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
   if loop == "unroll":
-    values = []
+    values, shares = [], []
     for i in range(n):
       micro = jax.tree.map(lambda x, i=i: x[i::n], batch)
       grads, (loss, metrics, model_state) = grad_fn(params, model_state, micro, micro_rngs(i))
-      g_sum = add(g_sum, grads)
+      shares.append(_share(weight_fn, micro, w_whole))
+      g_sum = add(g_sum, grads, shares[-1])
       values.append((loss, metrics))
     loss_N, metrics_N = jax.tree.map(lambda *v: jnp.stack(v), *values)
+    share_N = None if shares[0] is None else jnp.stack(shares)
   elif loop in ("scan", "scan+canonical"):
     rows_M = jnp.arange(jax.tree.leaves(batch)[0].shape[0] // n) * n
     micro_grad = canonical_convolutions(grad_fn) if loop == "scan+canonical" else grad_fn
@@ -264,23 +287,40 @@ def accumulate_gradients(grad_fn: Callable, params, model_state, batch: dict, rn
       # split before the loop would copy (transpose) the whole batch.
       micro = jax.tree.map(lambda x: jnp.take(x, rows_M + i, axis=0), batch)
       grads, (loss, metrics, state) = micro_grad(params, state, micro, micro_rngs(i))
-      return (add(g_sum, grads), state), (loss, metrics)
+      share = _share(weight_fn, micro, w_whole)
+      return (add(g_sum, grads, share), state), (loss, metrics, share)
 
-    (g_sum, model_state), (loss_N, metrics_N) = jax.lax.scan(
+    (g_sum, model_state), (loss_N, metrics_N, share_N) = jax.lax.scan(
         body, (g_sum, model_state), jnp.arange(n))
   else:
     raise ValueError(f"accumulate_gradients: loop {loop!r}; expected 'auto', 'scan', "
                      "'scan+canonical' or 'unroll'")
-  grads = jax.tree.map(lambda s, p: (s / n).astype(p.dtype), g_sum, params)
-  loss, metrics = jax.tree.map(lambda v_N: jnp.mean(v_N.astype(jnp.float32), axis=0),
-                               (loss_N, metrics_N))
+  if share_N is None:
+    grads = jax.tree.map(lambda s, p: (s / n).astype(p.dtype), g_sum, params)
+    loss, metrics = jax.tree.map(lambda v_N: jnp.mean(v_N.astype(jnp.float32), axis=0),
+                                 (loss_N, metrics_N))
+  else:
+    grads = jax.tree.map(lambda s, p: s.astype(p.dtype), g_sum, params)
+    loss, metrics = jax.tree.map(lambda v_N: jnp.tensordot(share_N, v_N.astype(jnp.float32), 1),
+                                 (loss_N, metrics_N))
   return grads, (loss, metrics, model_state)
+
+
+def weighted_pmean(tree, weight, axis_name: str):
+  """The mean of `tree` over the devices of `axis_name`, each device's weighted by its `weight`
+  (its batch's `Task.loss_weight`): sum_d W_d x_d / sum_d W_d; the plain `lax.pmean` when the
+  weight is None."""
+  if weight is None:
+    return jax.lax.pmean(tree, axis_name)
+  share = weight / jnp.maximum(jax.lax.psum(weight, axis_name), 1e-12)
+  return jax.lax.psum(jax.tree.map(lambda x: share * x, tree), axis_name)
 
 
 def make_train_step(apply_fn: Callable, loss_fn: Callable, tx: optax.GradientTransformation,
                     schedule: Callable, base_key: jax.Array, *, axis_name: str | None = None,
                     jit: bool = False, grad_accum: int = 1,
-                    watch: Callable | None = None) -> Callable:
+                    watch: Callable | None = None,
+                    loss_weight: Callable | None = None) -> Callable:
   """Builds `train_step(state, batch) -> (state, metrics)` (steps 1-7 of the module docstring).
 
   Args:
@@ -298,6 +338,9 @@ def make_train_step(apply_fn: Callable, loss_fn: Callable, tx: optax.GradientTra
       1: none.
     watch: `health(step, params, grads, new_params) -> vector`, the health signals of
       `jaxdl.train.watch.make_health`, returned as the metric 'watch'; None: not computed.
+    loss_weight: `Task.loss_weight`, for a loss normalized by what the batch scores (tokens,
+      nodes): microbatches (`accumulate_gradients`) and pmap's devices (`weighted_pmean`) are
+      weighted by it, so the update is the whole batch's. None: all rows weigh alike.
 
   Returns:
     The pure step function.
@@ -316,13 +359,13 @@ def make_train_step(apply_fn: Callable, loss_fn: Callable, tx: optax.GradientTra
 
     grads, (loss, metrics, new_model_state) = accumulate_gradients(
         jax.grad(objective, has_aux=True), state.params, state.model_state, batch, rngs,
-        grad_accum)
+        grad_accum, weight_fn=loss_weight)
     if scale is not None:
       grads = scale.unscale(grads)
     # 3. devices
     if axis_name is not None:
-      grads = jax.lax.pmean(grads, axis_name)
-      loss, metrics = jax.lax.pmean((loss, metrics), axis_name)
+      weight = loss_weight(batch) if loss_weight is not None else None
+      grads, loss, metrics = weighted_pmean((grads, loss, metrics), weight, axis_name)
     # 4. norm, before the chain clips
     grad_norm = tree_reductions.global_norm(grads)
     # 5. update

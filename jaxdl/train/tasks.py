@@ -73,6 +73,11 @@ class Task:
   # `(parsed optim, total_steps) -> (tx, schedule)` replacing `optim.build` for tasks that need
   # more than one chain (the GAN's two players); None: the run's `optim` as built.
   optimizer: Callable | None = None
+  # `batch -> W or None`: what the loss of `batch` divides by when that is not its row count (the
+  # scored tokens, the labelled nodes), so that the train step can weigh microbatches and devices
+  # by it and take the gradient of the whole batch's loss (`jaxdl.train.step`); None from it, or
+  # no function, where every row weighs the same.
+  loss_weight: Callable[[dict], Any] | None = None
 
 
 def register_task(name: str):
@@ -149,6 +154,21 @@ def weighted_ce(logits_BxTxK: jax.Array, y_BxT: jax.Array, weight_BxT: jax.Array
   ce_BxT = optax.softmax_cross_entropy_with_integer_labels(logits_BxTxK, y_BxT)
   correct_BxT = (jnp.argmax(logits_BxTxK, -1) == y_BxT).astype(jnp.float32)
   return (ce_BxT * weight_BxT).sum() / total, (correct_BxT * weight_BxT).sum() / total
+
+
+def scored_weight(key: str) -> Callable[[dict], Any]:
+  """`batch -> sum_{b,t} w_bt`, w = batch[key] (a loss mask) times the eval padding mask, the
+  denominator of `weighted_ce` and of the masked LM loss; None for a batch without `key`."""
+
+  def weight(batch):
+    if key not in batch:
+      return None
+    w = batch[key].astype(jnp.float32)
+    if "mask" in batch:
+      w = w * batch["mask"].astype(jnp.float32).reshape((-1,) + (1,) * (w.ndim - 1))
+    return w.sum()
+
+  return weight
 
 
 def smoothed_targets(labels_B: jax.Array, num_classes: int, smoothing: float) -> jax.Array:
@@ -233,7 +253,7 @@ def language_model(config, train_settings: TrainSettings) -> Task:
     # per byte report the plain CE.
     return loss + aux_loss, (metrics, new_state)
 
-  return Task(loss_fn, kind="lm")
+  return Task(loss_fn, kind="lm", loss_weight=scored_weight("loss_mask"))
 
 
 def _response_means(batch: dict, ce_BxT, correct_BxT, log_z_BxT):
@@ -302,7 +322,7 @@ def lm_masked(config, train_settings: TrainSettings) -> Task:
     metrics = {"accuracy": accuracy, **aux_metrics}
     return loss + aux_loss, (metrics, new_state)
 
-  return Task(loss_fn, kind="other")
+  return Task(loss_fn, kind="other", loss_weight=scored_weight("loss_mask"))
 
 
 def _graph_input(batch: dict) -> Graph:
@@ -330,4 +350,5 @@ def node_classification(config, train_settings: TrainSettings) -> Task:
     loss, accuracy = weighted_ce(logits_BxNxK, batch["y"], batch["label_mask"], batch)
     return loss, ({"accuracy": accuracy}, new_state)
 
-  return Task(loss_fn, init_input=_graph_input, kind="other")
+  return Task(loss_fn, init_input=_graph_input, kind="other",
+              loss_weight=scored_weight("label_mask"))
