@@ -12,9 +12,11 @@ from jaxdl.train.fsdp import FsdpStrategy
 
 
 def _tree(n=70, seed=0):
-  """n float32 leaves of assorted shapes (more than two chunks), a bfloat16 and an int leaf."""
+  """n small float32 leaves of assorted shapes (more than two chunks), one too large to be
+  concatenated, a bfloat16 and an int leaf."""
   rng = np.random.default_rng(seed)
   tree = {f"w{i}": jnp.asarray(rng.normal(size=(i % 5 + 1, 3)), jnp.float32) for i in range(n)}
+  tree["big"] = jnp.asarray(rng.normal(size=(tree_reductions.SMALL_LEAF + 1,)), jnp.float32)
   tree["half"] = jnp.asarray(rng.normal(size=(4,)), jnp.bfloat16)
   tree["count"] = jnp.asarray(7, jnp.int32)
   return tree
@@ -34,7 +36,7 @@ def test_global_norm_equals_optax_and_the_per_leaf_norm():
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
-@pytest.mark.parametrize("leaf", ["w0", "w33", "w69", "half"])
+@pytest.mark.parametrize("leaf", ["w0", "w33", "w69", "big", "half"])
 def test_all_finite_finds_one_bad_element_in_any_leaf_and_chunk(bad, leaf):
   tree = _tree()
   assert bool(jax.jit(tree_reductions.all_finite)(tree))
@@ -58,6 +60,14 @@ def test_clip_by_global_norm_equals_optax(scale):
 
 def _concatenates(fn, *args) -> int:
   return str(jax.make_jaxpr(fn)(*args)).count("concatenate")
+
+
+def test_only_small_leaves_are_concatenated():
+  """70 small float32 leaves make 3 concatenations (32 + 32 + 6 leaves); the large leaf, like
+  the lone bfloat16 one, is reduced on its own, in no concatenation."""
+  jaxpr = jax.make_jaxpr(tree_reductions.all_finite)(_tree())
+  sizes = [eqn.outvars[0].aval.size for eqn in jaxpr.eqns if eqn.primitive.name == "concatenate"]
+  assert len(sizes) == 3 and max(sizes) <= 32 * 15 < tree_reductions.SMALL_LEAF
 
 
 def test_the_fsdp_strategy_traces_its_step_leaf_by_leaf():

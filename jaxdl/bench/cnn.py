@@ -8,13 +8,19 @@
            GPT and the digits U-Net (`ACCUM_FAMILIES`). Measured at N = 4 on this 2-core CPU,
            otherwise idle, jax 0.10.2, median of 3 runs (wall / CPU seconds, memory; 2026-12-02):
              digits_cnn     scan+canonical  0.91 / 0.89   1.03x
-             digits_mlp_bn  scan            0.78 / 0.79   1.48x   (memory target not met)
+             digits_mlp_bn  scan            0.78 / 0.79   1.57x   (memory target not met)
              char_gpt       scan            0.95 / 0.95   1.03x
              unet           scan+canonical  0.98 / 0.92   1.02x
-           The MLP's 1.48x: the scan carries the float32 gradient sum beside the microbatch's
-           gradient, two parameter-sized buffers where the one-step program has one, and in so
-           small a step (84k parameters against 128-row activations) a parameter-sized buffer
-           is about a quarter of the temporary memory. The unrolled loop is no way out: 3.83x
+           The MLP's 1.57x (1.34 vs 2.11 MB; it read 1.48x while the one-microbatch step held a
+           1.03 MB concatenation of its state for the finiteness check, since bounded:
+           `jaxdl.optim.tree_reductions.SMALL_LEAF`): the scan carries the float32 gradient sum
+           beside the microbatch's gradient, two parameter-sized buffers where the one-step
+           program has one, and in so small a step (86k parameters, 344 KB, against 128-row
+           activations) that is a third of the temporary memory. The rest is CPU-only: on a CPU
+           JAX generates dropout's random bits with a rolled threefry loop (a GPU runs a kernel),
+           and nested in the scan its carries are copied. Without dropout the ratio is 1.41x
+           (0.94 vs 1.32 MB): the gradient sum alone, which no loop form removes. The unrolled
+           loop is no way out: 3.83x
            for the MLP (3.77x for char_gpt), as XLA runs the microbatches' forward passes side
            by side. Peeling the first microbatch out of the loop (no zero-initialized sum)
            changed nothing. (Under a load of 3-5 the U-Net had measured 1.21 / 1.12.)

@@ -5,22 +5,28 @@ The plain forms reduce each leaf on its own (`jnp.isfinite(x).all()`, `sum(x ** 
 which is one reduction kernel per leaf. A U-Net's parameters and Adam moments are 303 leaves; its
 train step held 303 finiteness reductions and 101 norm reductions, about a third of its compile
 time, and on an accelerator each can be a kernel launch of its own. Here the leaves of one dtype
-are concatenated, `LEAVES_PER_REDUCTION` at a time, and each concatenation is reduced once:
+of at most `SMALL_LEAF` elements (biases, norms' scales: most of the kernels, little of the
+memory) are concatenated, `LEAVES_PER_REDUCTION` at a time, each concatenation reduced once; a
+larger leaf is reduced on its own:
 
   all_finite(t)  = AND over chunks C of all(isfinite(concat(C)))
   global_norm(t) = sqrt( sum over chunks C of sum(concat(C)^2) ),  summed in float32
 
-The concatenation is an operand of the reduction's fusion, not a copy: the compiled train steps'
-temporary memory and its time per step are unchanged (measured on the CPU at the default flags:
-ddpm_digits_cfg 20.5 MB, 35.4 vs 35.5 ms; char_gpt 129.9 MB, 164 vs 167 ms; digits_cnn 11.6 MB,
-6.9 vs 6.8 ms). Compile CPU-seconds of the train step, per leaf -> these, three compiles each on
-one core under the test suite's XLA flags: ddpm_digits_cfg:smoke 3.69-4.03 -> 2.68-3.03,
-char_gpt:smoke 1.05-1.17 -> 0.62-0.73, digits_cnn:smoke 0.61-0.65 -> 0.42-0.49, moons_mlp:smoke
-0.35-0.38 -> 0.19-0.29. With the loop's default health signals (`jaxdl.train.watch`, four more sums
-of squares per leaf, by `sum_of_squares` per parameter group): ddpm_digits_cfg:smoke 7.35-7.84
--> 3.28-4.52, char_gpt:smoke 1.71-2.26 -> 0.78-1.16, digits_cnn:smoke 0.78-1.04 -> 0.54-0.78;
-memory and time per step again unchanged with a watched step every step (20.5 MB, 30.4 vs 28.8
-ms; 129.8 MB, 178 vs 181 ms).
+The bound matters because XLA may materialize a concatenation before reducing it. XLA:CPU does:
+with every leaf concatenated, the digits MLP's state check held a 1.03 MB copy of its parameters
+and Adam moments, and its train step's temporary memory was 1.43 MB (1.34 MB bounded). For the
+larger steps the copy was not at the peak: temporary memory and time per step were unchanged (CPU,
+default flags: ddpm_digits_cfg 20.5 MB, 35.4 vs 35.5 ms; char_gpt 129.9 MB, 164 vs 167 ms;
+digits_cnn 11.6 MB, 6.9 vs 6.8 ms). The bound left compile time within its noise
+(ddpm_digits_cfg:smoke with health signals 3.7-5.4 CPU-s bounded vs 4.0-4.9 unbounded;
+char_gpt:smoke 1.0-1.3 vs 1.5-1.8). Compile CPU-seconds of the train step, per leaf -> these, three
+compiles each on one core under the test suite's XLA flags: ddpm_digits_cfg:smoke 3.69-4.03 ->
+2.68-3.03, char_gpt:smoke 1.05-1.17 -> 0.62-0.73, digits_cnn:smoke 0.61-0.65 -> 0.42-0.49,
+moons_mlp:smoke 0.35-0.38 -> 0.19-0.29. With the loop's default health signals
+(`jaxdl.train.watch`, four more sums of squares per leaf, by `sum_of_squares` per parameter group):
+ddpm_digits_cfg:smoke 7.35-7.84 -> 3.28-4.52, char_gpt:smoke 1.71-2.26 -> 0.78-1.16,
+digits_cnn:smoke 0.78-1.04 -> 0.54-0.78; memory and time per step again unchanged with a watched
+step every step (20.5 MB, 30.4 vs 28.8 ms; 129.8 MB, 178 vs 181 ms).
 
 Sharded state is reduced leaf by leaf. A concatenation of leaves split over devices in different
 ways would make XLA gather them onto each device, which is what FSDP and tensor parallelism exist
@@ -38,9 +44,14 @@ import jax.numpy as jnp
 import optax
 
 # Leaves per reduction: 32 stays under the cap XLA's GPU backend puts on a fusion's operands and
-# outputs (kMaxOperandsAndOutputsPerFusion, 64 in the sources read), so the concatenation is
-# fused there too (unmeasured on a GPU: no device this session).
+# outputs (kMaxOperandsAndOutputsPerFusion, 64 in the sources read).
 LEAVES_PER_REDUCTION = 32
+# Only leaves of at most this many elements are concatenated; a larger one is reduced on its own.
+# XLA may materialize a concatenation before reducing it (XLA:CPU does: a digits MLP's state check
+# held a 1.03 MB copy of its parameters and Adam moments), so concatenating whole weight matrices
+# could cost a copy of the state; small leaves (biases, norms' scales: most of the kernels, little
+# of the memory) bound every concatenation to 32 x 16,384 floats (2 MiB).
+SMALL_LEAF = 1 << 14
 
 _trace = threading.local()
 
@@ -58,8 +69,8 @@ def per_leaf():
 
 
 def _chunks(tree, cast=None, rows: bool = False):
-  """The floating leaves of `tree` (cast to `cast` when given), flattened and concatenated by
-  dtype 32 leaves at a time; the flattened leaves themselves within `per_leaf()`. `rows`: each
+  """The floating leaves of `tree` (cast to `cast` when given), flattened; the small ones
+  concatenated by dtype 32 leaves at a time; every leaf on its own within `per_leaf()`. `rows`: each
   leaf flattened to (L, -1) and concatenated along its second axis (leaves stacked over a shared
   leading axis L). Integer leaves are skipped: they are always finite and have no place in a
   norm."""
@@ -71,8 +82,13 @@ def _chunks(tree, cast=None, rows: bool = False):
       by_dtype.setdefault(x.dtype, []).append(x.reshape(x.shape[0], -1) if rows else x.ravel())
   if getattr(_trace, "per_leaf", False):
     return [x for group in by_dtype.values() for x in group]
-  return [jnp.concatenate(group[i:i + LEAVES_PER_REDUCTION], axis=-1)
-          for group in by_dtype.values() for i in range(0, len(group), LEAVES_PER_REDUCTION)]
+  chunks = []
+  for group in by_dtype.values():
+    small = [x for x in group if x.size <= SMALL_LEAF]
+    chunks += [x for x in group if x.size > SMALL_LEAF]
+    chunks += [jnp.concatenate(small[i:i + LEAVES_PER_REDUCTION], axis=-1)
+               for i in range(0, len(small), LEAVES_PER_REDUCTION)]
+  return chunks
 
 
 def all_finite(tree) -> jax.Array:

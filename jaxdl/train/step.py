@@ -68,7 +68,9 @@ Each task loss is a mean over its rows, so with equal microbatches
     g = (1/N) sum_i grad L_i = grad of the mean over all B rows = the step's gradient at N = 1,
 
 and the metrics are the mean of the N microbatch values, which equals the full-batch value for
-every per-example mean (up to the order of floating-point sums). BatchNorm normalizes each
+every per-example mean (up to the order of floating-point sums). A loss that divides by what its
+batch scores (`Task.loss_weight`: response tokens, labelled nodes) is no such mean; there the
+microbatches are weighted by their share of it (`accumulate_gradients`). BatchNorm normalizes each
 microbatch with its own statistics (M rows) and its running averages take N momentum updates a
 step, so a BatchNorm model differs from N = 1 (under pmap the statistics are still averaged over
 devices per microbatch). Microbatch i uses the step's keys folded with i (`fold_in(key, i)`); at
