@@ -173,7 +173,7 @@ def test_cli_profile_hooks_jaxpr_flops_and_ema_eval(tmp_path, capsys, monkeypatc
 
 def test_peak_is_measured_once_per_device_kind_and_cached(tmp_path, monkeypatch):
   timed = []
-  monkeypatch.setenv("JAXDL_CACHE_DIR", str(tmp_path))
+  monkeypatch.setenv("JAXDL_CACHE", str(tmp_path))  # the one cache root (jaxdl.cache)
   monkeypatch.setattr(throughput, "_PEAKS", {})
   monkeypatch.setattr(throughput, "measure_peak", lambda n, dtype: timed.append(n) or 5e9)
   cpu = SimpleNamespace(platform="cpu", device_kind="cpu")
@@ -181,6 +181,7 @@ def test_peak_is_measured_once_per_device_kind_and_cached(tmp_path, monkeypatch)
   monkeypatch.setattr(throughput, "_PEAKS", {})   # a new process: read from the file
   peak, source = throughput.device_peak("float32", cpu)
   assert peak == 5e9 and "measured earlier" in source and timed == [1024]
+  assert (tmp_path / "peak_flops.json").exists()
   tpu = SimpleNamespace(platform="tpu", device_kind="TPU v4")
   assert throughput.device_peak("bfloat16", tpu) == (275e12, "datasheet bf16 peak of TPU v4")
 

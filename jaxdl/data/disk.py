@@ -36,6 +36,7 @@ import sysconfig
 
 import numpy as np
 
+from jaxdl import cache
 from jaxdl.data import packing, prepare, records
 from jaxdl.data.augment import augment_setting
 from jaxdl.data.prepare import import_pyarrow
@@ -135,8 +136,8 @@ class ArrayRecord(TextWindows):
 
 
 def cache_dir() -> str:
-  """Where built-in corpora are prepared once: $JAXDL_CACHE, else ~/.cache/jaxdl."""
-  return os.path.expanduser(os.environ.get("JAXDL_CACHE") or "~/.cache/jaxdl")
+  """Where built-in corpora are prepared once: the cache root (`jaxdl.cache`)."""
+  return cache.cache_dir()
 
 
 @register_source("stdlib_bpe")

@@ -7,15 +7,16 @@ from typing import Callable
 
 import numpy as np
 
+from jaxdl import cache
+
 
 def sklearn_arrays(name: str, build: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
   """`build()`'s arrays (scikit-learn's embedded datasets), kept once per scikit-learn version in
-  `$JAXDL_CACHE/embedded/` (default ~/.cache/jaxdl): importing scikit-learn costs each process
-  about 2 CPU-s, reading the cached file about a millisecond. The file is written whole and
-  renamed into place, so concurrent runs never read half of one."""
+  `<cache root>/embedded/` (`jaxdl.cache`: $JAXDL_CACHE, default ~/.cache/jaxdl): importing
+  scikit-learn costs each process about 2 CPU-s, reading the cached file about a millisecond.
+  The file is written whole and renamed into place, so concurrent runs never read half of one."""
   from importlib import metadata  # pylint: disable=g-import-not-at-top
-  root = os.path.join(os.path.expanduser(os.environ.get("JAXDL_CACHE") or "~/.cache/jaxdl"),
-                      "embedded")
+  root = os.path.join(cache.cache_dir(), "embedded")
   path = os.path.join(root, f"{name}-sklearn{metadata.version('scikit-learn')}.npz")
   try:
     with np.load(path) as f:

@@ -30,8 +30,9 @@ from counting the matmuls of the step's jaxpr:
 
 The peak is per device and per compute dtype: a known table of dense bf16 matmul peaks for
 accelerators (datasheet numbers, used for bf16/fp16 runs on those), else a large matmul timed
-once per device kind, dtype and XLA_FLAGS and cached in `$JAXDL_CACHE_DIR/peak_flops.json`
-(default `~/.cache/jaxdl`), or `train.peak_flops` when given. The log names the source.
+once per device kind, dtype and XLA_FLAGS and cached in `<cache root>/peak_flops.json`
+(`jaxdl.cache`: $JAXDL_CACHE, default `~/.cache/jaxdl`), or `train.peak_flops` when given. The
+log names the source.
 
 Measured against `jaxdl bench gpt` (its CPU GPT: d 256, 4 layers, T 256, batch 16, fp32) on this
 2-core CPU under a load average of about 20: `jaxdl train char_gpt --set model.d_model=256
@@ -58,6 +59,7 @@ import jax.numpy as jnp
 from jax._src import source_info_util
 from jax.extend import core as jcore
 
+from jaxdl import cache
 from jaxdl.models.gpt import gpt_costs
 
 log = logging.getLogger("jaxdl")
@@ -96,8 +98,7 @@ def measure_peak(n: int, dtype, rounds: int = 3) -> float:
 
 
 def _cache_path() -> pathlib.Path:
-  root = os.environ.get("JAXDL_CACHE_DIR") or pathlib.Path.home() / ".cache" / "jaxdl"
-  return pathlib.Path(root) / "peak_flops.json"
+  return pathlib.Path(cache.cache_dir()) / "peak_flops.json"
 
 
 def device_peak(dtype, device=None) -> tuple[float, str]:
