@@ -6,6 +6,9 @@ ArrayRecord with a 4096-token BPE (`stdlib_bpe`, prepared once under the cache d
 (records fetched per window, segment and position ids computed per batch). The train step is
 bpe_gpt's model (d 128, 4 layers, 4 heads, vocab 4096) on one of those batches, segment mask
 included. Ratio = pipeline batches/s over train steps/s: >= 1 means the step never waits.
+Measured on this 2-core CPU, otherwise idle (2026-12-02, three runs, median first): 343x
+(1,090 batches/s vs 3.2 steps/s; 304x and 354x). Before the decoded-document cache
+(`packing.DocStream`) it read 53x under a load average of about 25.
 
 The PyTorch DataLoader doing the same work (the same records, packing and workers) is
 `jaxdl.bench.loaders`, reported in the `data` rows (and here when `data` did not run).
