@@ -8,7 +8,9 @@ A task is chosen by `config.task` from `TASKS`: `TASKS[name](config, train_setti
 
 `model_state` holds mutable collections such as `batch_stats`; `rngs` is a dict of named keys
 derived in the step; an optional `batch['mask']` (1 real, 0 padding) weights the per-example mean
-so padded eval batches give exact averages.
+so padded eval batches give exact averages. A loss that divides by what its batch scores rather
+than by its rows (lm with a loss_mask, lm_masked, node_classification) names that weight W in
+`Task.loss_weight`, so that the train step weighs microbatches and pmap's devices by it.
 
 Losses (B batch, K classes, T time, V vocabulary):
   classification: CE(z, q) = -sum_k q_k log softmax(z)_k with q = (1 - s) onehot(y) + s / K in
