@@ -16,7 +16,8 @@ from jaxdl.models.cnn import CNN
 from jaxdl.models.mlp import MLP
 from jaxdl.optim import precision
 from jaxdl.train import build, create_train_state, make_task, make_train_step
-from jaxdl.train.step import accum_loop, accumulate_gradients, split_microbatches, step_rngs
+from jaxdl.train.accumulation import accum_loop, accumulate_gradients, split_microbatches
+from jaxdl.train.step import step_rngs
 
 STEPS = 3
 BATCH = 64  # 16 rows per device on 4 devices: N = 4 gives 4-row microbatches on every device
@@ -174,7 +175,7 @@ def test_canonical_convolutions_keep_every_layout():
   """`canonical_convolutions` is the same function for convolutions in any layout (NCHW input,
   OIHW kernel, a transposed output, strides, dilation, feature groups), and the program it makes
   holds only convolutions in the canonical (B, S.., F) x (S.., I, O) layout."""
-  from jaxdl.train.step import canonical_convolutions
+  from jaxdl.train.accumulation import canonical_convolutions
   rng = np.random.default_rng(0)
   x = jnp.asarray(rng.normal(size=(2, 4, 9, 7)), jnp.float32)  # N C H W
   k = jnp.asarray(rng.normal(size=(6, 2, 3, 2)), jnp.float32)  # O I/groups H W

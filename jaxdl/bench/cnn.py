@@ -24,8 +24,9 @@
            for the MLP (3.77x for char_gpt), as XLA runs the microbatches' forward passes side
            by side. Peeling the first microbatch out of the loop (no zero-initialized sum)
            changed nothing. (Under a load of 3-5 the U-Net had measured 1.21 / 1.12.)
-           Before the convolution rewrite (`jaxdl.train.step.canonical_convolutions`) the scan
-           cost 6-7x (CNN) and 9x (U-Net), and the unrolled loop used for them 3.6-3.9x memory.
+           Before the convolution rewrite (`jaxdl.train.accumulation.canonical_convolutions`)
+           the scan cost 6-7x (CNN) and 9x (U-Net), and the unrolled loop used for them 3.6-3.9x
+           memory.
   augment  batches/s of the digits training pipeline with data.augment (random shifts by pad +
            crop, then mixup) at batch M vs the CNN train step's steps/s at batch M: >= 1 means
            the step never waits for data (the pipeline runs in the calling thread here, with no
@@ -95,7 +96,8 @@ def bench_grad_accum(n: int = 4, steps: int = 5, rounds: int = 5, micro: int = M
                      overrides: tuple = (), experiment: str = "digits_cnn") -> dict:
   """Seconds per step at N = n on n M rows and at N = 1 on M rows, ratio t_n / (n t_1); and
   the two compiled steps' temporary memory, ratio m_n / m_1."""
-  from jaxdl.train.step import accum_loop, step_rngs
+  from jaxdl.train.accumulation import accum_loop
+  from jaxdl.train.step import step_rngs
   _, step_n, state_n, batch_n = _built(n * micro, n, overrides, experiment)
   r, step_1, state_1, batch_1 = _built(micro, 1, overrides, experiment)
   mem_n, mem_1 = temp_bytes(step_n, state_n, batch_n), temp_bytes(step_1, state_1, batch_1)

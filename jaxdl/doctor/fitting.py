@@ -18,7 +18,8 @@ import optax
 from jaxdl.doctor import probes
 from jaxdl.doctor.context import Context, loss as _loss
 from jaxdl.doctor.report import Finding
-from jaxdl.train.step import accumulate_gradients, make_train_step, step_rngs
+from jaxdl.train.accumulation import accumulate_gradients
+from jaxdl.train.step import make_train_step, step_rngs
 
 REF_LR = 3e-3
 SUPERVISED = ("classification", "binary", "lm", "regression")

@@ -31,7 +31,7 @@ from jaxdl.models.lora import trainable_predicate
 from jaxdl.config import ParallelSettings, TrainSettings, parse_parallel, parse_train
 from jaxdl.schema import ConfigError
 from jaxdl.optim import masks, precision
-from jaxdl.train import init_from, step, strategies, tasks, trackers
+from jaxdl.train import accumulation, init_from, step, strategies, tasks, trackers
 from jaxdl.train.step import TrainState, create_train_state
 
 
@@ -122,7 +122,7 @@ def build(config) -> Run:
                                       expert=parallel.expert, tensor=parallel.tensor)
   strategies.check_tensor(model, parallel.tensor)
   strategies.check_batch(data.batch_size, strategy.num_global_devices, parallel.tensor)
-  step.check_grad_accum(train.grad_accum, data.batch_size, strategy.batch_shards)
+  accumulation.check_grad_accum(train.grad_accum, data.batch_size, strategy.batch_shards)
   optim = joptim.parse_optim(config.optim)
   if train.eval_ema and optim.ema_decay is None:
     raise ValueError("train.eval_ema: the run keeps no parameter average; set optim.ema_decay "
