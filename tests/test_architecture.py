@@ -3,7 +3,7 @@
 Layers (a module may import its own package and the layers below, never one above):
 
   0  jaxdl.schema                                 (the settings primitive)
-  1  jaxdl.config, jaxdl.disk_errors, jaxdl.stop_signals
+  1  jaxdl.config, jaxdl.disk_errors, jaxdl.stop_signals, jaxdl.cache
   2  jaxdl.data, jaxdl.models, jaxdl.optim        (not each other)
   3  jaxdl.train
   4  jaxdl.generative, jaxdl.doctor               (not each other)
@@ -23,7 +23,7 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "jaxdl"
-LAYERS = {"schema": 0, "config": 1, "disk_errors": 1, "stop_signals": 1,
+LAYERS = {"schema": 0, "config": 1, "disk_errors": 1, "stop_signals": 1, "cache": 1,
           "data": 2, "models": 2, "optim": 2,
           "train": 3, "generative": 4, "doctor": 4, "course": 5, "bench": 5, "cli": 6,
           "__main__": 7, "__init__": 7}

@@ -54,24 +54,32 @@ class Run:
   model: Any                               # flax module, cloned with the policy's dtype
   init_key: jax.Array
   base_key: jax.Array
-  # `abstract_state`'s answer, once traced: the build's checks and the loop each ask for it, and
-  # every trace of the model's and the optimizer's init costs as much as the first. Not an init
-  # field, so a `dataclasses.replace`d run (another optimizer) traces its own.
-  _abstract: dict = dataclasses.field(default_factory=dict, init=False, repr=False,
+  # `abstract_state`'s and `example_batch`'s answers, once computed: the build's checks and the
+  # loop each ask for them, and every trace of the model's and the optimizer's init costs as much
+  # as the first. Not an init field, so a `dataclasses.replace`d run (another optimizer) traces
+  # its own.
+  _memo: dict = dataclasses.field(default_factory=dict, init=False, repr=False,
                                       compare=False)
+
+  def example_batch(self) -> dict:
+    """The stream's first batch as one process reads it (what init and the build's checks trace
+    with), read once per run: each read starts the data pipeline."""
+    if "batch" not in self._memo:
+      self._memo["batch"] = next(self.ds.train_iter(process_index=0, process_count=1))
+    return self._memo["batch"]
 
   def init_fn(self) -> Callable[[jax.Array], TrainState]:
     """`key -> state_0` (pure; jit it with the shardings where the state should live)."""
-    example_x = self.task.init_input(next(self.ds.train_iter(process_index=0, process_count=1)))
+    example_x = self.task.init_input(self.example_batch())
     scale = precision.DynamicLossScale.create() if self.policy.loss_scaling else None
     return lambda key: create_train_state(self.model, self.tx, key, example_x[:1],
                                           loss_scale=scale)
 
   def abstract_state(self) -> TrainState:
     """Shapes and dtypes of the state, without computing it (traced once per run)."""
-    if "state" not in self._abstract:
-      self._abstract["state"] = jax.eval_shape(self.init_fn(), self.init_key)
-    return self._abstract["state"]
+    if "state" not in self._memo:
+      self._memo["state"] = jax.eval_shape(self.init_fn(), self.init_key)
+    return self._memo["state"]
 
   def init_state(self, shardings=None) -> TrainState:
     """The seeded initial state, created where `shardings` put it (default device otherwise);
@@ -162,7 +170,7 @@ def check_data_fits(run: Run) -> None:
   classes = info.get("num_classes") if run.config.task in LABELLED_TASKS else None
   if not (vocab or classes):
     return
-  batch = next(run.ds.train_iter(process_index=0, process_count=1))
+  batch = run.example_batch()
   state = run.abstract_state()
   out = jax.eval_shape(lambda s, x: run.model.apply({"params": s.params, **s.model_state}, x,
                                                      train=False),
@@ -189,7 +197,7 @@ def check_batch_statistics(run: Run) -> None:
   written, rather than when the train step compiles."""
   if getattr(run.model, "norm", None) != "batch" or getattr(run.model, "bn_axis_name", None):
     return  # under pmap the statistics pool over devices (and the axis exists only there)
-  batch = next(run.ds.train_iter(process_index=0, process_count=1))
+  batch = run.example_batch()
   # What BatchNorm normalizes in one call: one microbatch (jit and fsdp reduce over the global
   # batch, so the devices' shares do not matter).
   batch = jax.tree.map(lambda x: x[:x.shape[0] // run.train.grad_accum], batch)
@@ -205,7 +213,7 @@ def eval_metric_names(run: Run) -> list[str]:
   or compiled, and always the metrics the loop will log, whatever the task.
   """
   eval_step = step.make_eval_step(run.model.apply, run.task.loss_fn)
-  batch = next(run.ds.train_iter(process_index=0, process_count=1))
+  batch = run.example_batch()
   sums = jax.eval_shape(eval_step, run.abstract_state(), batch)
   return sorted(f"eval/{k}" for k in sums if k != "count")
 
