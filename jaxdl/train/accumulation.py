@@ -3,11 +3,10 @@
 Shapes: B the rows of the batch a step sees, N = train.grad_accum microbatches of M = B / N rows
 each, D devices.
 
-Microbatch i holds rows i, i + N, i + 2N, ... of the batch (a
-strided split). A batch sharded over devices in contiguous blocks of B / D rows then gives every
-microbatch B / (N D) rows of each device's block, so no row moves between devices; this needs N
-to divide B / D (`check_grad_accum`, before anything compiles). A loop over the N microbatches
-carries
+Microbatch i holds rows i, i + N, i + 2N, ... of the batch (a strided split). A batch sharded
+over devices in contiguous blocks of B / D rows then gives every microbatch B / (N D) rows of
+each device's block, so no row moves between devices; this needs N to divide B / D
+(`check_grad_accum`, before anything compiles). A loop over the N microbatches carries
 
     g_sum <- g_sum + grad L_i(theta)                     (float32, shape of theta)
     model_state <- the state after microbatch i          (e.g. BatchNorm running averages)
@@ -32,14 +31,19 @@ computation: 6.3x time); `lax.scan(unroll=N)` (3.58x memory for the CNN, as unro
 Without convolutions the plain scan; the MLP with BatchNorm's memory stays above the 1.3x target
 (why, and peeling the first microbatch or unrolling tried, in `jaxdl.bench.cnn`).
 
-Each task loss is a mean over its rows, so with equal microbatches
+A task loss that is a mean over its rows gives, with equal microbatches,
 
     g = (1/N) sum_i grad L_i = grad of the mean over all B rows = the step's gradient at N = 1,
 
 and the metrics are the mean of the N microbatch values, which equals the full-batch value for
-every per-example mean (up to the order of floating-point sums). A loss that divides by what its
-batch scores (`Task.loss_weight`: response tokens, labelled nodes) is no such mean; there the
-microbatches are weighted by their share of it (`accumulate_gradients`). BatchNorm normalizes each
+every per-example mean (up to the order of floating-point sums). A loss L_i = S_i / W_i that
+divides by what its microbatch scores (`Task.loss_weight`: response tokens, labelled nodes) is no
+such mean; there microbatch i is weighted by its share W_i / W of the batch's W = sum_j W_j,
+
+    g = sum_i (W_i / W) grad L_i = grad (sum_i S_i) / W,
+
+the whole batch's gradient again, and so are the loss and metrics (`accumulate_gradients`);
+pmap's devices are weighted the same way (`weighted_pmean`). BatchNorm normalizes each
 microbatch with its own statistics (M rows) and its running averages take N momentum updates a
 step, so a BatchNorm model differs from N = 1 (under pmap the statistics are still averaged over
 devices per microbatch). Microbatch i uses the step's keys folded with i (`fold_in(key, i)`); at
