@@ -163,3 +163,27 @@ def test_batched_solve_with_labels_equals_one_solve():
   # div v = -D (1 + y) exactly for this linear field, whatever the probes: the integral over
   # t from 1 to 0 is +D (1 + y).
   np.testing.assert_allclose(whole["delta_logp"], 3.0 * (1.0 + y_B), rtol=1e-5)
+
+
+def test_a_model_that_cannot_be_hashed_is_solved_without_the_cache():
+  """A flax module with a list field has no hash; its likelihood is solved all the same (a
+  program of its own, as before the cache), equal to its field as a closure."""
+  import flax.linen as nn
+
+  class ListModel(nn.Module):
+    widths: list
+
+    @nn.compact
+    def __call__(self, x, t, y=None, train=False):
+      del y, train
+      return nn.Dense(x.shape[-1])(jnp.concatenate([x, jnp.broadcast_to(t, x[:, :1].shape)], -1))
+
+  model = ListModel(widths=[4])
+  config = ml_collections.ConfigDict(dict(task="flow_matching", gen=dict(prediction="velocity")))
+  x_BxD = jax.random.normal(jax.random.PRNGKey(0), (4, 2))
+  variables = model.init(jax.random.PRNGKey(1), x_BxD, jnp.zeros((1,)))
+  out = likelihood.run_log_likelihood(config, model, variables, x_BxD, steps=2)
+  closed = likelihood.log_likelihood(
+      likelihood.network_velocity(model.apply, variables, likelihood.path_from_config(config),
+                                  "velocity"), x_BxD, t_data=1.0, t_noise=0.0, steps=2)
+  np.testing.assert_allclose(out["logp"], closed["logp"], rtol=1e-6, atol=1e-6)

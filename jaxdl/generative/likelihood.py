@@ -128,11 +128,14 @@ def log_likelihood(velocity_fn: Callable, x, *, t_data: float, t_noise: float, s
   z_KxBxD = (jax.random.rademacher(rng, (probes,) + x_BxD.shape, jnp.float32)
              if divergence == "hutchinson" else None)
   t_N1 = tuple(time_grid(float(t_data), float(t_noise), int(steps), spacing).tolist())
+  key = (sample_shape, t_N1, divergence, prior_logpdf)
   if params is None:  # a closure: its constants are its own, so its program is too
-    integrate = _solver.__wrapped__(_Closed(velocity_fn), sample_shape, t_N1, divergence,
-                                    prior_logpdf)
+    integrate = _solver.__wrapped__(_Closed(velocity_fn), *key)
   else:
-    integrate = _solver(velocity_fn, sample_shape, t_N1, divergence, prior_logpdf)
+    try:
+      integrate = _solver(velocity_fn, *key)
+    except TypeError:  # a field that cannot be hashed (a module with a list field): no reuse
+      integrate = _solver.__wrapped__(velocity_fn, *key)
 
   rows = num if batch_size is None else min(batch_size, num)
   parts = []
@@ -327,8 +330,8 @@ def run_log_likelihood(config, model, variables, x, *, steps: int = 100, diverge
     # quadratic one (fine at the data end only) by 1.1e-3 and 2.5e-2; on ddpm_digits_cfg it moved
     # the bits/dim of 8 test digits from -1.22 to -1.71 (-1.74 at 800 steps).
     t_data, t_noise, spacing = 1.0 / path.T, 1.0, "cosine"
-  velocity = NetworkVelocity(model, config.task, json.dumps(config.gen.to_dict(), sort_keys=True),
-                             config.gen.prediction, path)
+  gen = json.dumps(config.gen.to_dict(), sort_keys=True, default=repr)
+  velocity = NetworkVelocity(model, config.task, gen, config.gen.prediction, path)
   return log_likelihood(velocity, x, t_data=t_data, t_noise=t_noise, steps=steps,
                         spacing=spacing, divergence=divergence, probes=probes, rng=rng, y=y,
                         batch_size=batch_size, params=variables)
