@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdl.generative import closed_forms, paths, samplers, spacings
+from jaxdl.generative import closed_forms, paths, samplers, spacings, stepwise
 from test_edm import MU, S0, gaussian_eps  # the exact denoiser of N(MU, S0^2)
 
 Z = np.linspace(-2.5, 2.5, 11, dtype=np.float32)[:, None]
@@ -95,7 +95,7 @@ def test_history_in_the_scan_equals_the_python_loop():
   apply = gaussian_eps(DDPM)
   key = jax.random.PRNGKey(4)
   np.testing.assert_allclose(samplers.make_sampler(apply, DDPM, **kw)(None, key, 8),
-                             samplers.make_python_loop_sampler(apply, DDPM, **kw)(None, key, 8),
+                             stepwise.make_python_loop_sampler(apply, DDPM, **kw)(None, key, 8),
                              atol=1e-5)
 
 

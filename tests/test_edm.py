@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdl.generative import closed_forms, losses, paths, samplers, spacings
+from jaxdl.generative import closed_forms, losses, paths, samplers, spacings, stepwise
 from jaxdl.schema import ConfigError
 
 MU, S0 = 0.7, 0.4
@@ -132,7 +132,7 @@ def test_edm_heun_runs_on_ddpm_and_flow_paths_and_equals_its_python_loop():
   flow = paths.FlowPath()
   x = samplers.make_sampler(field, flow, **kw)(None, jax.random.PRNGKey(0), 11, x_init=Z)
   assert float(np.max(np.abs(x - (MU + S0 * Z)))) < 3e-3
-  y = samplers.make_python_loop_sampler(field, flow, **kw)(None, jax.random.PRNGKey(0), 11,
+  y = stepwise.make_python_loop_sampler(field, flow, **kw)(None, jax.random.PRNGKey(0), 11,
                                                            x_init=Z)
   np.testing.assert_allclose(x, y, atol=1e-6)
 

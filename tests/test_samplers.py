@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdl.generative import closed_forms, paths, samplers
+from jaxdl.generative import closed_forms, paths, samplers, stepwise
 
 FLOW = paths.FlowPath()
 EPS5 = jnp.array([-1.3, -0.2, 0.05, 0.5, 2.0])[:, None]
@@ -133,7 +133,7 @@ def test_scan_sampler_equals_python_loop_sampler():
   kw = dict(sampler="ddpm", steps=100, sample_shape=(1,), prediction="eps")
   key = jax.random.PRNGKey(5)
   np.testing.assert_allclose(samplers.make_sampler(apply, path, **kw)(None, key, 16),
-                             samplers.make_python_loop_sampler(apply, path, **kw)(None, key, 16),
+                             stepwise.make_python_loop_sampler(apply, path, **kw)(None, key, 16),
                              atol=1e-5)
 
 
@@ -198,7 +198,7 @@ def test_a_prediction_that_does_not_fit_the_path_is_refused(path_name, predictio
   conversions return a wrong x_hat, so the public API refuses them, naming both."""
   path = FLOW if path_name == "flow" else paths.make_path("ddpm", T=10)
   msg = rf"prediction='{prediction}' does not fit the '{path_name}' path: expected one of"
-  for make in (samplers.make_sampler, samplers.make_python_loop_sampler):
+  for make in (samplers.make_sampler, stepwise.make_python_loop_sampler):
     with pytest.raises(ValueError, match=msg):
       make(two_point_field, path, sampler="ddim", steps=2, sample_shape=(1,),
            prediction=prediction)

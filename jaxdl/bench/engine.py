@@ -223,12 +223,12 @@ def bench_sampler(experiment: str = "fm_toy2d", batch: int = 256, rounds: int = 
   `lax.scan`) over N x the seconds of the same compiled update alone (`make_step`, called N
   times from Python on the same inputs the scan feeds it: x, i, fold_in(k_loop, i)); and the
   scan's samples against that Python loop's (the same samples)."""
-  from jaxdl.generative import samplers
+  from jaxdl.generative import samplers, stepwise
   model, variables, path, kw = _sampler_case(experiment)
   n = kw["steps"]
   rng = jax.random.PRNGKey(1)
   lax_fn = samplers.make_sampler(model.apply, path, **kw)
-  step = samplers.make_step(model.apply, path, **kw)
+  step = stepwise.make_step(model.apply, path, **kw)
   k_init, k_loop = jax.random.split(rng)
   x0 = jax.random.normal(k_init, (batch,) + kw["sample_shape"], jnp.float32)
   i_N = [jnp.asarray(i) for i in range(n)]

@@ -229,10 +229,11 @@ def _check_churn(s_churn, s_tmin, s_tmax, s_noise):
     raise ValueError(f"s_tmax={s_tmax}: expected s_tmax >= s_tmin = {s_tmin} (None: no bound)")
 
 
-def _build(apply_fn, path, *, sampler, steps, sample_shape, prediction, eta, guidance,
+def build_parts(apply_fn, path, *, sampler, steps, sample_shape, prediction, eta, guidance,
            num_classes, t_end, clip_x0, spacing=None, rho=7.0, s_churn=0.0, s_tmin=0.0,
            s_tmax=None, s_noise=1.0):
-  """Validates the settings and returns (init_fn, step_fn, n_steps, rule), shared by the loops."""
+  """Validates `make_sampler`'s settings and returns (init_fn, step_fn, n_steps, rule): the scan
+  here and the one-step-at-a-time forms of `jaxdl.generative.stepwise` build from it."""
   if sampler not in SAMPLERS:
     raise ValueError(f"sampler={sampler!r}: expected one of {sorted(SAMPLERS)}")
   if not isinstance(steps, (int, np.integer)) or steps < 1:
@@ -290,7 +291,7 @@ def _build(apply_fn, path, *, sampler, steps, sample_shape, prediction, eta, gui
   return init_fn, step_fn, steps, rule
 
 
-def _check_y(y, num, num_classes):
+def check_labels(y, num, num_classes):
   """Checks a concrete class label (or labels) and broadcasts it to (num,); None stays None."""
   if y is None:
     return None
@@ -347,7 +348,7 @@ def make_sampler(apply_fn: Callable, path, *, sampler: str = "heun", steps: int 
     runs the N updates as one `lax.scan`; step i uses the key fold_in(rng_loop, i); returns
     path.data_scale x_N. `y` is an int or (num,) ints in 0..K-1, checked before the compiled call.
   """
-  init_fn, step_fn, n, rule = _build(
+  init_fn, step_fn, n, rule = build_parts(
       apply_fn, path, sampler=sampler, steps=steps, sample_shape=sample_shape,
       prediction=prediction, eta=eta, guidance=guidance, num_classes=num_classes, t_end=t_end,
       clip_x0=clip_x0, spacing=spacing, rho=rho, s_churn=s_churn, s_tmin=s_tmin, s_tmax=s_tmax,
@@ -377,54 +378,7 @@ def make_sampler(apply_fn: Callable, path, *, sampler: str = "heun", steps: int 
     if x_init is not None and tuple(x_init.shape) != (int(num),) + tuple(sample_shape):
       raise ValueError(f"x_init has shape {tuple(x_init.shape)}; expected "
                        f"{(int(num),) + tuple(sample_shape)}")
-    return core_jit(variables, rng, int(num), _check_y(y, int(num), num_classes), x_init)
+    return core_jit(variables, rng, int(num), check_labels(y, int(num), num_classes), x_init)
 
   sample.n_steps = n
-  return sample
-
-
-def make_step(apply_fn: Callable, path, *, sampler: str = "heun", steps: int = 50,
-              sample_shape=(2,), prediction: str = "velocity", eta: float = 0.0,
-              guidance: float | None = None, num_classes: int = 0, t_end: float = 1.0,
-              clip_x0: float | None = None, **options):
-  """The jitted update `step(variables, x, i, key, y_B) -> x` that `make_sampler` with the same
-  arguments scans over i = 0..N-1 (one denoiser call plus the update; two calls for Heun); for a
-  multistep rule `step(variables, (x, hist), i, key, y_B) -> (x, hist)`, hist starting as
-  `solvers.init_history(x, SAMPLERS[sampler].history)`. `options`: spacing, rho and the churn
-  keys of `make_sampler`."""
-  _, step_fn, _, rule = _build(apply_fn, path, sampler=sampler, steps=steps,
-                               sample_shape=sample_shape, prediction=prediction, eta=eta,
-                               guidance=guidance, num_classes=num_classes, t_end=t_end,
-                               clip_x0=clip_x0, **options)
-  if rule.history:
-    return jax.jit(step_fn)
-  return jax.jit(lambda variables, x, i, key, y_B: step_fn(variables, (x, ()), i, key, y_B)[0])
-
-
-def make_python_loop_sampler(apply_fn: Callable, path, *, sampler: str = "heun", steps: int = 50,
-                             sample_shape=(2,), prediction: str = "velocity", eta: float = 0.0,
-                             guidance: float | None = None, num_classes: int = 0,
-                             t_end: float = 1.0, clip_x0: float | None = None, **options):
-  """The same sampler as a Python loop over the jitted `make_step` (for tests).
-
-  Same arguments and same samples as `make_sampler` (same keys, same update), one dispatch per step.
-  """
-  kw = dict(sampler=sampler, steps=steps, sample_shape=sample_shape, prediction=prediction,
-            eta=eta, guidance=guidance, num_classes=num_classes, t_end=t_end, clip_x0=clip_x0,
-            **options)
-  init_fn, _, n, rule = _build(apply_fn, path, **kw)
-  step_jit = make_step(apply_fn, path, **kw)
-  init_jit = jax.jit(init_fn, static_argnums=(1,))
-
-  def sample(variables, rng, num: int, y=None, x_init=None):
-    y_B = _check_y(y, int(num), num_classes)
-    k_init, k_loop = jax.random.split(rng)
-    x = init_jit(k_init, int(num)) if x_init is None else jnp.asarray(x_init, jnp.float32)
-    carry = (x, solvers.init_history(x, rule.history))
-    for i in range(n):
-      key = jax.random.fold_in(k_loop, i)
-      carry = (step_jit(variables, carry, jnp.asarray(i), key, y_B) if rule.history
-               else (step_jit(variables, carry[0], jnp.asarray(i), key, y_B), ()))
-    return carry[0] * path.data_scale
-
   return sample
