@@ -52,19 +52,18 @@ def best_time(fn, *args) -> float:
   return min(times)
 
 
-# The table's own settings that every row's run takes too: what a run writes beside its
-# checkpoints (`--set train.plot=False` on the table turns off every row's loss plot).
-SHARED_KEYS = ("train.plot", "train.loggers")
+# The table's own `train` settings that every row's run takes too: what a run writes beside
+# its checkpoints (`--set train.plot=False` on the table turns off every row's loss plot).
+SHARED_TRAIN_KEYS = ("plot", "loggers")
 
 
 def _train(spec, overrides, table_config, workdir):
   """(config, model, variables) of experiment `spec` trained into `workdir` (reused if done), at
-  its smoke size when the table's is, with the table's `SHARED_KEYS`."""
+  its smoke size when the table's is, with the table's `SHARED_TRAIN_KEYS`."""
   from jaxdl.config import load_config
   from jaxdl.train import load_run
   from jaxdl.train import run as train_run
-  shared = [f"{key}={table_config[key.split('.')[0]][key.split('.')[1]]!r}"
-            for key in SHARED_KEYS]
+  shared = [f"train.{key}={table_config.train[key]!r}" for key in SHARED_TRAIN_KEYS]
   config, _ = load_config(spec + (":smoke" if table_config.smoke else ""),
                           [*overrides, *shared])
   train_run(config, workdir, progress=False)

@@ -58,8 +58,7 @@ class Run:
   # loop each ask for them, and every trace of the model's and the optimizer's init costs as much
   # as the first. Not an init field, so a `dataclasses.replace`d run (another optimizer) traces
   # its own.
-  _memo: dict = dataclasses.field(default_factory=dict, init=False, repr=False,
-                                      compare=False)
+  _memo: dict = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
 
   def example_batch(self) -> dict:
     """The stream's first batch as one process reads it (what init and the build's checks trace

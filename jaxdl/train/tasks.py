@@ -77,8 +77,8 @@ class Task:
   optimizer: Callable | None = None
   # `batch -> W or None`: what the loss of `batch` divides by when that is not its row count (the
   # scored tokens, the labelled nodes), so that the train step can weigh microbatches and devices
-  # by it and take the gradient of the whole batch's loss (`jaxdl.train.step`); None from it, or
-  # no function, where every row weighs the same.
+  # by it and take the gradient of the whole batch's loss (`jaxdl.train.accumulation`); None
+  # from it, or no function, where every row weighs the same.
   loss_weight: Callable[[dict], Any] | None = None
 
 
