@@ -106,7 +106,7 @@ def _key_hints(builder) -> dict:
   """Key -> annotation of the keys `builder` accepts: its class's fields, a function's named
   parameters (an annotation that does not resolve is left out: such a key is not type-checked)."""
   cls = builder if isinstance(builder, type) else getattr(builder, "model_class", None)
-  out = schema.hints(cls) if cls is not None else {}
+  out = dict(schema.hints(cls)) if cls is not None else {}
   if not isinstance(builder, type):
     try:
       out.update({k: v for k, v in typing.get_type_hints(builder).items() if k != "return"})

@@ -22,6 +22,7 @@ import dataclasses
 from typing import Any, Callable
 
 import jax
+import jax.extend
 import optax
 
 from jaxdl import data as jdata
@@ -74,16 +75,28 @@ class Run:
     return lambda key: create_train_state(self.model, self.tx, key, example_x[:1],
                                           loss_scale=scale)
 
+  def _init_traced(self) -> jax.stages.Traced:
+    """The init function traced once per run: its jaxpr and its output's shapes."""
+    if "init" not in self._memo:
+      self._memo["init"] = jax.jit(self.init_fn()).trace(self.init_key)
+    return self._memo["init"]
+
   def abstract_state(self) -> TrainState:
     """Shapes and dtypes of the state, without computing it (traced once per run)."""
-    if "state" not in self._memo:
-      self._memo["state"] = jax.eval_shape(self.init_fn(), self.init_key)
-    return self._memo["state"]
+    return self._init_traced().out_info
 
   def init_state(self, shardings=None) -> TrainState:
     """The seeded initial state, created where `shardings` put it (default device otherwise);
-    with the config's `init_from`, its parameters are the base's (`jaxdl.train.init_from`)."""
-    state = jax.jit(self.init_fn(), out_shardings=shardings)(self.init_key)
+    with the config's `init_from`, its parameters are the base's (`jaxdl.train.init_from`).
+
+    Compiled from `abstract_state`'s trace, not a second one: the shardings depend on the
+    shapes, and tracing the model's and the optimizer's init again through flax cost as much as
+    the first time (the jaxpr's own equations re-bind in a fraction of that)."""
+    traced = self._init_traced()
+    flat_shardings = (None if shardings is None
+                      else traced.out_tree.flatten_up_to(shardings))
+    init = jax.jit(jax.extend.core.jaxpr_as_fun(traced.jaxpr), out_shardings=flat_shardings)
+    state = jax.tree.unflatten(traced.out_tree, init(*jax.tree.leaves(self.init_key)))
     base = self.config.get(init_from.KEY) or ""
     return init_from.apply(state, self.tx, base) if base else state
 
