@@ -5,7 +5,8 @@ Run:
   jaxdl train generative_table:smoke            # every run at its smoke size, for tests
 
 Setup: the table's own training run, in <workdir>, is the moons flow (fm_toy2d's config;
-`--set` overrides apply to it, and its train.plot and train.loggers to every row's run too).
+`--set` overrides apply to it, and its train.plot, train.loggers, train.watch and
+train.count_flops to every row's run too).
 After it, `jaxdl.course.generative_table.build_table` trains each other family's experiment
 through the engine into <workdir>/<row> (a finished run there is reused; copy a workdir in to
 skip its training): ddpm_toy2d and gan_toy2d on moons

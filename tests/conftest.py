@@ -8,10 +8,13 @@ import pytest
 
 # The suite is dominated by XLA compiling tiny programs on CPU; the cheaper backend passes halve
 # that, and XLA:CPU's older elemental fusion emitters compile about 3x faster than the MLIR fusion
-# emitters (digits_cnn's train step: 2.5 -> 0.7 CPU-s). Neither changes any test's tolerance
+# emitters (digits_cnn's train step: 2.5 -> 0.7 CPU-s). One LLVM module per program instead of
+# several compiled side by side (a worker has one core to compile them on): the train steps of
+# digits_cnn, char_gpt, edm_digits' U-Net and digits_mlp compiled in 3.1-3.6 CPU-s against
+# 3.7-4.1, and five test modules took 144 CPU-s against 173. None changes any test's tolerance
 # (speed is measured in `jaxdl bench`, never here).
 FAST_COMPILE = ("--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true "
-                "--xla_cpu_use_fusion_emitters=false")
+                "--xla_cpu_use_fusion_emitters=false --xla_cpu_parallel_codegen_split_count=1")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # Under `-n W` each xdist worker (and every process it starts) gets its own W-th of the cores,
 # before jax is imported, so XLA sizes its thread pools to them. Left to share all cores, two

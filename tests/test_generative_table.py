@@ -18,13 +18,18 @@ ROWS = ["toy_fm", "toy_fm_reflow", "toy_fm_distill", "toy_ddpm", "toy_gan", "dig
 @pytest.mark.slow
 def test_the_smoke_table_trains_and_measures_every_family(tmp_path):
   """`jaxdl train generative_table:smoke` as a user runs it: the moons flow, then every other
-  row's run trained into the workdir (the table's train.plot and train.loggers reach them), the
+  row's run trained into the workdir (the table's train.plot, train.loggers, train.watch and
+  train.count_flops reach them), the
   digits judged by a digits_cnn run; a row per family with its own columns. Smoke-sized runs
   say nothing of the families' quality, so this checks the procedure: the calls, the exact
   relations between columns, and what each family's failure column holds."""
   workdir = tmp_path / "table"
+  # No plots, trackers, health signals or FLOP counts: the table reads none of them, and leaving
+  # the last two out of every row's train step took the run from 119 to 110 CPU-s.
+  shared = ["--set", "train.plot=False", "--set", "train.loggers=()", "--set", "train.watch=off",
+            "--set", "train.count_flops=False"]
   assert cli.main(["train", "generative_table:smoke", "--workdir", str(workdir), "--no-progress",
-                   "--set", "train.plot=False", "--set", "train.loggers=()"]) == 0
+                   *shared]) == 0
   t = load_config("generative_table:smoke")[0].table
   rows = json.loads((workdir / "table.json").read_text())
   assert list(rows) == ROWS
@@ -37,6 +42,8 @@ def test_the_smoke_table_trains_and_measures_every_family(tmp_path):
     assert (workdir / name / "summary.json").exists(), name
     assert not (workdir / name / "loss.png").exists(), name
     assert not (workdir / name / "tensorboard").exists(), name
+    train = json.loads((workdir / name / "config.json").read_text())["train"]
+    assert (train["watch"], train["count_flops"]) == ("off", False), name
   # Calls: one for the one-call families and the few-step students, a pass per pixel for the AR,
   # many for the iterative samplers; the time ratio is to the one-call family of the same data.
   assert [rows[k]["calls"] for k in ("toy_fm_reflow", "toy_fm_distill", "toy_gan",
@@ -69,7 +76,7 @@ def test_the_smoke_table_trains_and_measures_every_family(tmp_path):
   for spec, row in (("ddpm_toy2d:smoke", "toy_ddpm"), ("ddpm_digits_cfg:smoke", "digits_ddpm")):
     before = json.loads((workdir / row / "summary.json").read_text())
     assert cli.main(["train", spec, "--workdir", str(workdir / row), "--no-progress",
-                     "--set", "train.plot=False", "--set", "train.loggers=()"]) == 0, spec
+                     *shared]) == 0, spec
     assert json.loads((workdir / row / "summary.json").read_text()) == before, spec
     evaluation = json.loads((workdir / row / "generative_eval.json").read_text())
     assert evaluation["step"] == before["step"], spec  # of the row's final checkpoint

@@ -54,7 +54,7 @@ def best_time(fn, *args) -> float:
 
 # The table's own `train` settings that every row's run takes too: what a run writes beside
 # its checkpoints (`--set train.plot=False` on the table turns off every row's loss plot).
-SHARED_TRAIN_KEYS = ("plot", "loggers")
+SHARED_TRAIN_KEYS = ("plot", "loggers", "watch", "count_flops")
 
 
 def _train(spec, overrides, table_config, workdir):

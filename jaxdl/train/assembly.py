@@ -95,8 +95,13 @@ class Run:
     traced = self._init_traced()
     flat_shardings = (None if shardings is None
                       else traced.out_tree.flatten_up_to(shardings))
-    init = jax.jit(jax.extend.core.jaxpr_as_fun(traced.jaxpr), out_shardings=flat_shardings)
-    state = jax.tree.unflatten(traced.out_tree, init(*jax.tree.leaves(self.init_key)))
+    replay = jax.extend.core.jaxpr_as_fun(traced.jaxpr)
+
+    def init(*key_leaves):  # named for profiles and compile logs (jit(init))
+      return replay(*key_leaves)
+
+    flat = jax.jit(init, out_shardings=flat_shardings)(*jax.tree.leaves(self.init_key))
+    state = jax.tree.unflatten(traced.out_tree, flat)
     base = self.config.get(init_from.KEY) or ""
     return init_from.apply(state, self.tx, base) if base else state
 
