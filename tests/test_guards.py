@@ -4,7 +4,6 @@ import json
 
 import numpy as np
 import pytest
-from sklearn.datasets import make_moons
 
 from jaxdl.config import apply_overrides, load_config
 from jaxdl.data import default_data_config
@@ -26,6 +25,7 @@ def test_detector_flags_only_values_far_above_the_median():
 @pytest.fixture
 def poisoned_npz(tmp_path):
   """1000 moons points in a fixed order; rows 500..599 (the 6th batch of 100) scaled by 1e3."""
+  from sklearn.datasets import make_moons  # imported here: 1.6 s at collection
   x, y = make_moons(1000, noise=0.25, random_state=0)
   x = x.astype(np.float32)
   x[500:600] *= 1e3
