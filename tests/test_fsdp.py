@@ -108,3 +108,28 @@ def test_fsdp_axis_must_divide_devices():
     strategies.make_strategy("fsdp", 0, fsdp=3)
   assert isinstance(strategies.make_strategy("fsdp", 0, fsdp=2), FsdpStrategy)
   assert dict(strategies.make_strategy("fsdp", 0, fsdp=2).mesh.shape) == {"data": 2, "fsdp": 2}
+
+
+def test_a_run_traces_its_init_once_and_builds_the_same_sharded_state(monkeypatch):
+  """`abstract_state` and `init_state` share one trace of the model's and optimizer's init
+  (`Run.init_state` compiles its jaxpr with the shardings); the state is bit-identical, and
+  placed identically, to jitting the init function with those shardings directly."""
+  from jaxdl.train import assembly
+  traced = []
+  original = assembly.create_train_state
+
+  def counting(*args, **kwargs):
+    traced.append(1)
+    return original(*args, **kwargs)
+
+  monkeypatch.setattr(assembly, "create_train_state", counting)
+  r = build(_config("fsdp", 4))
+  shardings = r.strategy.state_shardings(r.abstract_state())
+  state = r.init_state(shardings)
+  assert len(traced) == 1
+  direct = jax.jit(r.init_fn(), out_shardings=shardings)(r.init_key)
+  assert len(traced) == 2  # the direct path traces its own
+  assert jax.tree.structure(state) == jax.tree.structure(direct)
+  for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(state), jax.tree.leaves(direct)):
+    np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
+    assert a.sharding == b.sharding, jax.tree_util.keystr(path)
