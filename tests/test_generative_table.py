@@ -19,10 +19,10 @@ ROWS = ["toy_fm", "toy_fm_reflow", "toy_fm_distill", "toy_ddpm", "toy_gan", "dig
 def test_the_smoke_table_trains_and_measures_every_family(tmp_path):
   """`jaxdl train generative_table:smoke` as a user runs it: the moons flow, then every other
   row's run trained into the workdir (the table's train.plot, train.loggers, train.watch and
-  train.count_flops reach them), the
-  digits judged by a digits_cnn run; a row per family with its own columns. Smoke-sized runs
-  say nothing of the families' quality, so this checks the procedure: the calls, the exact
-  relations between columns, and what each family's failure column holds."""
+  train.count_flops reach them), the digits judged by a digits_cnn run; a row per family with
+  its own columns. Smoke-sized runs say nothing of the families' quality, so this checks the
+  procedure: the calls, the exact relations between columns, and what each family's failure
+  column holds."""
   workdir = tmp_path / "table"
   # No plots, trackers, health signals or FLOP counts: the table reads none of them, and leaving
   # the last two out of every row's train step took the run from 119 to 110 CPU-s.
@@ -70,9 +70,9 @@ def test_the_smoke_table_trains_and_measures_every_family(tmp_path):
              for k in ROWS[5:])
   _, toy, digits = generative_table.families_figure(samples)
   assert toy == [k[4:] for k in ROWS[:5]] and digits == [k[7:] for k in ROWS[5:]]
-  # Train once, read many: these two experiments' smoke runs (tests/test_experiment_smoke.py
-  # leaves them here) are the table's rows. `jaxdl train` on a finished run trains nothing more
-  # and runs the experiment's after_training on it.
+  # Train once, read many: the table's ddpm rows are these two experiments' smoke runs, and the
+  # suite's only ones (tests/test_experiment_smoke.py leaves them to this test). `jaxdl train`
+  # on a finished run trains nothing more and runs the experiment's after_training on it.
   for spec, row in (("ddpm_toy2d:smoke", "toy_ddpm"), ("ddpm_digits_cfg:smoke", "digits_ddpm")):
     before = json.loads((workdir / row / "summary.json").read_text())
     assert cli.main(["train", spec, "--workdir", str(workdir / row), "--no-progress",

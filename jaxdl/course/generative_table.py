@@ -52,8 +52,9 @@ def best_time(fn, *args) -> float:
   return min(times)
 
 
-# The table's own `train` settings that every row's run takes too: what a run writes beside
-# its checkpoints (`--set train.plot=False` on the table turns off every row's loss plot).
+# The table's own `train` settings that every row's run takes too: what a run computes and writes
+# beside its training (loss plot, trackers, health signals, FLOP counts); `--set train.plot=False`
+# on the table turns off every row's loss plot.
 SHARED_TRAIN_KEYS = ("plot", "loggers", "watch", "count_flops")
 
 

@@ -230,8 +230,8 @@ def _check_churn(s_churn, s_tmin, s_tmax, s_noise):
 
 
 def build_parts(apply_fn, path, *, sampler, steps, sample_shape, prediction, eta, guidance,
-           num_classes, t_end, clip_x0, spacing=None, rho=7.0, s_churn=0.0, s_tmin=0.0,
-           s_tmax=None, s_noise=1.0):
+                num_classes, t_end, clip_x0, spacing=None, rho=7.0, s_churn=0.0, s_tmin=0.0,
+                s_tmax=None, s_noise=1.0):
   """Validates `make_sampler`'s settings and returns (init_fn, step_fn, n_steps, rule): the scan
   here and the one-step-at-a-time forms of `jaxdl.generative.stepwise` build from it."""
   if sampler not in SAMPLERS:
