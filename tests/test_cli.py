@@ -2,6 +2,7 @@
 
 import ast
 import errno
+import gc
 import pathlib
 import subprocess
 import sys
@@ -26,6 +27,29 @@ def _jax_loaded_after(argv: list[str]) -> bool:
 def test_help_and_list_do_not_import_jax():
   assert not _jax_loaded_after(["--help"])
   assert not _jax_loaded_after(["list"])
+
+
+def test_a_program_freezes_the_library_heap_and_a_python_caller_keeps_its_own():
+  """`python -m jaxdl CMD` (argv None) imports the library with the collector paused and
+  freezes what it made (`load_library_frozen`), then collects again; `jaxdl list` loads no
+  library to freeze, and `cli.main(argv)` from Python leaves the caller's heap alone. The
+  speed is `jaxdl bench --only startup`'s."""
+  code = ("import gc, sys\nfrom jaxdl import cli\n"
+          "sys.argv = ['jaxdl', *sys.argv[1:]]\nrc = cli.main()\n"
+          "print(rc, gc.isenabled(), gc.get_freeze_count(), 'jax' in sys.modules)")
+
+  def run(*argv):
+    out = subprocess.run([sys.executable, "-c", code, *argv], check=True, timeout=120,
+                         capture_output=True, text=True).stdout.split()
+    return int(out[-4]), out[-3] == "True", int(out[-2]), out[-1] == "True"
+
+  # An unknown experiment: bad input (2), refused after the library loaded.
+  rc, enabled, frozen, jax_loaded = run("train", "no_such_experiment")
+  assert (rc, enabled, jax_loaded) == (2, True, True) and frozen > 100_000
+  assert run("list")[1:] == (True, 0, False)
+  frozen_here = gc.get_freeze_count()
+  assert cli.main(["train", "no_such_experiment"]) == 2
+  assert gc.get_freeze_count() == frozen_here and gc.isenabled()
 
 
 def test_every_command_help_is_light():

@@ -41,6 +41,9 @@ be shared and noisy; absolute numbers are printed but only ratios are judged):
   tensor      the compiled GPT step's per-device argument and temporary bytes at tensor 2 and 4
               vs 1 on 4 CPU devices (arguments = the sharding plan's bytes, ~1/T; temporaries
               fall; `jaxdl.bench.tensor`).
+  startup     a whole `jaxdl train EXP:smoke` process's CPU seconds with the library's heap
+              frozen after its imports (`jaxdl.cli.load_library_frozen`) vs without (< 1;
+              `jaxdl.bench.startup`).
 
 The whole bench takes a few minutes on a 2-core CPU.
 """
@@ -345,6 +348,16 @@ def _tensor(ctx):
   return r, rows
 
 
+@register_bench("startup")
+def _startup(ctx):
+  from jaxdl.bench import startup
+  del ctx
+  r = startup.bench_startup()
+  return r, [_row("startup", f"`jaxdl train {exp}` process CPU s, library heap frozen vs not",
+                  x["frozen"], x["unfrozen"], x["ratio"], "< 1", x["ratio"] < 1, "s")
+             for exp, x in r.items()]
+
+
 BENCHES = tuple(REGISTRY)
 
 
@@ -364,3 +377,4 @@ def run_benches(names: list[str], log=print) -> tuple[dict, list[dict]]:
     r["seconds"] = time.perf_counter() - t0
     results[name] = r
   return results, rows
+
