@@ -1,5 +1,6 @@
 """Test setup: four emulated CPU devices, set before jax is imported anywhere."""
 
+import gc
 import hashlib
 import os
 import tempfile
@@ -135,3 +136,12 @@ def pytest_xdist_make_scheduler(config, log):
   # (test_readme, one 130 CPU-s test, ran last that way and ended the run alone for a minute).
   config.option.loadscopereorder = False
   return LoadScopeScheduling(config, log)
+
+
+def pytest_collection_finish(session):
+  """Freezes what collection imported (jax, flax, the library, the test modules), as a `jaxdl`
+  process does after its imports (`jaxdl.cli.load_library_frozen`): full garbage collections
+  during the tests' tracing then walk only the tests' own objects. Three modules in one process,
+  two alternations: 61.2 and 64.7 s against 59.5 and 60.7 s (about 4%)."""
+  del session
+  gc.freeze()
