@@ -133,3 +133,19 @@ def test_a_run_traces_its_init_once_and_builds_the_same_sharded_state(monkeypatc
   for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(state), jax.tree.leaves(direct)):
     np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
     assert a.sharding == b.sharding, jax.tree_util.keystr(path)
+
+
+def test_a_saved_state_hands_orbax_one_buffer_per_replicated_leaf():
+  """`single_copy` (the state a checkpoint saves) gives orbax a replicated leaf's first-device
+  buffer, not the 4-device array it would save in four slices (a compiled program per leaf and
+  device on a CPU); a sharded leaf stays sharded. The values are the same; restoring onto
+  other shardings is `test_checkpoint_restores_across_strategies`."""
+  strategy = FsdpStrategy(fsdp=4)
+  mesh = strategy.mesh
+  state = {"w": jax.device_put(np.arange(32.0).reshape(8, 4),
+                               jax.sharding.NamedSharding(mesh, P("fsdp"))),
+           "b": jax.device_put(np.arange(3.0), jax.sharding.NamedSharding(mesh, P()))}
+  saved = strategy.single_copy(state)
+  assert len(saved["b"].sharding.device_set) == 1 and saved["b"].shape == (3,)
+  assert saved["w"] is state["w"]
+  np.testing.assert_array_equal(saved["b"], np.arange(3.0))
