@@ -54,7 +54,8 @@ def _jaxdl(*args, check=True, experiment="moons_mlp:bn", env=None, **kw):
 # killed run's workdir, then the `jaxdl` arguments.
 KILLER = """
 import os, signal, sys
-from jaxdl.cli import main
+from jaxdl.cli import load_library_frozen, main
+load_library_frozen()  # as the `jaxdl` program does before its command
 from jaxdl.train import checkpoint, loop
 kill, reference, workdir, *args = sys.argv[1:]
 if reference and main([*args, "--workdir", reference]) != 0:
