@@ -31,9 +31,9 @@ def test_help_and_list_do_not_import_jax():
 
 def test_a_program_freezes_the_library_heap_and_a_python_caller_keeps_its_own():
   """`python -m jaxdl CMD` (argv None) imports the library with the collector paused and
-  freezes what it made (`load_library_frozen`), then collects again; `jaxdl list` loads no
-  library to freeze, and `cli.main(argv)` from Python leaves the caller's heap alone. The
-  speed is `jaxdl bench --only startup`'s."""
+  freezes what it made (`load_library_frozen`: about 260k objects), then turns the collector
+  back on; `jaxdl list` loads no library to freeze, and `cli.main(argv)` from Python leaves the
+  caller's heap alone. The speed is `jaxdl bench --only startup`'s."""
   code = ("import gc, sys\nfrom jaxdl import cli\n"
           "sys.argv = ['jaxdl', *sys.argv[1:]]\nrc = cli.main()\n"
           "print(rc, gc.isenabled(), gc.get_freeze_count(), 'jax' in sys.modules)")

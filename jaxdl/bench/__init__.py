@@ -377,4 +377,3 @@ def run_benches(names: list[str], log=print) -> tuple[dict, list[dict]]:
     r["seconds"] = time.perf_counter() - t0
     results[name] = r
   return results, rows
-
