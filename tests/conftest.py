@@ -54,18 +54,21 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 # JAXDL_TEST_CPU_LOG=FILE appends each test's CPU seconds (this process and the subprocesses it
 # waited for) to FILE: a cost that holds on a loaded machine, where wall-clock durations do not.
+# The third column is the test's wall seconds: a test whose wall far exceeds its CPU waits on
+# something the log does not count (a SLURM job, a sleep, a timeout).
 if os.environ.get("JAXDL_TEST_CPU_LOG"):
   import resource
+  import time
 
   @pytest.hookimpl(hookwrapper=True)
   def pytest_runtest_protocol(item, nextitem):
     def cpu():
       s, c = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
       return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
-    t0 = cpu()
+    t0, w0 = cpu(), time.perf_counter()
     yield
     with open(os.environ["JAXDL_TEST_CPU_LOG"], "a") as f:
-      f.write(f"{cpu() - t0:.2f}\t{item.nodeid}\n")
+      f.write(f"{cpu() - t0:.2f}\t{item.nodeid}\t{time.perf_counter() - w0:.2f}\n")
 
 
 
