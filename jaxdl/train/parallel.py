@@ -30,7 +30,7 @@ def host_buffers(state):
   orbax saves a replicated array in parallel over its replicas, each writing a slice, which on
   a CPU is a small compiled program per leaf and device, all copying within the one host
   memory: about a second in each process that saves 33 such leaves (edm_digits:smoke's process
-  on 4 devices: 17.1-18.4 s against 19.6-20.2). Restores take the shardings of the abstract
+  on 4 devices: 17.1-18.4 s wall against 19.6-20.2). Restores take the shardings of the abstract
   state, so the checkpoint reads the same. Other backends and multi-process runs keep orbax's
   own choice (replicas on several accelerators or hosts write side by side)."""
   if jax.process_count() > 1:
