@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from jaxdl import cli, disk_errors
+from jaxdl.bench import startup
 from jaxdl.train import errors
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "jaxdl"
@@ -32,8 +33,9 @@ def test_help_and_list_do_not_import_jax():
 def test_a_program_freezes_the_library_heap_and_a_python_caller_keeps_its_own(monkeypatch):
   """`python -m jaxdl CMD` (argv None) imports the library with the collector paused and
   freezes what it made (`load_library_frozen`: about 260k objects), then turns the collector
-  back on; `jaxdl list` loads no library to freeze, and `cli.main(argv)` from Python leaves the
-  caller's heap alone. The speed is `jaxdl bench --only startup`'s."""
+  back on; `jaxdl list` loads no library to freeze, the startup bench's baseline process freezes
+  nothing, and `cli.main(argv)` from Python leaves the caller's heap alone. The speed is `jaxdl
+  bench --only startup`'s."""
   code = ("import gc, sys\nfrom jaxdl import cli\n"
           "sys.argv = ['jaxdl', *sys.argv[1:]]\nrc = cli.main()\n"
           "print(rc, gc.isenabled(), gc.get_freeze_count(), 'jax' in sys.modules)")
@@ -47,6 +49,13 @@ def test_a_program_freezes_the_library_heap_and_a_python_caller_keeps_its_own(mo
   rc, enabled, frozen, jax_loaded = run("train", "no_such_experiment")
   assert (rc, enabled, jax_loaded) == (2, True, True) and frozen > 100_000
   assert run("list")[1:] == (True, 0, False)
+  # `jaxdl bench --only startup`'s baseline process: the same program, the freeze switched off
+  # (it prints at exit, as the baseline ends in sys.exit).
+  baseline = ("import atexit, gc, sys\natexit.register(lambda: print('frozen', "
+              "gc.get_freeze_count()))\n" + startup._UNFROZEN)
+  done = subprocess.run([sys.executable, "-c", baseline, "train", "no_such_experiment"],
+                        timeout=120, capture_output=True, text=True)
+  assert done.returncode == 2 and done.stdout.split()[-2:] == ["frozen", "0"], done.stderr
   calls = []
   monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
   monkeypatch.setattr(gc, "disable", lambda: calls.append("disable"))
