@@ -25,8 +25,12 @@ from jaxdl.course import reproduce
 # batchnorm_moons' vmapped 3-seed MLPs 15 and 9. Every other claim measured as fast or faster
 # with it.
 COMPUTE_BOUND = ("he_vs_lecun_init", "sqrt_dk_scaling", "augmentation_gap", "batchnorm_moons")
+# The optimizer claims are run once, by tests/test_optim_experiments.py, which checks their rows
+# and compares each with its experiment's run.
+CHECKED_WITH_EXPERIMENT = ("adamw_vs_l2", "sgd_vs_momentum", "schedules")
 CLAIM_PARAMS = [pytest.param(name, marks=[pytest.mark.slow] if c.slow else [])
-                for name, c in reproduce.CLAIMS.items() if name not in COMPUTE_BOUND]
+                for name, c in reproduce.CLAIMS.items()
+                if name not in COMPUTE_BOUND + CHECKED_WITH_EXPERIMENT]
 
 @pytest.mark.parametrize("name", CLAIM_PARAMS)
 def test_claim_holds(name):
@@ -54,6 +58,12 @@ def test_compute_bound_claims_hold(tmp_path):
 def test_every_claim_registers():
   # A claims module that stopped registering would leave fewer tests, not a failing one.
   assert len(reproduce.CLAIMS) >= 16
+
+
+def test_the_claims_left_to_the_experiment_tests_are_run_there():
+  from test_optim_experiments import EXPERIMENTS
+  assert set(CHECKED_WITH_EXPERIMENT) <= set(reproduce.CLAIMS)
+  assert set(CHECKED_WITH_EXPERIMENT) == set(EXPERIMENTS)
 
 
 def _args(**kw):
