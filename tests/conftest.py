@@ -55,20 +55,40 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # JAXDL_TEST_CPU_LOG=FILE appends each test's CPU seconds (this process and the subprocesses it
 # waited for) to FILE: a cost that holds on a loaded machine, where wall-clock durations do not.
 # The third column is the test's wall seconds: a test whose wall far exceeds its CPU waits on
-# something the log does not count (a SLURM job, a sleep, a timeout).
+# something the log does not count (a SLURM job, a sleep, a timeout). The last three are the
+# seconds this process spent tracing, lowering to MLIR and compiling with XLA (JAX's own
+# `jax.monitoring` durations; a test's subprocesses are not in them), so a test's cost splits
+# into building programs and running them.
+PHASES = {"/jax/core/compile/jaxpr_trace_duration": 0,
+          "/jax/core/compile/jaxpr_to_mlir_module_duration": 1,
+          "/jax/core/compile/backend_compile_duration": 2}
 if os.environ.get("JAXDL_TEST_CPU_LOG"):
   import resource
   import time
 
+  _phase_seconds = [0.0] * len(PHASES)
+  _listening = []
+
+  def _on_duration(event, duration, **kwargs):
+    del kwargs
+    if event in PHASES:
+      _phase_seconds[PHASES[event]] += duration
+
   @pytest.hookimpl(hookwrapper=True)
   def pytest_runtest_protocol(item, nextitem):
+    if not _listening:  # jax is imported by now (collection imported the test modules)
+      from jax import monitoring  # pylint: disable=g-import-not-at-top
+      monitoring.register_event_duration_secs_listener(_on_duration)
+      _listening.append(True)
+
     def cpu():
       s, c = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
       return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
-    t0, w0 = cpu(), time.perf_counter()
+    t0, w0, p0 = cpu(), time.perf_counter(), list(_phase_seconds)
     yield
+    phases = "\t".join(f"{b - a:.2f}" for a, b in zip(p0, _phase_seconds))
     with open(os.environ["JAXDL_TEST_CPU_LOG"], "a") as f:
-      f.write(f"{cpu() - t0:.2f}\t{item.nodeid}\t{time.perf_counter() - w0:.2f}\n")
+      f.write(f"{cpu() - t0:.2f}\t{item.nodeid}\t{time.perf_counter() - w0:.2f}\t{phases}\n")
 
 
 
