@@ -9,6 +9,7 @@ without the suite's fast-compile flags. The course's numbers are written once, i
 import argparse
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -61,9 +62,13 @@ def test_every_claim_registers():
 
 
 def test_the_claims_left_to_the_experiment_tests_are_run_there():
-  from test_optim_experiments import EXPERIMENTS
+  import test_optim_experiments
   assert set(CHECKED_WITH_EXPERIMENT) <= set(reproduce.CLAIMS)
-  assert set(CHECKED_WITH_EXPERIMENT) == set(EXPERIMENTS)
+  assert set(CHECKED_WITH_EXPERIMENT) == set(test_optim_experiments.EXPERIMENTS)
+  # Each is measured there through `_measured`, which checks every row of the claim.
+  source = pathlib.Path(test_optim_experiments.__file__).read_text()
+  for name in CHECKED_WITH_EXPERIMENT:
+    assert f'_measured("{name}")' in source, name
 
 
 def _args(**kw):
