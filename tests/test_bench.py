@@ -62,3 +62,14 @@ def test_the_gpu_bench_path_runs_in_bf16_at_toy_size():
     assert r[name]["tokens_per_s"] > 0 and 0 < r[name]["mfu"] < float("inf"), name
     assert math.isfinite(r[name]["loss"]), name           # the bf16 steps train
     assert r[name]["param_dtypes"] == ["float32"], name   # master weights stay fp32
+
+
+def test_the_readme_copies_the_whole_bench_time_from_the_bench_docstring():
+  """One number, one place: the whole bench's measured seconds and CPU seconds."""
+  import pathlib
+  import re
+  readme = (pathlib.Path(__file__).resolve().parent.parent / "README.md").read_text()
+  pattern = r"whole bench[^.]*? took (\d+) s \(about (\d+) minutes, ([\d,]+) CPU-s\)"
+  stated = re.search(pattern, " ".join(bench.__doc__.split()))
+  copied = re.search(pattern, " ".join(readme.split()), flags=re.I)
+  assert stated and copied and copied.groups() == stated.groups()
