@@ -36,16 +36,17 @@ KERNEL = "jaxdl-test-python"
 # runs: compile-bound) went the other way, 53 -> 79.
 KERNEL_OPTIMIZED = "jaxdl-test-python-optimized"
 OPTIMIZED = {"01_initialization"}
-# The kernel process: the library and the kernel imported with the garbage collector paused and
-# then frozen, as a `jaxdl` process does (`jaxdl.cli.load_library_frozen`), so full collections
-# during the notebook's tracing walk only its own objects. The notebook's own imports then find
-# the modules loaded; what it computes is unchanged.
+# The kernel process: the kernel and matplotlib imported with the garbage collector paused, then
+# the library through `jaxdl.cli.load_library_frozen` (as a `jaxdl` process does), which freezes
+# everything imported so far and resumes the collector; full collections during the notebook's
+# tracing then walk only its own objects. The notebook's own imports find the modules loaded;
+# what it computes is unchanged.
 LAUNCHER = """import gc
 gc.disable()
-import jax, flax.linen, matplotlib.pyplot, jaxdl.train  # noqa: E401,F401
+import matplotlib.pyplot  # noqa: F401
 from ipykernel import kernelapp
-gc.freeze()
-gc.enable()
+from jaxdl.cli import load_library_frozen
+load_library_frozen()
 kernelapp.launch_new_instance()
 """
 
