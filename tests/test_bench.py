@@ -73,3 +73,26 @@ def test_the_readme_copies_the_whole_bench_time_from_the_bench_docstring():
   stated = re.search(pattern, " ".join(bench.__doc__.split()))
   copied = re.search(pattern, " ".join(readme.split()), flags=re.I)
   assert stated and copied and copied.groups() == stated.groups()
+
+
+def test_the_startup_bench_alternates_its_two_processes_and_keeps_each_best(monkeypatch):
+  """`jaxdl bench --only startup`'s bookkeeping with the processes' CPU seconds given (the
+  timing itself is the bench's, not the suite's): the frozen program and the unfrozen baseline
+  alternate, each in a fresh workdir; each keeps its best; ratio = frozen / unfrozen; the row
+  says whether the freeze paid."""
+  from jaxdl.bench import startup
+  calls, seconds = [], iter([5.0, 8.0, 4.0, 9.0])
+
+  def timed(argv):
+    calls.append(argv)
+    return next(seconds)
+
+  monkeypatch.setattr(startup, "_timed", timed)
+  r = startup.bench_startup(("moons_mlp:smoke",), rounds=2)
+  assert r == {"moons_mlp:smoke": {"frozen": 4.0, "unfrozen": 8.0, "ratio": 0.5}}
+  assert [argv[1:3] for argv in calls] == [["-m", "jaxdl"], ["-c", startup._UNFROZEN]] * 2
+  assert all(argv[3:5] == ["train", "moons_mlp:smoke"] for argv in calls)
+  assert len({argv[argv.index("--workdir") + 1] for argv in calls}) == 4
+  monkeypatch.setattr(startup, "bench_startup", lambda: r)
+  _, (row,) = bench.REGISTRY["startup"]({})
+  assert (row["jaxdl"], row["baseline"], row["ratio"], row["met"]) == (4.0, 8.0, 0.5, True)
