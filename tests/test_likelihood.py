@@ -5,7 +5,6 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
-import scipy.stats
 from jax.scipy.stats import norm
 
 from jaxdl import models as jmodels
@@ -30,6 +29,7 @@ def gaussian_flow_field(y_BxD, t):
 
 @pytest.fixture(scope="module")
 def gaussian_data():
+  import scipy.stats  # pylint: disable=g-import-not-at-top (collection would import it in both workers)
   x_BxD = MU_D + np.random.default_rng(0).standard_normal((256, 3), np.float32) @ L_DxD.T
   return x_BxD, scipy.stats.multivariate_normal(MU_D, SIGMA_DxD).logpdf(x_BxD)
 

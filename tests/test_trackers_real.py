@@ -31,14 +31,9 @@ import sys
 import jax
 import pytest
 
-mlflow = pytest.importorskip("mlflow")
-wandb = pytest.importorskip("wandb")
-
-from mlflow.tracking import MlflowClient  # noqa: E402 -- after the skip
-
-from jaxdl.config import load_config  # noqa: E402
-from jaxdl.train import run, trackers  # noqa: E402
-from jaxdl.train.writers import read_records  # noqa: E402
+from jaxdl.config import load_config
+from jaxdl.train import run, trackers
+from jaxdl.train.writers import read_records
 
 EXPERIMENTS = pathlib.Path(__file__).parent.parent / "experiments"
 HOME_PATHS = [pathlib.Path.home() / p for p in (".config/wandb", ".cache/wandb",
@@ -83,6 +78,10 @@ def wandb_inspect(run_dir, *flags):
 # MLflow 3.17's SQLite store calls an SQLAlchemy 2.1 deprecation: theirs, not this code's.
 @pytest.mark.filterwarnings("ignore:The ``noload`` loader strategy is deprecated")
 def test_mlflow_and_wandb_offline_read_back_every_record(tmp_path, monkeypatch, caplog):
+  # Imported here, not at collection, where both xdist workers would pay their 1.7 CPU-s.
+  mlflow = pytest.importorskip("mlflow")
+  wandb = pytest.importorskip("wandb")
+  from mlflow.tracking import MlflowClient  # pylint: disable=g-import-not-at-top
   home_before = [p.exists() for p in HOME_PATHS]
   for var in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "WANDB_API_KEY", "WANDB_PROJECT",
               "WANDB_ENTITY", "WANDB_RUN_ID", "WANDB_RESUME"):

@@ -8,7 +8,6 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
-import scipy.stats
 
 from jaxdl import models as jmodels
 from jaxdl.generative import vae
@@ -26,6 +25,7 @@ POST_VAR_Z = np.diag(S**2 * np.linalg.inv(M_ZxZ)).astype(np.float32)
 
 
 def test_closed_form_kl_matches_a_monte_carlo_estimate():
+  import scipy.stats  # pylint: disable=g-import-not-at-top (collection would import it in both workers)
   rng = np.random.default_rng(1)
   mu_BxZ = rng.standard_normal((3, 5)).astype(np.float32)
   logvar_BxZ = rng.uniform(-2, 1, (3, 5)).astype(np.float32)
@@ -53,6 +53,7 @@ def _linear_vae_params(model, enc_scale=1.0):
 
 @pytest.fixture(scope="module")
 def linear_vae():
+  import scipy.stats  # pylint: disable=g-import-not-at-top (collection would import it in both workers)
   config = ml_collections.ConfigDict(dict(
       task="vae", model=dict(name="vae", data_shape=(D,), latent=Z, hidden=(), decoder="gaussian"),
       gen=dict(beta=1.0, sample_shape=(D,))))
