@@ -178,7 +178,8 @@ def pytest_unconfigure(config):
   final garbage collections and jax's exit handler (which clears every cache of compiled
   programs): 5-9 s of wall at the end of every whole run, after all the tests, measured with
   faulthandler stack dumps at the workers' exit. Nothing is left to write: each test's report
-  (and its JAXDL_TEST_CPU_LOG line) went out when it finished."""
+  (and its JAXDL_TEST_CPU_LOG line) went out when it finished, and the main process takes the
+  outcome from those reports, not from a worker's exit status (a failing run still exits 1)."""
   del config
   if os.environ.get("PYTEST_XDIST_WORKER"):
     sys.stdout.flush()

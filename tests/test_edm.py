@@ -64,8 +64,8 @@ def test_preconditioning_constants_equal_the_paper_and_the_path_conversion():
   alpha, sig = EDM.alpha_sigma(sigma)
   x_t = c_in * (x + sigma * eps)
   np.testing.assert_allclose(x_t, alpha * x / sd + sig * eps, rtol=1e-10)
-  x_hat, _ = paths.to_x_eps(f, x_t.astype(np.float32), alpha, sig, "edm",
-                            path=EDM)  # float32, as the sampler
+  x_t32 = x_t.astype(np.float32)  # float32, as the sampler
+  x_hat, _ = paths.to_x_eps(f, x_t32, alpha, sig, "edm", path=EDM)
   np.testing.assert_allclose(sd * x_hat, c_skip * (x + sigma * eps) + c_out * f, rtol=1e-5,
                              atol=1e-6)
   # The EDM weighting: lambda ||D - x||^2 is the unweighted ||F - F_target||^2 of the loss.

@@ -29,7 +29,8 @@ def gaussian_flow_field(y_BxD, t):
 
 @pytest.fixture(scope="module")
 def gaussian_data():
-  import scipy.stats  # pylint: disable=g-import-not-at-top (collection would import it in both workers)
+  # Imported here: at collection both xdist workers would import it (0.9 CPU-s each).
+  import scipy.stats  # pylint: disable=g-import-not-at-top
   x_BxD = MU_D + np.random.default_rng(0).standard_normal((256, 3), np.float32) @ L_DxD.T
   return x_BxD, scipy.stats.multivariate_normal(MU_D, SIGMA_DxD).logpdf(x_BxD)
 
