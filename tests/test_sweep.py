@@ -13,7 +13,7 @@ import pytest
 
 from jaxdl import cli
 from jaxdl.config import ConfigError
-from jaxdl.course.sweeps import grid, index, report, runner
+from jaxdl.course.sweeps import grid, index, report, runner, slots
 
 EXP = "moons_mlp:smoke"
 
@@ -92,15 +92,52 @@ def test_git_revision_is_read_from_the_files(tmp_path):
 
 
 def test_slots_split_cpus_and_give_one_gpu_each():
-  slots = runner.make_slots(2, cpus=[0, 1, 2, 3, 4], gpus=["0", "1", "2"])
-  assert [s.cpus for s in slots] == [(0, 1), (2, 3)] and [s.gpu for s in slots] == ["0", "1"]
-  env = runner.child_env(slots[1], base={"OMP_NUM_THREADS": "8"})
+  slots_ = slots.make_slots(2, cpus=[0, 1, 2, 3, 4], gpus=["0", "1", "2"])
+  assert [s.cpus for s in slots_] == [(0, 1), (2, 3)] and [s.gpu for s in slots_] == ["0", "1"]
+  env = slots.child_env(slots_[1], base={"OMP_NUM_THREADS": "8"})
   assert env["OMP_NUM_THREADS"] == "2" and env["CUDA_VISIBLE_DEVICES"] == "1"
   assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in env
-  shared = runner.make_slots(3, cpus=[0, 1], gpus=["0"])
+  # What the run applies itself at startup (`enter_slot`): its CPUs and the sweep's pid.
+  assert env[slots.CPUS_VAR] == "2,3" and env[slots.PARENT_VAR] == str(os.getpid())
+  shared = slots.make_slots(3, cpus=[0, 1], gpus=["0"])
   assert [s.cpus for s in shared] == [None] * 3 and all(s.gpu == "0" for s in shared)
-  assert runner.child_env(shared[0], base={})["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
-  assert "CUDA_VISIBLE_DEVICES" not in runner.child_env(runner.make_slots(1, [0], [])[0], {})
+  env = slots.child_env(shared[0], base={slots.CPUS_VAR: "7"})  # a sweep's run running a sweep
+  assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false" and slots.CPUS_VAR not in env
+  assert "CUDA_VISIBLE_DEVICES" not in slots.child_env(slots.make_slots(1, [0], [])[0], {})
+
+
+# A process that applies its slot as `python -m jaxdl` does, then reports its CPUs, the signal it
+# gets when its parent dies (prctl PR_GET_PDEATHSIG) and whether the variables are gone.
+_ENTER = """
+import ctypes, json, os
+from jaxdl.course.sweeps import slots
+slots.enter_slot()
+sig = ctypes.c_int()
+ctypes.CDLL(None).prctl(2, ctypes.byref(sig))
+print(json.dumps([sorted(os.sched_getaffinity(0)), sig.value,
+                  [v in os.environ for v in (slots.CPUS_VAR, slots.PARENT_VAR)]]))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="affinity and prctl: Linux")
+def test_a_run_takes_its_slot_at_startup_and_stops_if_the_sweep_is_gone():
+  """The sweep starts its runs by a plain fork-exec (no code between fork and exec, which may
+  deadlock in a process running jax's threads); each applies its slot itself."""
+  cpu = sorted(os.sched_getaffinity(0))[-1]
+  env = slots.child_env(slots.Slot(cpus=(cpu,), threads=1, gpu=None, gpu_shared=False))
+  out = subprocess.run([sys.executable, "-c", _ENTER], env=env, capture_output=True, text=True,
+                       timeout=60)
+  assert out.returncode == 0, out.stderr
+  assert json.loads(out.stdout) == [[cpu], signal.SIGTERM, [False, False]]
+  # The sweep that started it is gone (another pid is its parent): it stops itself at once.
+  env[slots.PARENT_VAR] = str(os.getpid() + 10_000_000)
+  out = subprocess.run([sys.executable, "-c", _ENTER], env=env, capture_output=True, timeout=60)
+  assert out.returncode == -signal.SIGTERM and not out.stdout
+  # Any other process: nothing applied.
+  plain = {k: v for k, v in env.items() if k not in (slots.CPUS_VAR, slots.PARENT_VAR)}
+  out = subprocess.run([sys.executable, "-c", _ENTER], env=plain, capture_output=True, text=True,
+                       timeout=60)
+  assert json.loads(out.stdout)[1] == 0
 
 
 def test_exit_codes_become_statuses(tmp_path):

@@ -19,6 +19,8 @@ adds directories beside them (`grid`). The modules:
   index    sweep.json: read, merge a new invocation in, write atomically; provenance
   runner   run the pending runs as `python -m jaxdl train` subprocesses, J at a time, devices
            split between them; resume on a rerun
+  slots    each run's share of the CPUs and GPUs, applied by the run itself at startup (SIGTERM
+           when the sweep dies)
   slurm    the same runs as a SLURM job array through submitit (`--executor slurm`); a rerun
            waits for queued jobs and resubmits cancelled ones, which resume
   resources what each run asks SLURM for: the --executor slurm flags and --executor-config

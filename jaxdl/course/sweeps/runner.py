@@ -11,19 +11,17 @@ checkpoints as `jaxdl train` always does (bit-exact). On a rerun:
 A workdir whose lock a live process holds (a run left over from a killed sweep, finishing its
 last step) is waited for, running the others meanwhile.
 
-Devices: J slots, each with its share of this process's CPUs (pinned by affinity, and the
-OpenMP/BLAS thread variables set to the share) and, where GPUs are visible, one GPU
-(`CUDA_VISIBLE_DEVICES`; round-robin, without preallocation, when J exceeds the GPUs). On Linux a
-child is asked to get SIGTERM when the sweep dies (`PR_SET_PDEATHSIG`), so even a SIGKILLed sweep
-stops its runs cleanly, each saving its current step. SIGTERM or SIGINT to the sweep stops it
-the same way (`jaxdl.stop_signals.Preemption`).
+Devices: J slots (`jaxdl.course.sweeps.slots`), each with its share of this process's CPUs and,
+where GPUs are visible, one GPU. On Linux a run gets SIGTERM when the sweep dies, so even a
+SIGKILLed sweep stops its runs cleanly, each saving its current step; each run applies its slot
+itself at startup, so the sweep starts it by a plain fork-exec (why, in `slots`). SIGTERM or
+SIGINT to the sweep stops it the same way (`jaxdl.stop_signals.Preemption`).
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
-import ctypes
 import dataclasses
 import datetime
 import json
@@ -39,87 +37,12 @@ from typing import Callable
 
 from jaxdl.course.sweeps import index as jindex
 from jaxdl.course.sweeps.grid import Plan
+from jaxdl.course.sweeps.slots import Slot, child_env, make_slots
 from jaxdl.stop_signals import Preemption
 from jaxdl.train import workdir as jworkdir
 
-_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-_PR_SET_PDEATHSIG = 1
 _POLL_S = 0.05
 _HEADER = "# jaxdl sweep: "  # starts the lines the sweep writes into a run's log
-
-
-def _prctl():
-  """libc's prctl, looked up before any fork (a child must not load libraries), or None."""
-  if not sys.platform.startswith("linux"):
-    return None
-  try:
-    return ctypes.CDLL(None, use_errno=True).prctl
-  except (OSError, AttributeError):
-    return None
-
-
-_PRCTL = _prctl()
-
-
-@dataclasses.dataclass(frozen=True)
-class Slot:
-  """What one concurrent run gets: CPUs to pin (None: all, shared), thread count, a GPU."""
-  cpus: tuple | None
-  threads: int
-  gpu: str | None
-  gpu_shared: bool
-
-
-def visible_gpus() -> list[str]:
-  """The GPU ids a child may be given: `CUDA_VISIBLE_DEVICES` when set, else the NVIDIA driver's
-  GPUs (none where there is no driver). Read without jax, which would take GPU memory here."""
-  env = os.environ.get("CUDA_VISIBLE_DEVICES")
-  if env is not None:
-    return [g.strip() for g in env.split(",") if g.strip() and g.strip() != "-1"]
-  try:
-    return [str(i) for i in range(len(os.listdir("/proc/driver/nvidia/gpus")))]
-  except OSError:
-    return []
-
-
-def make_slots(jobs: int, cpus=None, gpus=None) -> list[Slot]:
-  """`jobs` slots splitting `cpus` (default: this process's affinity) into equal disjoint
-  shares, and one GPU each from `gpus` (default `visible_gpus()`)."""
-  if cpus is None:
-    cpus = (sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-            else list(range(os.cpu_count() or 1)))
-  gpus = visible_gpus() if gpus is None else list(gpus)
-  share = len(cpus) // jobs
-  return [Slot(cpus=tuple(cpus[i * share:(i + 1) * share]) if share else None,
-               threads=max(1, share), gpu=gpus[i % len(gpus)] if gpus else None,
-               gpu_shared=bool(gpus) and jobs > len(gpus)) for i in range(jobs)]
-
-
-def child_env(slot: Slot, base: dict | None = None) -> dict:
-  """The environment of a run in `slot`: thread variables at most its CPU share, its GPU."""
-  env = dict(os.environ if base is None else base)
-  for var in _THREAD_VARS:
-    try:
-      env[var] = str(min(int(env[var]), slot.threads))
-    except (KeyError, ValueError):
-      env[var] = str(slot.threads)
-  if slot.gpu is not None:
-    env["CUDA_VISIBLE_DEVICES"] = slot.gpu
-    if slot.gpu_shared:  # several runs on one GPU: none may take most of its memory up front
-      env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
-  env["PYTHONUNBUFFERED"] = "1"  # the log shows how far a killed run got
-  return env
-
-
-def _preexec(cpus: tuple | None, parent: int):
-  def setup():
-    if cpus:
-      os.sched_setaffinity(0, cpus)
-    if _PRCTL is not None:
-      _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
-      if os.getppid() != parent:  # the sweep died before the request: stop now
-        os.kill(os.getpid(), signal.SIGTERM)
-  return setup
 
 
 def train_command(plan: Plan, record: dict, workdir: pathlib.Path) -> list[str]:
@@ -320,7 +243,7 @@ def _start(sweep_dir, plan, index, name, slot) -> _Active:
             f"{record['attempts']}: {shlex.join(cmd)}\n")
   log.flush()
   proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                          env=child_env(slot), preexec_fn=_preexec(slot.cpus, os.getpid()))
+                          env=child_env(slot))
   return _Active(name, proc, log, time.monotonic())
 
 
