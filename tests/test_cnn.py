@@ -31,6 +31,24 @@ def test_receptive_field_by_gradient():
   assert len(rows) == models.receptive_field(3, 3)
 
 
+@pytest.mark.parametrize("kind,reference", [("max", nn.max_pool), ("avg", nn.avg_pool)])
+def test_block_pool_equals_the_strided_window_and_its_gradient(kind, reference):
+  """The CNN's pooling, a reshape and a reduction, against flax's sliding window with window =
+  stride (odd sizes drop the last row and column, as 'VALID' does). After a ReLU, the max's
+  gradient equals select-and-scatter's too: an all-zero window's tie is zeroed by the ReLU."""
+  pool = models.cnn.block_pool
+  for shape in ((3, 8, 8, 5), (2, 7, 9, 4)):
+    x = jax.random.normal(jax.random.key(1), shape)
+    ours = lambda x: pool(jax.nn.relu(x), 2, kind)  # noqa: E731
+    theirs = lambda x: reference(jax.nn.relu(x), (2, 2), strides=(2, 2))  # noqa: E731
+    np.testing.assert_allclose(ours(x), theirs(x), rtol=1e-6)
+    weights = jax.random.normal(jax.random.key(2), theirs(x).shape)
+    grads = [jax.grad(lambda x, f=f: (f(x) * weights).sum())(x) for f in (ours, theirs)]
+    np.testing.assert_allclose(*grads, rtol=1e-6, atol=1e-7)
+  with pytest.raises(ValueError, match="at least that large; got 1 x 4"):
+    pool(jnp.zeros((1, 1, 4, 1)), 2, kind)
+
+
 def _cfg(**kw):
   return ml_collections.ConfigDict(kw)
 

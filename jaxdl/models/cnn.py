@@ -19,7 +19,29 @@ from jaxdl.models import layers, register_model
 from jaxdl.schema import NONNEG, POSITIVE, UNIT, each, fail, one_of, setting
 
 Dtype = Any
-POOLS = {"max": nn.max_pool, "avg": nn.avg_pool}
+POOLS = {"max": jnp.max, "avg": jnp.mean}
+
+
+def block_pool(x_BxHxWxC, p: int, kind: str = "max"):
+  """Pooling over non-overlapping p x p blocks (window = stride = p, 'VALID'):
+  y[b, i, j, c] = max (or mean) over u, v < p of x[b, p i + u, p j + v, c], for
+  i < floor(H / p), j < floor(W / p); the last H mod p rows and W mod p columns are dropped,
+  as a strided 'VALID' window drops them.
+
+  Written as a reshape and a reduction rather than a sliding window (`nn.max_pool`): the same
+  values, and a gradient that is an elementwise mask instead of XLA's select-and-scatter, which
+  on the CPU took 1.4 of the digits CNN's 2.8 ms backward pass (B=32, 8x8 digits). A max's
+  gradient goes to the window's largest entry; ties share it, where select-and-scatter gives it
+  all to the first; after a ReLU the only likely tie is an all-zero window, whose entries'
+  gradient the ReLU zeroes either way.
+  """
+  b, h, w, c = x_BxHxWxC.shape
+  if min(h, w) < p:
+    raise ValueError(f"pooling {p} x {p} blocks needs a feature map at least that large; got "
+                     f"{h} x {w} (fewer features or a smaller pool)")
+  x_BxHxWxC = x_BxHxWxC[:, :h // p * p, :w // p * p]
+  blocks = x_BxHxWxC.reshape(b, h // p, p, w // p, p, c)
+  return POOLS[kind](blocks, axis=(2, 4))
 
 
 def conv_output_size(n: int, k: int, s: int = 1, p: int = 0) -> int:
@@ -71,7 +93,6 @@ class CNN(layers.Model):
   @nn.compact
   def __call__(self, x, *, train: bool):
     x_BxHxWxC = as_image(x, self.image_shape, "CNN").astype(self.dtype)
-    pool = POOLS[self.pool_type]
     kinit = layers.get_initializer(self.init_name)
     for i, f in enumerate(self.features):
       x_BxHxWxC = nn.Conv(f, (self.kernel, self.kernel), padding="SAME", kernel_init=kinit,
@@ -82,7 +103,7 @@ class CNN(layers.Model):
                                        x_BxHxWxC)
       x_BxHxWxC = nn.relu(x_BxHxWxC)
       if self.pool > 1:
-        x_BxHxWxC = pool(x_BxHxWxC, (self.pool, self.pool), strides=(self.pool, self.pool))
+        x_BxHxWxC = block_pool(x_BxHxWxC, self.pool, self.pool_type)
     if self.global_pool:
       h = jnp.mean(x_BxHxWxC, axis=(1, 2))
     else:
