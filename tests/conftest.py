@@ -133,6 +133,35 @@ def _one_device_unless_about_devices(request):
     yield
 
 
+# Tests that compute more than they compile (`@pytest.mark.compute_bound`: a 1000-step sampler
+# over 20,000 samples, a vmapped multi-seed training run) compile at XLA's own optimization level
+# rather than FAST_COMPILE's: the DDIM-vs-DDPM statistics test took 12.2 CPU-s with the flags and
+# 4.0 without. XLA_FLAGS are read once per process, so the flags are undone per compile, through
+# the per-compile option overrides that `jax.jit(..., compiler_options=...)` also uses. That hook
+# is private to jax (`jax._src.compiler.get_compile_options`); where it is gone, the tests run as
+# before, only slower. The persistent compilation cache keys on these options, so its entries of
+# the two kinds never mix.
+OPTIMIZED = {"xla_backend_optimization_level": 3, "xla_llvm_disable_expensive_passes": False}
+
+
+@pytest.fixture(autouse=True)
+def _compute_bound_tests_compile_optimized(request):
+  from jax._src import compiler  # pylint: disable=g-import-not-at-top
+  get_compile_options = getattr(compiler, "get_compile_options", None)
+  if (request.node.get_closest_marker("compute_bound") is None or get_compile_options is None or
+      os.environ["JAX_PLATFORMS"] != "cpu"):
+    yield
+    return
+
+  def optimized(*args, env_options_overrides=None, **kwargs):
+    return get_compile_options(*args, env_options_overrides={**(env_options_overrides or {}),
+                                                             **OPTIMIZED}, **kwargs)
+
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(compiler, "get_compile_options", optimized)
+    yield
+
+
 # Scheduling under `-n 2`. Whole modules go to one worker (xdist's load-by-scope scheduler), so a
 # module-scoped fixture (a trained run that several tests read) is built once, not once per
 # worker; and the costliest modules are collected first, so the two workers start on them and

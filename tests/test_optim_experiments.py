@@ -62,6 +62,7 @@ def test_sgd_vs_momentum_shows_its_claim(tmp_path):
   assert (workdir / "trajectories.png").stat().st_size > 1000
 
 
+@pytest.mark.compute_bound  # 10.8-12.2 CPU-s fast-compiled, 7.8 not
 def test_adamw_vs_l2_shows_its_claim(tmp_path):
   out, workdir = _run("adamw_vs_l2", tmp_path)
   claim = _measured("adamw_vs_l2")

@@ -23,9 +23,10 @@ from jaxdl.course import reproduce
 # he_vs_lecun_init (30 nets of 12 512-wide ReLU layers) took 37.9 CPU-s with it and 9.7 without,
 # sqrt_dk_scaling 5.7 and 2.1. The multi-seed comparisons (issue 29) joined them: a 600-step
 # digits CNN run took ~10 CPU-s with the flag and ~2 without (augmentation_gap trains ten), and
-# batchnorm_moons' vmapped 3-seed MLPs 15 and 9. Every other claim measured as fast or faster
-# with it.
-COMPUTE_BOUND = ("he_vs_lecun_init", "sqrt_dk_scaling", "augmentation_gap", "batchnorm_moons")
+# batchnorm_moons' vmapped 3-seed MLPs 15 and 9, residual_vs_plain_rms 7.4 and 2.3 (session 20,
+# one test process each way, twice). Every other claim measured as fast or faster with it.
+COMPUTE_BOUND = ("he_vs_lecun_init", "sqrt_dk_scaling", "augmentation_gap", "batchnorm_moons",
+                 "residual_vs_plain_rms")
 # The optimizer claims are run once, by tests/test_optim_experiments.py, which checks their rows
 # and compares each with its experiment's run.
 CHECKED_WITH_EXPERIMENT = ("adamw_vs_l2", "sgd_vs_momentum", "schedules")

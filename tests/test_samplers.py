@@ -82,6 +82,7 @@ def test_ddim_on_the_flow_path_is_euler():
   np.testing.assert_allclose(ddim(None, key, 64), euler(None, key, 64), atol=1e-5)
 
 
+@pytest.mark.compute_bound  # 1000 steps over 20,000 samples: 10-12 CPU-s fast-compiled, 5 not
 def test_ddim_eta1_matches_ddpm_ancestral_statistics():
   path = paths.make_path("ddpm", T=1000, schedule="linear")
   mu, s, n = 1.5, 0.5, 20000

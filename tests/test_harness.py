@@ -1,0 +1,28 @@
+"""The test harness itself (tests/conftest.py): what it promises the other tests."""
+
+import os
+
+import pytest
+from jax._src import compiler
+
+import conftest
+
+
+def _overrides() -> dict:
+  options = compiler.get_compile_options(num_replicas=1, num_partitions=1)
+  return dict(options.env_option_overrides)
+
+
+@pytest.mark.skipif(os.environ["JAX_PLATFORMS"] != "cpu", reason="the fast-compile flags are CPU's")
+@pytest.mark.compute_bound
+def test_a_compute_bound_test_compiles_at_xlas_own_optimization_level():
+  """Under the marker every compile undoes FAST_COMPILE's two optimization flags. If jax moves
+  the hook this relies on, this test fails, where the marked tests would only slow down."""
+  assert "--xla_backend_optimization_level=0" in os.environ["XLA_FLAGS"]
+  overrides = _overrides()
+  for name, value in conftest.OPTIMIZED.items():
+    assert overrides[name] == value, (name, overrides)
+
+
+def test_other_tests_compile_with_the_fast_flags_alone():
+  assert not set(conftest.OPTIMIZED) & set(_overrides())
