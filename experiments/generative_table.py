@@ -19,7 +19,8 @@ posterior collapse (the VAE's active latent units, of its 2) and mode collapse (
 its default config on 8 Gaussians: modes covered of 8). Columns:
 - calls: network calls per sample (Heun: 2 per step; classifier-free guidance doubles them);
 - ms/sample and its ratio to the one-call family of the same data (VAE on digits, GAN on the
-  toy): the best of 3 timed calls of the jitted sampler on `table.num` samples after a warm-up;
+  toy): the best of `table.timed_calls` (3) timed calls of the jitted sampler on `table.num`
+  samples after a warm-up (whose samples the row keeps);
 - bits/dim: AR exact (discrete, 16 levels); VAE the negative ELBO (a bound); flow / diffusion
   the PF-ODE (`likelihood.run_log_likelihood`, `table.ll_steps` steps, exact divergence on the
   toy, Hutchinson with one probe on digits; conditional runs: log p(x | class)) on fresh toy
@@ -77,6 +78,7 @@ shows the columns, not the families' quality.
 from jaxdl.config import parse_arg
 from jaxdl.course import generative_table
 from jaxdl.course.generative_configs import toy2d_config
+from jaxdl.schema import default_section
 
 
 def get_config(arg=None):
@@ -84,10 +86,17 @@ def get_config(arg=None):
   # The table's own run is its moons flow (fm_toy2d's config), the teacher of the few-step rows.
   c = toy2d_config("flow_matching", "generative_table", "smoke" if smoke else None)
   c.description = "The generative-model table: calls, time, bits/dim, quality, failure per family"
-  c.table = dict(num=500, toy_num=2000, rounds=16, ll_num=360, ll_steps=100)
-  if c.smoke:
-    c.table.update(num=64, toy_num=300, rounds=2, ll_num=16, ll_steps=8)
+  c.table = default_section(generative_table.TableSettings)
+  if c.smoke:  # one timed call: a smoke run's times are checked to exist, not compared
+    c.table.update(dict(num=64, toy_num=300, rounds=2, ll_num=16, ll_steps=8, timed_calls=1))
   return c
+
+
+def hooks(config):
+  """No hooks of its own: `jaxdl train` calls this before training, so a bad `table` key or
+  value is refused then, not after the moons flow has trained."""
+  generative_table.parse_table(config)
+  return []
 
 
 after_training = generative_table.build_table  # `jaxdl train` calls it once trained

@@ -82,6 +82,16 @@ def test_the_smoke_table_trains_and_measures_every_family(tmp_path):
     assert evaluation["step"] == before["step"], spec  # of the row's final checkpoint
 
 
+def test_a_bad_table_setting_is_refused_before_anything_trains(tmp_path, capsys):
+  for bad, why in (("table.timed_calls=0", "table.timed_calls: must be > 0, got 0"),
+                   ("table.nums=3", "table.nums: unknown key")):
+    workdir = tmp_path / "w"
+    assert cli.main(["train", "generative_table:smoke", "--workdir", str(workdir),
+                     "--set", bad]) == 2
+    assert why in capsys.readouterr().err
+    assert not workdir.exists()
+
+
 def test_markdown_writes_one_line_per_row_with_its_failure_column():
   rows = {
       "toy_gan": {"data": "toy", "family": "GAN", "calls": 1, "seconds_per_sample": 3e-7,
