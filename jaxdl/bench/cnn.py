@@ -6,11 +6,12 @@
            microbatch's activations alive, not N). Same model, optimizer and data; only the
            batch and N differ. For the digits CNN, the digits MLP with BatchNorm, a small char
            GPT and the digits U-Net (`ACCUM_FAMILIES`). Measured at N = 4 on this 2-core CPU,
-           otherwise idle, jax 0.10.2, median of 3 runs (wall / CPU seconds, memory; 2026-12-02):
-             digits_cnn     scan+canonical  0.91 / 0.89   1.03x
-             digits_mlp_bn  scan            0.78 / 0.79   1.57x   (memory target not met)
-             char_gpt       scan            0.95 / 0.95   1.03x
-             unet           scan+canonical  0.98 / 0.92   1.02x
+           otherwise idle, jax 0.10.2, median of 3 runs (wall / CPU seconds, memory; 2026-12-03,
+           after the CNN's pooling became a block reduction: its step 4.15 -> 2.74 ms):
+             digits_cnn     scan+canonical  0.93 / 0.85   1.04x
+             digits_mlp_bn  scan            0.76 / 0.78   1.57x   (memory target not met)
+             char_gpt       scan            0.95 / 0.96   1.03x
+             unet           scan+canonical  1.04 / 1.02   1.02x
            The MLP's 1.57x (1.34 vs 2.11 MB; it read 1.48x while the one-microbatch step held a
            1.03 MB concatenation of its state for the finiteness check, since bounded:
            `jaxdl.optim.tree_reductions.SMALL_LEAF`): the scan carries the float32 gradient sum
