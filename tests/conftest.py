@@ -138,9 +138,9 @@ def _one_device_unless_about_devices(request):
 # rather than FAST_COMPILE's: the DDIM-vs-DDPM statistics test took 12.2 CPU-s with the flags and
 # 4.0 without. XLA_FLAGS are read once per process, so the flags are undone per compile, through
 # the per-compile option overrides that `jax.jit(..., compiler_options=...)` also uses. That hook
-# is private to jax (`jax._src.compiler.get_compile_options`); where it is gone, the tests run as
-# before, only slower. The persistent compilation cache keys on these options, so its entries of
-# the two kinds never mix.
+# is private to jax (`jax._src.compiler.get_compile_options`); where it is gone, the marked tests
+# run with the fast flags, only slower, and tests/test_harness.py fails to say so. The persistent
+# compilation cache keys on these options, so its entries of the two kinds never mix.
 OPTIMIZED = {"xla_backend_optimization_level": 3, "xla_llvm_disable_expensive_passes": False}
 
 

@@ -18,12 +18,11 @@ Shapes: N samples, D data dims.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import pathlib
 import time
-
-import dataclasses
 from typing import ClassVar
 
 import jax
