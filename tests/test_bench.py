@@ -96,3 +96,21 @@ def test_the_startup_bench_alternates_its_two_processes_and_keeps_each_best(monk
   monkeypatch.setattr(startup, "bench_startup", lambda: r)
   _, (row,) = bench.REGISTRY["startup"]({})
   assert (row["jaxdl"], row["baseline"], row["ratio"], row["met"]) == (4.0, 8.0, 0.5, True)
+
+
+def test_the_readme_copies_the_accum_rows_from_the_bench_docstring():
+  """One number, one place: each family's wall / CPU ratios and memory ratio in the README's
+  `accum` row are the ones `jaxdl.bench.cnn` states it measured."""
+  import pathlib
+  import re
+  from jaxdl.bench import cnn
+  readme = " ".join((pathlib.Path(__file__).resolve().parent.parent / "README.md").read_text()
+                    .split())
+  stated = dict((name, (wall, cpu, mem)) for name, wall, cpu, mem in re.findall(
+      r"^\s+(\w+)\s+scan\S*\s+([\d.]+) / ([\d.]+)\s+([\d.]+)x", cnn.__doc__, flags=re.M))
+  names = {"digits_cnn": "digits CNN", "digits_mlp_bn": "MLP \\+ BatchNorm",
+           "char_gpt": "char_gpt", "unet": "U-Net"}
+  assert sorted(stated) == sorted(cnn.ACCUM_FAMILIES) == sorted(names)
+  for family, (wall, cpu, mem) in stated.items():
+    copied = re.search(rf"{names[family]} ([\d.]+)x / ([\d.]+)x \(([\d.]+)x\)", readme)
+    assert copied and copied.groups() == (wall, cpu, mem), family

@@ -7,27 +7,27 @@
            batch and N differ. For the digits CNN, the digits MLP with BatchNorm, a small char
            GPT and the digits U-Net (`ACCUM_FAMILIES`). Measured at N = 4 on this 2-core CPU,
            otherwise idle, jax 0.10.2, median of 3 runs (wall / CPU seconds, memory; 2026-12-03,
-           after the CNN's pooling became a block reduction: its step 4.15 -> 2.74 ms):
-             digits_cnn     scan+canonical  0.93 / 0.85   1.04x
-             digits_mlp_bn  scan            0.76 / 0.78   1.57x   (memory target not met)
-             char_gpt       scan            0.95 / 0.96   1.03x
-             unet           scan+canonical  1.04 / 1.02   1.02x
-           The MLP's 1.57x (1.34 vs 2.11 MB; it read 1.48x while the one-microbatch step held a
-           1.03 MB concatenation of its state for the finiteness check, since bounded:
-           `jaxdl.optim.tree_reductions.SMALL_LEAF`): the scan carries the float32 gradient sum
-           beside the microbatch's gradient, two parameter-sized buffers where the one-step
-           program has one, and in so small a step (86k parameters, 344 KB, against 128-row
-           activations) that is a third of the temporary memory. The rest is CPU-only: on a CPU
-           JAX generates dropout's random bits with a rolled threefry loop (a GPU runs a kernel),
-           and nested in the scan its carries are copied. Without dropout the ratio is 1.41x
-           (0.94 vs 1.32 MB): the gradient sum alone, which no loop form removes. The unrolled
-           loop is no way out: 3.83x
-           for the MLP (3.77x for char_gpt), as XLA runs the microbatches' forward passes side
-           by side. Peeling the first microbatch out of the loop (no zero-initialized sum)
-           changed nothing. (Under a load of 3-5 the U-Net had measured 1.21 / 1.12.)
-           Before the convolution rewrite (`jaxdl.train.accumulation.canonical_convolutions`)
-           the scan cost 6-7x (CNN) and 9x (U-Net), and the unrolled loop used for them 3.6-3.9x
-           memory.
+           with XLA's loop-invariant code motion off in the loop's step):
+             digits_cnn     scan+canonical  0.97 / 0.85   1.01x
+             digits_mlp_bn  scan            0.71 / 0.72   1.28x
+             char_gpt       scan            0.96 / 1.00   1.02x
+             unet           scan+canonical  1.03 / 0.99   1.02x
+           The MLP with BatchNorm and dropout had read 1.57x (2.11 vs 1.34 MB): XLA's while-loop
+           invariant code motion had moved the random-number counters of its two dropout masks
+           (iotas, 4 x 128 KB, which depend on nothing) out of the loop, and they stayed alive
+           through all N microbatches; a step with the loop now compiles without that pass
+           (`jaxdl.train.accumulation.compiler_options`), 1.72 MB. The rest is the float32
+           gradient sum the scan carries beside the microbatch's gradient, two parameter-sized
+           buffers where the one-step program has one: without dropout the MLP reads 1.39x (1.30
+           vs 0.94 MB), which no loop form removes. (Before, also measured: the CNN 1.04x, the
+           GPT 1.03x; unrolled threefry on the CPU 1.69x for the MLP; the one-microbatch step
+           had held a 1.03 MB concatenation of its state for the finiteness check, since
+           bounded: `jaxdl.optim.tree_reductions.SMALL_LEAF`.) The unrolled loop is no way out:
+           3.83x for the MLP (3.77x for char_gpt), as XLA runs the microbatches' forward passes
+           side by side. Peeling the first microbatch out of the loop (no zero-initialized sum)
+           changed nothing. (Under a load of 3-5 the U-Net had measured 1.21 / 1.12.) Before the
+           convolution rewrite (`jaxdl.train.accumulation.canonical_convolutions`) the scan cost
+           6-7x (CNN) and 9x (U-Net), and the unrolled loop used for them 3.6-3.9x memory.
   augment  batches/s of the digits training pipeline with data.augment (random shifts by pad +
            crop, then mixup) at batch M vs the CNN train step's steps/s at batch M: >= 1 means
            the step never waits for data (the pipeline runs in the calling thread here, with no

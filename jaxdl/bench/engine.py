@@ -57,8 +57,8 @@ def _recording_strategy(on_step):
     strategy = original(*args, **kwargs)
     compile_train = strategy.compile_train
 
-    def compile_and_record(train_step, state):
-      fn = compile_train(train_step, state)
+    def compile_and_record(train_step, state, compiler_options=None):
+      fn = compile_train(train_step, state, compiler_options)
 
       def timed(state, batch):
         out = fn(state, batch)

@@ -8,6 +8,7 @@ experiment's tuning; the first-steps check uses the experiment's own optimizer a
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -18,7 +19,7 @@ import optax
 from jaxdl.doctor import probes
 from jaxdl.doctor.context import Context, loss as _loss
 from jaxdl.doctor.report import Finding
-from jaxdl.train.accumulation import accumulate_gradients
+from jaxdl.train.accumulation import accumulate_gradients, compiler_options
 from jaxdl.train.step import make_train_step, step_rngs
 
 REF_LR = 3e-3
@@ -35,7 +36,7 @@ def check_first_steps(ctx: Context) -> list[Finding]:
     traces[0] += 1  # runs once per trace, never when a compiled version is reused
     return step_fn(state, batch)
 
-  train_fn = jax.jit(counted)
+  train_fn = jax.jit(counted, compiler_options=compiler_options(ctx.grad_accum))
   state, losses, norms, bad_at = ctx.state, [], [], None
   for i, batch in enumerate(ctx.batches):
     state, metrics = train_fn(state, batch)
@@ -114,7 +115,7 @@ def _fit_chunk(ctx: Context, grad_accum: int):
     updates, opt_state = tx.update(g, opt_state, params)
     return (optax.apply_updates(params, updates), new_state, opt_state), loss
 
-  @jax.jit
+  @functools.partial(jax.jit, compiler_options=compiler_options(grad_accum))
   def chunk(params, model_state, opt_state, batches, steps):
     (params, model_state, opt_state), losses = jax.lax.scan(
         one, (params, model_state, opt_state), (batches, steps))

@@ -35,6 +35,7 @@ import orbax.checkpoint as ocp
 from jaxdl.doctor import probes
 from jaxdl.train import build
 from jaxdl.train import checkpoint as jckpt
+from jaxdl.train.accumulation import compiler_options
 from jaxdl.train.step import make_train_step, step_rngs
 from jaxdl.train.writers import read_records
 
@@ -121,7 +122,7 @@ def locate_nonfinite(config, workdir, step: int) -> Finding:
                                axis_name=strategy.axis_name, grad_accum=r.train.grad_accum,
                                loss_weight=task.loss_weight)
   state = strategy.place_state(state)
-  train_fn = strategy.compile_train(train_step, state)
+  train_fn = strategy.compile_train(train_step, state, compiler_options(r.train.grad_accum))
   spe = ds.info["steps_per_epoch"]
   skipped = _skipped_batches(workdir)
   for s in range(start, step):

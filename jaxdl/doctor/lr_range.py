@@ -24,6 +24,7 @@ import optax
 from jaxdl import optim as joptim
 from jaxdl.doctor.context import prepare
 from jaxdl.doctor.report import Finding
+from jaxdl.train.accumulation import compiler_options
 from jaxdl.train.step import make_train_step
 
 
@@ -81,7 +82,8 @@ def lr_range_test(config, *, steps: int = 100, lr_min: float = 1e-6, lr_max: flo
   tx = optax.chain(unit_tx, optax.scale_by_schedule(lr_at))
   step_fn = jax.jit(make_train_step(ctx.model.apply, ctx.task.loss_fn, tx, lr_at, ctx.base_key,
                                     grad_accum=ctx.grad_accum,
-                                    loss_weight=ctx.task.loss_weight))
+                                    loss_weight=ctx.task.loss_weight),
+                    compiler_options=compiler_options(ctx.grad_accum))
   state = ctx.state.replace(opt_state=tx.init(ctx.state.params))
   it = ctx.ds.train_iter()
   lrs, losses, best, diverged = [], [], math.inf, None

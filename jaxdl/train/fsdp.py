@@ -143,7 +143,7 @@ class FsdpStrategy(JitStrategy):
         lambda path, x: NamedSharding(self.mesh, sharding_rules.param_spec(
             path, np.shape(x), sizes, fsdp_spec)), state)
 
-  def compile_train(self, train_step, state):
+  def compile_train(self, train_step, state, compiler_options=None):
     """The jit strategy's compiled step, traced inside `tree_reductions.per_leaf()`: the state
     is split over devices, so its norms and finiteness checks reduce each leaf where it lives
     instead of gathering concatenations of leaves."""
@@ -153,7 +153,7 @@ class FsdpStrategy(JitStrategy):
       with tree_reductions.per_leaf():
         return train_step(state, batch)
 
-    return super().compile_train(per_leaf_step, state)
+    return super().compile_train(per_leaf_step, state, compiler_options)
 
   def replicated_params(self, state) -> list[tuple[str, tuple]]:
     """Parameters that the rules leave whole on every device."""

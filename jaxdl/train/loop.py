@@ -36,6 +36,7 @@ from jaxdl import stop_signals
 from jaxdl.train import checkpoint as jckpt
 from jaxdl.train import guards, plots, profiling, resume, step as jstep, throughput, trackers
 from jaxdl.train import watch, workdir as jworkdir, writers
+from jaxdl.train.accumulation import compiler_options
 from jaxdl.train.assembly import Run, build
 from jaxdl.train.errors import NonFiniteLossError, SpikeError, disk_failures_fail_the_run
 from jaxdl.train.step import evaluate
@@ -141,7 +142,8 @@ def _train(r: Run, workdir: pathlib.Path, config_json: dict, abstract, hooks: Ho
                                      loss_weight=r.task.loss_weight)
   eval_step = jstep.make_eval_step(r.model.apply, r.task.loss_fn, axis_name=r.strategy.axis_name)
   loop.state = r.strategy.place_state(loop.state)
-  train_fn = r.strategy.compile_train(train_step, loop.state)
+  train_fn = r.strategy.compile_train(train_step, loop.state,
+                                      compiler_options(r.train.grad_accum))
   eval_fn = r.strategy.compile_eval(eval_step, loop.state)
   loop.watcher.compile(r.strategy, loop.state)
   # 4-7. steps, eval, checkpoints, close

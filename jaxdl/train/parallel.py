@@ -81,10 +81,14 @@ class JitStrategy:
     return {k: jax.make_array_from_process_local_data(self.batch_sharding, np.asarray(v))
             for k, v in local_batch.items()}
 
-  def compile_train(self, train_step: Callable, state) -> Callable:
+  def compile_train(self, train_step: Callable, state,
+                    compiler_options: dict | None = None) -> Callable:
+    """`train_step` jitted over the mesh, the state donated; `compiler_options`: XLA's, for
+    every compile of it (`jaxdl.train.accumulation.compiler_options`)."""
     shardings = self.state_shardings(state)
     return jax.jit(train_step, in_shardings=(shardings, self.batch_sharding),
-                   out_shardings=(shardings, self.replicated), donate_argnums=0)
+                   out_shardings=(shardings, self.replicated), donate_argnums=0,
+                   compiler_options=compiler_options)
 
   def compile_eval(self, eval_step: Callable, state) -> Callable:
     return jax.jit(eval_step, in_shardings=(self.state_shardings(state), self.batch_sharding),
@@ -134,8 +138,12 @@ class PmapStrategy:
     n = len(self.devices)
     return {k: np.asarray(v).reshape(n, -1, *np.shape(v)[1:]) for k, v in local_batch.items()}
 
-  def compile_train(self, train_step: Callable, state) -> Callable:
-    del state
+  def compile_train(self, train_step: Callable, state,
+                    compiler_options: dict | None = None) -> Callable:
+    """`train_step` pmapped, the state donated. `jax.pmap` takes no compiler options, so
+    `compiler_options` goes unused: the step compiles with XLA's defaults (a microbatch loop
+    keeps its hoisted values, more memory, the same numbers)."""
+    del state, compiler_options
     return jax.pmap(train_step, axis_name=PMAP_AXIS, devices=self.devices, donate_argnums=0)
 
   def compile_eval(self, eval_step: Callable, state) -> Callable:

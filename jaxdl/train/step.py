@@ -49,7 +49,7 @@ import numpy as np
 import optax
 
 from jaxdl.optim import precision, tree_reductions
-from jaxdl.train.accumulation import accumulate_gradients, weighted_pmean
+from jaxdl.train.accumulation import accumulate_gradients, compiler_options, weighted_pmean
 
 RNG_STREAMS = ("dropout", "noise", "time", "label_drop")
 
@@ -106,8 +106,9 @@ def make_train_step(apply_fn: Callable, loss_fn: Callable, tx: optax.GradientTra
     base_key: the run's base PRNG key; step s uses `fold_in(base_key, s)`.
     axis_name: the pmap axis to average gradients, metrics and randomness over; None under jit
       (the mesh makes every reduction global).
-    jit: return the step jitted with the state donated (for single-device use); the parallel
-      strategies wrap the un-jitted step themselves.
+    jit: return the step jitted with the state donated and `accumulation.compiler_options`
+      (for single-device use); the parallel strategies wrap the un-jitted step themselves
+      (`Strategy.compile_train`, given the same options).
     grad_accum: N, the number of microbatches the batch is split into for one update (a scan,
       its convolutions canonicalized on a CPU, `jaxdl.train.accumulation`; gradients summed in
       float32); 1: none.
@@ -164,7 +165,9 @@ def make_train_step(apply_fn: Callable, loss_fn: Callable, tx: optax.GradientTra
       metrics["watch"] = watch(state.step, state.params, grads, new_state.params)
     return new_state, jax.tree.map(lambda m: jnp.asarray(m, jnp.float32), metrics)
 
-  return jax.jit(train_step, donate_argnums=0) if jit else train_step
+  if not jit:
+    return train_step
+  return jax.jit(train_step, donate_argnums=0, compiler_options=compiler_options(grad_accum))
 
 
 def make_eval_step(apply_fn: Callable, loss_fn: Callable, *, axis_name: str | None = None,
