@@ -233,12 +233,11 @@ def test_dropout_counters_are_not_carried_through_the_loop(compile_with):
   state = create_train_state(model, tx, jax.random.PRNGKey(0), batch["x"][:128])
 
   def temp_bytes(n):
+    jitted = compile_with == "make_train_step"
     step = make_train_step(model.apply, task.loss_fn, tx, optax.constant_schedule(0.1),
-                           jax.random.PRNGKey(1), grad_accum=n, jit=compile_with ==
-                           "make_train_step")
-    if compile_with == "jit_strategy":
-      strategy = JitStrategy(jax.devices()[:1])
-      step = strategy.compile_train(step, state, compiler_options(n))
+                           jax.random.PRNGKey(1), grad_accum=n, jit=jitted)
+    if not jitted:
+      step = JitStrategy(jax.devices()[:1]).compile_train(step, state, compiler_options(n))
     b = {k: v[:128 * n] for k, v in batch.items()}
     return step.lower(state, b).compile().memory_analysis().temp_size_in_bytes
 

@@ -84,8 +84,9 @@ def test_the_fsdp_strategy_traces_its_step_leaf_by_leaf():
   strategy = FsdpStrategy(jax.devices()[:2], fsdp=2)
   traced = {}
 
-  def compile_train(self, fn, state, compiler_options=None):  # the jit strategy's, recording
-    del self, state, compiler_options                         # what it is given
+  # The jit strategy's compile_train, recording what it is given.
+  def compile_train(self, fn, state, compiler_options=None):
+    del self, state, compiler_options
     traced["fn"] = fn
     return fn
 

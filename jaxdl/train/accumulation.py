@@ -31,11 +31,11 @@ computation: 6.3x time); `lax.scan(unroll=N)` (3.58x memory for the CNN, as unro
 Without convolutions the plain scan. A step with the loop compiles with XLA's while-loop
 invariant code motion off (`compiler_options`): that pass moves what the body computes from no
 loop-carried value out of the loop and carries the result through all N iterations, and what it
-finds there is mostly the random-number counters, one iota the shape of each dropout mask,
-cheaper to rebuild per microbatch than to keep. For the digits MLP with BatchNorm and dropout
-(two 128 x 256 masks, 0.5 MB of hoisted counters) the temporary memory went from 1.57x one
-microbatch step's to 1.28x; the CNN 1.04 -> 1.01x, the GPT 1.03 -> 1.02x, time within the noise
-(`jaxdl.bench.cnn`).
+finds there is mostly the random-number counters of each dropout mask (two iotas of its shape,
+which depend on nothing), cheaper to rebuild per microbatch than to keep. For the digits MLP
+with BatchNorm and dropout (two 128 x 256 masks, 0.5 MB of hoisted counters) the temporary
+memory went from 1.57x one microbatch step's to 1.28x; the CNN 1.04 -> 1.01x, the GPT 1.03 ->
+1.02x, time within the noise (`jaxdl.bench.cnn`).
 
 A task loss that is a mean over its rows gives, with equal microbatches,
 
