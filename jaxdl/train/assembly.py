@@ -22,7 +22,6 @@ import dataclasses
 from typing import Any, Callable
 
 import jax
-import jax.extend
 import optax
 
 from jaxdl import data as jdata
@@ -32,7 +31,7 @@ from jaxdl.models.lora import trainable_predicate
 from jaxdl.config import ParallelSettings, TrainSettings, parse_parallel, parse_train
 from jaxdl.schema import ConfigError
 from jaxdl.optim import masks, precision
-from jaxdl.train import accumulation, init_from, step, strategies, tasks, trackers
+from jaxdl.train import accumulation, batched_draws, init_from, step, strategies, tasks, trackers
 from jaxdl.train.step import TrainState, create_train_state
 
 
@@ -91,11 +90,13 @@ class Run:
 
     Compiled from `abstract_state`'s trace, not a second one: the shardings depend on the
     shapes, and tracing the model's and the optimizer's init again through flax cost as much as
-    the first time (the jaxpr's own equations re-bind in a fraction of that)."""
+    the first time (the jaxpr's own equations re-bind in a fraction of that). Its random
+    draws are hashed together (`jaxdl.train.batched_draws`): the same numbers, compiled as a
+    few Threefry calls rather than one per key and parameter."""
     traced = self._init_traced()
     flat_shardings = (None if shardings is None
                       else traced.out_tree.flatten_up_to(shardings))
-    replay = jax.extend.core.jaxpr_as_fun(traced.jaxpr)
+    replay = batched_draws.batch_draws(traced.jaxpr)
 
     def init(*key_leaves):  # named for profiles and compile logs (jit(init))
       return replay(*key_leaves)
