@@ -114,3 +114,42 @@ def test_the_readme_copies_the_accum_rows_from_the_bench_docstring():
   for family, (wall, cpu, mem) in stated.items():
     copied = re.search(rf"{names[family]} ([\d.]+)x / ([\d.]+)x \(([\d.]+)x\)", readme)
     assert copied and copied.groups() == (wall, cpu, mem), family
+
+
+def test_the_init_bench_compiles_the_batched_and_the_plain_init_and_keeps_each_best(monkeypatch):
+  """`jaxdl bench --only init`'s bookkeeping with the compile seconds given: the batched and
+  the plain functions of one traced init alternate, each keeps its best, ratio = batched /
+  plain; both compute the same state (the batched one with fewer Threefry calls)."""
+  import jax
+  import numpy as np
+  from jaxdl.bench import init_compile
+  calls, seconds = [], iter([2.0, 5.0, 1.0, 6.0])
+
+  def compile_cpu(fn, keys):
+    calls.append((fn, keys))
+    return next(seconds)
+
+  monkeypatch.setattr(init_compile, "_compile_cpu", compile_cpu)
+  r = init_compile.bench_init(("moons_mlp:smoke",), rounds=2)
+  assert r == {"moons_mlp:smoke": {"batched": 1.0, "plain": 5.0, "ratio": 0.2}}
+  (batched, keys), (plain, _) = calls[:2]
+  assert [fn for fn, _ in calls] == [batched, plain] * 2 and batched is not plain
+  for a, b in zip(jax.jit(batched)(*keys), jax.jit(plain)(*keys)):
+    np.testing.assert_array_equal(a, b)
+  monkeypatch.setattr(init_compile, "bench_init", lambda: r)
+  _, (row,) = bench.REGISTRY["init"]({})
+  assert (row["jaxdl"], row["baseline"], row["ratio"], row["met"]) == (1.0, 5.0, 0.2, True)
+
+def test_the_readme_copies_the_init_rows_from_the_bench_docstring():
+  """One number, one place: each experiment's batched and plain init compile CPU seconds and
+  their ratio in the README's `init` row are the ones `jaxdl.bench.init_compile` states."""
+  import pathlib
+  import re
+  from jaxdl.bench import init_compile
+  readme = " ".join((pathlib.Path(__file__).resolve().parent.parent / "README.md").read_text()
+                    .split())
+  stated = re.findall(r"^\s+(\w+):smoke\s+([\d.]+) vs ([\d.]+) CPU-s\s+([\d.]+)x",
+                      init_compile.__doc__, flags=re.M)
+  assert [f"{exp}:smoke" for exp, *_ in stated] == list(init_compile.EXPERIMENTS)
+  for exp, batched, plain, ratio in stated:
+    assert f"{exp} {ratio}x ({batched} vs {plain} s)" in readme, exp

@@ -44,9 +44,12 @@ be shared and noisy; absolute numbers are printed but only ratios are judged):
   startup     a whole `jaxdl train EXP:smoke` process's CPU seconds with the library's heap
               frozen after its imports (`jaxdl.cli.load_library_frozen`) vs without (< 1;
               `jaxdl.bench.startup`).
+  init        the CPU seconds to compile a run's init with its random draws hashed together
+              (`jaxdl.train.batched_draws`) vs the plain jaxpr (< 1; `jaxdl.bench.init_compile`):
+              the digits U-Net, the digits CNN and a scanned char GPT.
 
 The whole bench took 1006 s (about 17 minutes, 1562 CPU-s) on an idle 2-core CPU without torch
-(session 17; the README copies this figure).
+(session 17; the README copies this figure); `init`, added since, took 109 s alone.
 """
 
 from __future__ import annotations
@@ -356,6 +359,16 @@ def _startup(ctx):
   r = startup.bench_startup()
   return r, [_row("startup", f"`jaxdl train {exp}` process CPU s, library heap frozen vs not",
                   x["frozen"], x["unfrozen"], x["ratio"], "< 1", x["ratio"] < 1, "s")
+             for exp, x in r.items()]
+
+
+@register_bench("init")
+def _init(ctx):
+  from jaxdl.bench import init_compile
+  del ctx
+  r = init_compile.bench_init()
+  return r, [_row("init", f"`{exp}` init compile CPU s, draws batched vs plain", x["batched"],
+                  x["plain"], x["ratio"], "< 1", x["ratio"] < 1, "s")
              for exp, x in r.items()]
 
 
