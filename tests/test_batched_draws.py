@@ -73,3 +73,15 @@ def test_a_sharded_init_is_bit_identical_and_keeps_its_shardings():
   for a, b in zip(plain, batched):
     assert a.sharding.is_equivalent_to(b.sharding, a.ndim), (a.sharding, b.sharding)
     np.testing.assert_array_equal(a, b)
+
+
+def test_a_function_of_the_key_batched_draws_the_same_state():
+  """`batched(fn)`, as the augmentation claim compiles digits_cnn's init for each seed's key."""
+  run = build(load_config("digits_cnn:subset")[0])
+  for seed in (0, 3):
+    key = jax.random.PRNGKey(seed)
+    plain = jax.jit(run.init_fn())(key)
+    batched = jax.jit(batched_draws.batched(run.init_fn()))(key)
+    assert jax.tree.structure(plain) == jax.tree.structure(batched)
+    for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(batched)):
+      np.testing.assert_array_equal(a, b)

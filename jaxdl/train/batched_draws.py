@@ -1,11 +1,11 @@
-"""A model's initialization with its random draws hashed together: one Threefry call per level.
+"""A model's initialization with its random draws hashed together: one Threefry call per wave.
 
 A flax model's init derives a key per module (`random_fold_in` of the module's name into its
 parent's key) and draws each parameter from its own key (`random_bits`, then the initializer's
 transform). Under JAX's default PRNG every fold-in, split and draw is its own Threefry-2x32 hash,
-lowered as a loop of 20 rounds, and XLA compiles each separately: the digits U-Net's init
-(edm_digits) held 63 of them, and they were most of its compile (4.2 CPU-s, against 1.8 with
-them batched; XLA:CPU at the suite's flags).
+and XLA compiles each separately: the digits U-Net's init (edm_digits) held 136 of them, and they
+were most of its compile: 4.2 CPU-s against 1.8 with them hashed in 3 calls at the test suite's
+flags, 30.4 against 6.5 at XLA's default ones (`jaxdl bench --only init`).
 
 Threefry-2x32 is elementwise: with keys (k1, k2) and counters (x1, x2) broadcast to one shape,
 output i is T(k1_i, k2_i, x1_i, x2_i) and depends on nothing else. So hashes whose inputs are
@@ -14,14 +14,15 @@ bit is the same as the separate calls':
 
   T(concat_j k_j, concat_j x_j) = concat_j T(k_j, x_j)
 
-`batch_draws(closed_jaxpr)` returns a function that computes the jaxpr with its draws so
-batched: it first writes every `random_fold_in`, `random_split` and `random_bits` as the key
-implementation's own code on key data (what JAX lowers them to), inlining the jit calls around
-them, then evaluates the equations in waves: everything computable, then the pending hashes in
-one call, until done. A draw of more than `MAX_BATCHED` numbers keeps its own call, so that a
-sharded init still hashes only each device's share of a large parameter (JAX's partitionable
-Threefry). A scan's body (one layer of `nn.scan`'s stacked layers) is batched on its own: the
-loop stays, with fewer hashes per iteration.
+`batch_draws(closed_jaxpr)` returns a function that computes the jaxpr with its draws so batched
+(`batched(fn)` does the same for a Python function). It first writes every `random_fold_in`,
+`random_split` and `random_bits` as the key implementation's own code on key data (what JAX
+lowers them to), inlining the jit calls around them, then evaluates the equations in waves:
+everything computable, then the pending hashes in one call, until done. A draw of more than
+`MAX_BATCHED` numbers keeps its own call, so that a sharded init still hashes only each device's
+share of a large parameter (JAX's partitionable Threefry). A scan's body (one layer of
+`nn.scan`'s stacked layers) is batched on its own: the loop stays, with fewer hashes per
+iteration.
 
 The transform uses JAX internals (the key implementations' `*_impl_base` functions and the
 Threefry primitive); where a JAX version lacks them, `AVAILABLE` is False and `batch_draws`
@@ -158,3 +159,14 @@ def batch_draws(closed: jcore.ClosedJaxpr) -> Callable[..., list]:
     flat = jax.make_jaxpr(lambda *a: _expand(closed.jaxpr, closed.consts, *a))(*args)
     return _in_waves(flat.jaxpr, flat.consts, *args)
   return batched
+
+
+def batched(fn: Callable) -> Callable:
+  """`fn` (a pure function of arrays, such as `Run.init_fn()`'s `key -> state`) with its random
+  draws batched: traced to a jaxpr at each call's shapes, then `batch_draws`. Jit the result."""
+
+  def wrapped(*args):
+    closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*args)
+    flat = batch_draws(closed)(*jax.tree.leaves(args))
+    return jax.tree.unflatten(jax.tree.structure(out_shape), flat)
+  return wrapped
