@@ -112,13 +112,16 @@ def test_lm_loss_is_the_mean_per_response_token():
   x_BxT = rng.integers(0, 257, (4, 8)).astype(np.int32)
   y_BxT = rng.integers(0, 257, (4, 8)).astype(np.int32)
   m_BxT = (rng.random((4, 8)) < 0.4).astype(np.float32)
-  params = model.init(jax.random.key(0), x_BxT[:1], train=False)["params"]
+  # Compiled, not run op by op: each eager operation is a program of its own (215 of them here).
+  params = jax.jit(lambda x: model.init(jax.random.key(0), x, train=False))(x_BxT[:1])["params"]
   task = make_task(ml_collections.ConfigDict(dict(task="lm", train={})))
-  logits = model.apply({"params": params}, x_BxT, train=False).astype(jnp.float32)
+  loss_fn = jax.jit(lambda params, batch: task.loss_fn(model.apply, params, {}, batch, {}, False))
+  logits = jax.jit(model.apply, static_argnames="train")({"params": params}, x_BxT,
+                                                         train=False).astype(jnp.float32)
   ce_BxT = -jnp.take_along_axis(jax.nn.log_softmax(logits), y_BxT[..., None], -1)[..., 0]
   by_hand = float((ce_BxT * m_BxT).sum() / m_BxT.sum())
   batch = {"x": x_BxT, "y": y_BxT, "loss_mask": m_BxT}
-  loss, (metrics, _) = task.loss_fn(model.apply, params, {}, batch, {}, False)
+  loss, (metrics, _) = loss_fn(params, batch)
   np.testing.assert_allclose(float(loss), by_hand, rtol=1e-5)
   # Eval: two padded batches weighted by rows add up to the split's nats over its scored tokens.
   s = m_BxT.sum() / 4
@@ -128,11 +131,11 @@ def test_lm_loss_is_the_mean_per_response_token():
     n = rows.stop - rows.start
     b["mask"] = np.r_[np.ones(n), 0].astype(np.float32)
     b["scored_per_row"] = np.full(n + 1, s, np.float32)
-    loss_b, _ = task.loss_fn(model.apply, params, {}, b, {}, False)
+    loss_b, _ = loss_fn(params, b)
     total += float(loss_b) * n
   np.testing.assert_allclose(total / 4, by_hand, rtol=1e-5)
   # Without the mask: the plain mean over every target.
-  loss, _ = task.loss_fn(model.apply, params, {}, {"x": x_BxT, "y": y_BxT}, {}, False)
+  loss, _ = loss_fn(params, {"x": x_BxT, "y": y_BxT})
   np.testing.assert_allclose(float(loss), float(ce_BxT.mean()), rtol=1e-5)
 
 

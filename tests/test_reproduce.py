@@ -157,7 +157,8 @@ def test_attention_maps_are_causal_rows_and_leave_the_model_unchanged():
   cfg = models.gpt_config("tiny")
   model = models.build_model(cfg)
   tokens = jax.random.randint(jax.random.PRNGKey(0), (2, 10), 0, cfg.vocab_size)
-  params = model.init(jax.random.PRNGKey(1), tokens, train=False)["params"]
+  # Compiled, not run op by op (each eager operation is a program of its own).
+  params = jax.jit(lambda t: model.init(jax.random.PRNGKey(1), t, train=False))(tokens)["params"]
   maps = measure.attention_maps(cfg, params, tokens)
   assert len(maps) == cfg.n_layer and maps[0].shape == (2, cfg.n_head, 10, 10)
   for w in maps:
@@ -166,9 +167,9 @@ def test_attention_maps_are_causal_rows_and_leave_the_model_unchanged():
   # Unstacking the scanned params gives the same function (what attention_maps relies on).
   unrolled = models.build_model(models.gpt_config("tiny", scan_layers=False))
   from jaxdl.models.transformer import unstack_layers
-  np.testing.assert_allclose(
-      unrolled.apply({"params": unstack_layers(params, cfg.n_layer)}, tokens, train=False),
-      model.apply({"params": params}, tokens, train=False), atol=1e-5)
+  apply = jax.jit(lambda m, p: m.apply({"params": p}, tokens, train=False), static_argnums=0)
+  np.testing.assert_allclose(apply(unrolled, unstack_layers(params, cfg.n_layer)),
+                             apply(model, params), atol=1e-5)
 
 
 def test_example_loss_curves_are_diagnosed_as_their_symptom():

@@ -119,17 +119,22 @@ def attention_maps(model_cfg, params, tokens_BxT) -> list[np.ndarray]:
   model = build_model(cfg)
   if "h" in params:
     params = transformer.unstack_layers(params, model.n_layer)
-  found = []
 
-  def grab(next_fun, args, kwargs, context):
-    mha = isinstance(context.module, attention.MultiHeadAttention)
-    if mha and context.method_name == "__call__":
-      if not kwargs.get("return_weights") and kwargs.get("cache") is None:
-        y, aux = next_fun(*args, **dict(kwargs, return_weights=True))
-        found.append(np.asarray(aux["weights"]))
-        return y
-    return next_fun(*args, **kwargs)
+  @jax.jit  # one program, not one per operation
+  def maps(params, tokens_BxT):
+    found = []
 
-  with nn.intercept_methods(grab):
-    model.apply({"params": params}, jnp.asarray(tokens_BxT), train=False)
-  return found
+    def grab(next_fun, args, kwargs, context):
+      mha = isinstance(context.module, attention.MultiHeadAttention)
+      if mha and context.method_name == "__call__":
+        if not kwargs.get("return_weights") and kwargs.get("cache") is None:
+          y, aux = next_fun(*args, **dict(kwargs, return_weights=True))
+          found.append(aux["weights"])
+          return y
+      return next_fun(*args, **kwargs)
+
+    with nn.intercept_methods(grab):
+      model.apply({"params": params}, tokens_BxT, train=False)
+    return found
+
+  return [np.asarray(w) for w in maps(params, jnp.asarray(tokens_BxT))]
