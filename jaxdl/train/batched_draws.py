@@ -17,16 +17,17 @@ bit is the same as the separate calls':
 `batch_draws(closed_jaxpr)` returns a function that computes the jaxpr with its draws so batched
 (`batched(fn)` does the same for a Python function). It first writes every `random_fold_in`,
 `random_split` and `random_bits` as the key implementation's own code on key data (what JAX
-lowers them to), inlining the jit calls around them, then evaluates the equations in waves:
-everything computable, then the pending hashes in one call, until done. A draw of more than
-`MAX_BATCHED` numbers keeps its own call, so that a sharded init still hashes only each device's
-share of a large parameter (JAX's partitionable Threefry). A scan's body (one layer of
-`nn.scan`'s stacked layers) is batched on its own: the loop stays, with fewer hashes per
-iteration.
+lowers them to), inlining the jit calls around them (those without shardings of their own), then
+evaluates the equations in waves: everything computable, then the pending hashes in one call,
+until done. A draw of more than `MAX_BATCHED` numbers keeps its own call, so that a sharded init
+still hashes only each device's share of a large parameter (JAX's partitionable Threefry). A
+scan's body (one layer of `nn.scan`'s stacked layers) is batched on its own: the loop stays,
+with fewer hashes per iteration.
 
-The transform uses JAX internals (the key implementations' `*_impl_base` functions and the
-Threefry primitive); where a JAX version lacks them, `AVAILABLE` is False and `batch_draws`
-returns the plain jaxpr function (tests/test_batched_draws.py fails to say so).
+The transform uses JAX internals (the key implementations' `*_impl_base` functions, the Threefry
+primitive and the unspecified-sharding marker); where a JAX version lacks them, `AVAILABLE` is
+False and `batch_draws` returns the plain jaxpr function (tests/test_batched_draws.py fails to
+say so).
 """
 
 from __future__ import annotations
@@ -42,12 +43,13 @@ from jax.extend import core as jcore
 try:  # pylint: disable=g-import-not-at-top
   from jax._src.random import prng as _prng
   from jax._src.random.threefry2x32 import threefry2x32_p as _THREEFRY
+  from jax._src.sharding_impls import UNSPECIFIED as _UNSPECIFIED
   _IMPL_BASE = {"random_bits": _prng.random_bits_impl_base,
                 "random_split": _prng.random_split_impl_base,
                 "random_fold_in": _prng.random_fold_in_impl_base}
   AVAILABLE = True
 except (ImportError, AttributeError):  # a JAX without these internals: no batching
-  _prng = _THREEFRY = None
+  _prng = _THREEFRY = _UNSPECIFIED = None
   _IMPL_BASE = {}
   AVAILABLE = False
 
@@ -75,6 +77,13 @@ def _draws(jaxpr) -> bool:
              for e in jaxpr.eqns)
 
 
+def _inlinable(eqn) -> bool:
+  """A jit call that draws, with no shardings of its own to keep (inlining would drop them)."""
+  return (eqn.primitive.name == "jit" and _draws(eqn.params["jaxpr"].jaxpr) and
+          all(s is _UNSPECIFIED for s in (*eqn.params["in_shardings"],
+                                          *eqn.params["out_shardings"])))
+
+
 def _draw(name: str, params: dict, keys, *rest):
   """One key primitive as its implementation's code on the keys' data (Threefry calls)."""
   impl, data = keys.dtype._impl, jax.random.key_data(keys)  # pylint: disable=protected-access
@@ -97,14 +106,14 @@ def _expand(jaxpr, consts, *args) -> list:
     invals = [_read(env, v) for v in e.invars]
     if e.primitive.name in _IMPL_BASE:
       outs = [_draw(e.primitive.name, e.params, *invals)]
-    elif e.primitive.name == "jit" and _draws(e.params["jaxpr"].jaxpr):
+    elif _inlinable(e):
       outs = _expand(e.params["jaxpr"].jaxpr, e.params["jaxpr"].consts, *invals)
     elif e.primitive.name == "scan" and _draws(e.params["jaxpr"].jaxpr):
       # The loop stays; its body (one layer of `nn.scan`) is batched on its own.
       body = e.params["jaxpr"]
-      batched = jax.make_jaxpr(batch_draws(body))(
+      hashed = jax.make_jaxpr(batch_draws(body))(
           *(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in body.in_avals))
-      outs = _bind(e, invals, jaxpr=batched)
+      outs = _bind(e, invals, jaxpr=hashed)
     else:
       outs = _bind(e, invals)
     env.update(zip(e.outvars, outs))
@@ -155,10 +164,10 @@ def batch_draws(closed: jcore.ClosedJaxpr) -> Callable[..., list]:
   if not (AVAILABLE and _draws(closed.jaxpr)):
     return jcore.jaxpr_as_fun(closed)
 
-  def batched(*args):
+  def hashed(*args):
     flat = jax.make_jaxpr(lambda *a: _expand(closed.jaxpr, closed.consts, *a))(*args)
     return _in_waves(flat.jaxpr, flat.consts, *args)
-  return batched
+  return hashed
 
 
 def batched(fn: Callable) -> Callable:
