@@ -140,6 +140,7 @@ def test_the_init_bench_compiles_the_batched_and_the_plain_init_and_keeps_each_b
   _, (row,) = bench.REGISTRY["init"]({})
   assert (row["jaxdl"], row["baseline"], row["ratio"], row["met"]) == (1.0, 5.0, 0.2, True)
 
+
 def test_the_readme_copies_the_init_rows_from_the_bench_docstring():
   """One number, one place: each experiment's batched and plain init compile CPU seconds and
   their ratio in the README's `init` row are the ones `jaxdl.bench.init_compile` states."""
