@@ -3,15 +3,15 @@ collectives) against 1 process x 4 devices: same losses and parameters, checkpoi
 on the other layout, the process count in the manifest, and a clear error when no coordinator
 answers.
 
-The 2-process runs are real `python -m jaxdl train ... --distributed` subprocesses (two jobs of
-two processes each, run at once); every subprocess is killed in a `finally`.
+The 2-process runs are real `python -m jaxdl train ... --distributed` processes (two jobs of
+two processes each, run at once, forked from tests/warm_python.py's warm interpreter); every
+one is killed in a `finally`.
 """
 
 import json
 import os
 import shutil
 import socket
-import subprocess
 import sys
 
 import jax
@@ -22,6 +22,8 @@ from jaxdl.config import load_config
 from jaxdl.train import run
 from jaxdl.train.checkpoint import load_state
 from jaxdl.train.writers import read_metrics
+
+import warm_python
 
 STEPS = 8
 OVERRIDES = ["data.batch_size=200", f"train.steps={STEPS}", "train.eval_every=4",
@@ -60,9 +62,7 @@ def _launch_jobs(workdirs) -> dict:
     for workdir in workdirs:
       port = _free_port()
       for i in range(2):
-        procs.append((workdir, subprocess.Popen(_command(workdir, port, i), env=_env(),
-                                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                                text=True)))
+        procs.append((workdir, warm_python.Popen(_command(workdir, port, i), env=_env())))
     outputs = {w: [] for w in workdirs}
     for workdir, p in procs:
       out, err = p.communicate(timeout=TIMEOUT_S)
@@ -146,8 +146,7 @@ def test_checkpoint_from_two_processes_restores_on_one(runs):
 
 def test_unanswered_coordinator_is_a_clear_error(tmp_path):
   # Process 1 of 2 with nobody listening at the coordinator's port.
-  p = subprocess.Popen(_command(tmp_path / "w", _free_port(), 1), env=_env(timeout=2),
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  p = warm_python.Popen(_command(tmp_path / "w", _free_port(), 1), env=_env(timeout=2))
   try:
     _, err = p.communicate(timeout=120)
   finally:

@@ -27,6 +27,8 @@ from jaxdl import disk_errors
 from jaxdl.train import run, workdir as jworkdir
 from jaxdl.train.checkpoint import load_state
 
+import warm_python
+
 pytestmark = pytest.mark.slow
 
 STEPS, EVERY = 10, 5
@@ -244,8 +246,7 @@ def test_two_cli_processes_on_one_workdir_one_trains_the_other_is_refused(tmp_pa
          "--no-progress", "--set", "train.plot=False", "--set", "train.ckpt_every=50",
          "--set", "train.steps=100"]  # long enough that the two runs overlap
   env = _one_device_env()
-  procs = [subprocess.Popen([*cmd, "--set", f"seed={seed}"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True) for seed in (1, 2)]
+  procs = [warm_python.Popen([*cmd, "--set", f"seed={seed}"], env=env) for seed in (1, 2)]
   outs = [(p.wait(timeout=300), *p.communicate()) for p in procs]
   assert sorted(rc for rc, _, _ in outs) == [0, 2], outs
   (_, _, refused_err), = [o for o in outs if o[0] == 2]
@@ -323,14 +324,14 @@ def test_a_real_full_disk_is_one_line_and_the_run_resumes_once_space_is_freed(sm
          "--no-progress", "--set", "train.steps=20", "--set", "train.ckpt_every=1",
          "--set", "train.keep_ckpts=20", "--set", "train.plot=False"]
   env = _one_device_env()
-  full = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+  full = warm_python.run(cmd, env=env, timeout=300)
   err = [line for line in full.stderr.splitlines() if line.strip()]
   assert full.returncode == 1 and len(err) == 1, full.stderr[-3000:]
   assert "no space left on device" in err[0] and str(workdir) in err[0]
   kept, _ = load_state(workdir)
   assert kept >= 1  # the last good checkpoint survived the failed save
   subprocess.run(["mount", "-o", "remount,size=64m", str(small_tmpfs)], check=True)
-  done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+  done = warm_python.run(cmd, env=env, timeout=300)
   assert done.returncode == 0, done.stderr[-3000:]
   assert json.loads(done.stdout)["step"] == 20 and load_state(workdir)[0] == 20
 

@@ -18,6 +18,8 @@ import pytest
 from jaxdl.cli import reproduce as reproduce_cli
 from jaxdl.course import reproduce
 
+import warm_python
+
 # Claims that compute more than they compile run in one subprocess without the suite's
 # `--xla_backend_optimization_level=0` (conftest), which leaves their matmuls unoptimized:
 # he_vs_lecun_init (30 nets of 12 512-wide ReLU layers) took 37.9 CPU-s with it and 9.7 without,
@@ -47,9 +49,9 @@ def test_compute_bound_claims_hold(tmp_path):
   out = tmp_path / "rows.json"
   flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
            if not f.startswith("--xla_backend_optimization_level")]
-  proc = subprocess.run([sys.executable, "-m", "jaxdl", "reproduce", "--only",
-                         ",".join(COMPUTE_BOUND), "--json", str(out)], capture_output=True,
-                        text=True, timeout=600, env={**os.environ, "XLA_FLAGS": " ".join(flags)})
+  proc = warm_python.run([sys.executable, "-m", "jaxdl", "reproduce", "--only",
+                          ",".join(COMPUTE_BOUND), "--json", str(out)], timeout=600,
+                         env={**os.environ, "XLA_FLAGS": " ".join(flags)})
   assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
   rows = json.loads(out.read_text())
   assert {r["name"].split(".")[0] for r in rows} == set(COMPUTE_BOUND)

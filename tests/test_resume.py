@@ -6,7 +6,6 @@ import os
 import pathlib
 import shutil
 import signal
-import subprocess
 import sys
 import time
 
@@ -19,6 +18,8 @@ from jaxdl.config import load_config
 from jaxdl.train import NonFiniteLossError, run
 from jaxdl.train.checkpoint import load_state
 from jaxdl.train.writers import read_metrics, read_records
+
+import warm_python
 
 pytestmark = pytest.mark.slow
 
@@ -38,9 +39,8 @@ def _env():
 
 
 def _jaxdl(*args, check=True, experiment="moons_mlp:bn", env=None, **kw):
-  proc = subprocess.run([sys.executable, "-m", "jaxdl", "train", experiment, *args,
-                         "--no-progress"], env=env or _env(), cwd=ROOT, capture_output=True,
-                        text=True, timeout=240, **kw)
+  proc = warm_python.run([sys.executable, "-m", "jaxdl", "train", experiment, *args,
+                          "--no-progress"], env=env or _env(), cwd=ROOT, timeout=240, **kw)
   if check and proc.returncode != 0:
     raise AssertionError(proc.stderr[-3000:])
   return proc
@@ -175,9 +175,9 @@ def test_sigkill_three_times_in_one_workdir_then_resume_is_bit_exact(case, tmp_p
   common = [*overrides, "--set", f"train.steps={steps}", "--set", f"train.ckpt_every={every}"]
   full, chained = tmp_path / "full", tmp_path / "chained"
   for i, (kill, _) in enumerate(kills):
-    proc = subprocess.run([sys.executable, "-c", KILLER, kill, str(full) if i == 0 else "",
-                           str(chained), "train", experiment, *common, "--no-progress"],
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    proc = warm_python.run([sys.executable, "-c", KILLER, kill, str(full) if i == 0 else "",
+                            str(chained), "train", experiment, *common, "--no-progress"],
+                           env=env, cwd=ROOT, timeout=240)
     assert proc.returncode == -signal.SIGKILL, f"{where}: {kill}\n{proc.stderr[-2000:]}"
   resumed = _jaxdl("--workdir", str(chained), *common, experiment=experiment, env=env)
   # The summary is the CLI's last output (the GPTs print a decoded sample before it).
@@ -202,10 +202,9 @@ def test_sigkill_three_times_in_one_workdir_then_resume_is_bit_exact(case, tmp_p
 
 def test_sigterm_saves_current_step_and_exits_0(tmp_path):
   workdir = tmp_path / "pre"
-  proc = subprocess.Popen([sys.executable, "-m", "jaxdl", "train", "moons_mlp", "--workdir",
-                           str(workdir), *OVERRIDES, "--set", "train.steps=100000",
-                           "--set", "train.ckpt_every=0", "--no-progress"], env=_env(), cwd=ROOT,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  proc = warm_python.Popen([sys.executable, "-m", "jaxdl", "train", "moons_mlp", "--workdir",
+                            str(workdir), *OVERRIDES, "--set", "train.steps=100000",
+                            "--set", "train.ckpt_every=0", "--no-progress"], env=_env(), cwd=ROOT)
   metrics = workdir / "metrics.jsonl"
   deadline = time.time() + 120
   while time.time() < deadline and not (metrics.exists() and  # 20 train records written

@@ -13,7 +13,6 @@ import json
 import os
 import pathlib
 import shutil
-import subprocess
 import sys
 
 import jax
@@ -29,6 +28,8 @@ from jaxdl.train import build, run, strategies
 from jaxdl.train.checkpoint import load_state
 from jaxdl.train.sharding_rules import param_spec
 from jaxdl.train.writers import read_metrics
+
+import warm_python
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 STEPS, EVERY = 6, 2
@@ -163,10 +164,9 @@ def test_eight_devices_data_fsdp_tensor(runs):
   env = {**os.environ, "JAX_PLATFORMS": "cpu",
          "XLA_FLAGS": os.environ["XLA_FLAGS"].replace("device_count=4", "device_count=8")}
   workdir = tmp / "eight"
-  proc = subprocess.run([sys.executable, "-c", EIGHT, str(workdir), *TINY,
-                         "parallel.strategy='fsdp'", "parallel.fsdp=2", "parallel.tensor=2",
-                         *FINAL_ONLY],
-                        env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+  proc = warm_python.run([sys.executable, "-c", EIGHT, str(workdir), *TINY,
+                          "parallel.strategy='fsdp'", "parallel.fsdp=2", "parallel.tensor=2",
+                          *FINAL_ONLY], env=env, cwd=ROOT, timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]
   manifest = json.loads((workdir / "checkpoints" / str(STEPS) / "manifest" / "metadata")
                         .read_text())
