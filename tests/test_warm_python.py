@@ -85,3 +85,14 @@ def test_the_childrens_cpu_seconds_are_counted():
   before = warm_python.cpu_seconds()
   assert warm_python.run([sys.executable, "-c", burn], timeout=60).returncode == 0
   assert warm_python.cpu_seconds() - before >= 0.5
+
+
+def test_a_command_whose_server_died_is_an_error_not_a_hang():
+  proc = warm_python.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+  server, _ = warm_python._server[0]  # pylint: disable=protected-access
+  server.proc.kill()
+  with pytest.raises(RuntimeError, match="server exited before this command did"):
+    proc.wait(timeout=30)
+  os.kill(proc.pid, signal.SIGKILL)  # the orphan, now init's
+  # The next command starts a new server.
+  assert warm_python.run([sys.executable, "-c", "print(1)"], timeout=60).stdout == "1\n"

@@ -110,11 +110,13 @@ class Child:
   def wait(self, timeout=None):
     if not self._exited.wait(timeout):
       raise subprocess.TimeoutExpired(self.args, timeout)
+    if self.returncode is None:
+      raise RuntimeError(f"the warm_python server exited before this command did: {self.args}")
     return self.returncode
 
   def send_signal(self, sig):
     self._started.wait()
-    if self.returncode is None:
+    if self.returncode is None and self.pid is not None:
       try:
         os.kill(self.pid, sig)
       except ProcessLookupError:  # exited since; its status is on the way
@@ -158,6 +160,8 @@ class _Server:
       self.proc.stdin.write((json.dumps(request) + "\n").encode())
       self.proc.stdin.flush()
     child._started.wait()  # pylint: disable=protected-access
+    if child.pid is None:
+      raise RuntimeError(f"the warm_python server exited before starting {args}")
     return child
 
   def _replies(self):
@@ -174,6 +178,11 @@ class _Server:
           child.returncode = reply["returncode"]
           del self._children[reply["id"]]
         child._exited.set()  # pylint: disable=protected-access
+    with _lock:  # the server is gone: nothing more will be reported for its commands
+      orphans = list(self._children.values())
+    for child in orphans:
+      child._started.set()  # pylint: disable=protected-access
+      child._exited.set()  # pylint: disable=protected-access
 
 
 # --------------------------------------------------------------------------------------------
