@@ -1,6 +1,7 @@
 """tests/warm_python.py: commands forked from a warm interpreter behave as `python -m`/`-c` ones."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -94,5 +95,6 @@ def test_a_command_whose_server_died_is_an_error_not_a_hang():
   with pytest.raises(RuntimeError, match="server exited before this command did"):
     proc.wait(timeout=30)
   os.kill(proc.pid, signal.SIGKILL)  # the orphan, now init's
+  shutil.rmtree(server.folder)  # what the server would have removed on its way out
   # The next command starts a new server.
   assert warm_python.run([sys.executable, "-c", "print(1)"], timeout=60).stdout == "1\n"

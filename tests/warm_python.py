@@ -99,9 +99,11 @@ class Child:
   """A forked command, with the part of `subprocess.Popen`'s interface the tests use. Its
   output goes to files, read by `communicate` once it has exited."""
 
-  def __init__(self, args, folder):
+  stdin = stdout = stderr = None  # its output is in files, not pipes
+
+  def __init__(self, args, outputs):
     self.args, self.pid, self.returncode = args, None, None
-    self._folder = folder
+    self._outputs = outputs
     self._started, self._exited = threading.Event(), threading.Event()
 
   def poll(self):
@@ -130,10 +132,10 @@ class Child:
 
   def communicate(self, timeout=None):
     self.wait(timeout)
-    out, err = (pathlib.Path(self._folder, name).read_text(errors="replace")
-                for name in ("stdout", "stderr"))
-    shutil.rmtree(self._folder, ignore_errors=True)
-    return out, err
+    texts = [pathlib.Path(path).read_text(errors="replace") for path in self._outputs]
+    for path in self._outputs:
+      os.unlink(path)
+    return tuple(texts)
 
 
 class _Server:
@@ -142,7 +144,9 @@ class _Server:
 
   def __init__(self):
     self.env = dict(os.environ)
-    self.proc = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE,
+    # The children's output files; the server removes the folder when it exits.
+    self.folder = tempfile.mkdtemp(prefix="warm_python-")
+    self.proc = subprocess.Popen([sys.executable, __file__, self.folder], stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, env=self.env)
     ready = json.loads(self.proc.stdout.readline())
     _cpu[0] += ready["cpu"]
@@ -150,13 +154,12 @@ class _Server:
     threading.Thread(target=self._replies, daemon=True, name="warm_python").start()
 
   def start(self, args, env, cwd) -> Child:
-    folder = tempfile.mkdtemp(prefix="warm_python-")
     with _lock:
       self._next += 1
-      child = self._children[self._next] = Child(args, folder)
+      outputs = [os.path.join(self.folder, f"{self._next}.{name}") for name in ("out", "err")]
+      child = self._children[self._next] = Child(args, outputs)
       request = {"id": self._next, "args": args[1:], "env": env, "cwd": cwd,
-                 "stdout": os.path.join(folder, "stdout"),
-                 "stderr": os.path.join(folder, "stderr")}
+                 "stdout": outputs[0], "stderr": outputs[1]}
       self.proc.stdin.write((json.dumps(request) + "\n").encode())
       self.proc.stdin.flush()
     child._started.wait()  # pylint: disable=protected-access
@@ -188,7 +191,7 @@ class _Server:
 # --------------------------------------------------------------------------------------------
 # The server process.
 
-def _serve():
+def _serve(folder):
   replies = os.dup(1)
   os.dup2(2, 1)  # whatever the library prints goes to stderr, not into the replies
 
@@ -206,9 +209,10 @@ def _serve():
     readable, _, _ = select.select([0], [], [], 0.02 if children else None)
     if readable:
       chunk = os.read(0, 1 << 16)
-      if not chunk:  # the test process is gone: so are its commands
+      if not chunk:  # the test process is gone: so are its commands and their outputs
         for pid in children:
           os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(folder, ignore_errors=True)
         os._exit(0)  # pylint: disable=protected-access
       pending += chunk
       while b"\n" in pending:
@@ -278,4 +282,4 @@ def _child(request):
 
 
 if __name__ == "__main__":
-  _serve()
+  _serve(sys.argv[1])
