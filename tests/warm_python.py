@@ -88,7 +88,10 @@ def Popen(args, *, env=None, cwd=None):  # pylint: disable=invalid-name
     return subprocess.Popen(args, env=env, cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
   with _lock:
-    if not _server or _server[0][1] != os.getpid() or _server[0][0].proc.poll() is not None:
+    if not _server or _server[0][1] != os.getpid() or _server[0][0].closed:
+      if _server and _server[0][1] == os.getpid():
+        _server[0][0].proc.kill()  # closed: gone or going (its pipes close before it is reaped)
+        _server[0][0].proc.wait()
       _server[:] = [(_Server(), os.getpid())]
     server = _server[0][0]
   return server.start([str(a) for a in args], dict(os.environ if env is None else env),
@@ -150,11 +153,16 @@ class _Server:
                                  stdout=subprocess.PIPE, env=self.env)
     ready = json.loads(self.proc.stdout.readline())
     _cpu[0] += ready["cpu"]
+    # Set when its replies end: from then on it starts nothing (a killed server's pipes close
+    # before the process can be reaped, so `proc.poll()` may still say it runs).
+    self.closed = False
     self._children, self._next = {}, 0
     threading.Thread(target=self._replies, daemon=True, name="warm_python").start()
 
   def start(self, args, env, cwd) -> Child:
     with _lock:
+      if self.closed:
+        raise RuntimeError(f"the warm_python server has exited; not started: {args}")
       self._next += 1
       outputs = [os.path.join(self.folder, f"{self._next}.{name}") for name in ("out", "err")]
       child = self._children[self._next] = Child(args, outputs)
@@ -168,24 +176,27 @@ class _Server:
     return child
 
   def _replies(self):
-    for line in self.proc.stdout:
-      reply = json.loads(line)
-      with _lock:
-        child = self._children[reply["id"]]
-      if "pid" in reply:
-        child.pid = reply["pid"]
-        child._started.set()  # pylint: disable=protected-access
-      else:
+    try:
+      for line in self.proc.stdout:
+        reply = json.loads(line)
         with _lock:
-          _cpu[0] += reply["cpu"]
-          child.returncode = reply["returncode"]
-          del self._children[reply["id"]]
+          child = self._children[reply["id"]]
+        if "pid" in reply:
+          child.pid = reply["pid"]
+          child._started.set()  # pylint: disable=protected-access
+        else:
+          with _lock:
+            _cpu[0] += reply["cpu"]
+            child.returncode = reply["returncode"]
+            del self._children[reply["id"]]
+          child._exited.set()  # pylint: disable=protected-access
+    finally:
+      with _lock:  # the server is gone: nothing more will be reported for its commands
+        self.closed = True
+        orphans = list(self._children.values())
+      for child in orphans:
+        child._started.set()  # pylint: disable=protected-access
         child._exited.set()  # pylint: disable=protected-access
-    with _lock:  # the server is gone: nothing more will be reported for its commands
-      orphans = list(self._children.values())
-    for child in orphans:
-      child._started.set()  # pylint: disable=protected-access
-      child._exited.set()  # pylint: disable=protected-access
 
 
 # --------------------------------------------------------------------------------------------
