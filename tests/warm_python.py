@@ -170,7 +170,10 @@ class _Server:
                  "stdout": outputs[0], "stderr": outputs[1]}
       self.proc.stdin.write((json.dumps(request) + "\n").encode())
       self.proc.stdin.flush()
-    child._started.wait()  # pylint: disable=protected-access
+    # A fork takes milliseconds; the limit only turns a server that stopped answering into an
+    # error rather than a test that never ends.
+    if not child._started.wait(timeout=120):  # pylint: disable=protected-access
+      raise RuntimeError(f"the warm_python server did not start {args} within 120 s")
     if child.pid is None:
       raise RuntimeError(f"the warm_python server exited before starting {args}")
     return child
