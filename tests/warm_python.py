@@ -47,6 +47,12 @@ def cpu_seconds() -> float:
   return _cpu[0]
 
 
+def _children_cpu() -> float:
+  import resource  # pylint: disable=g-import-not-at-top
+  usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+  return usage.ru_utime + usage.ru_stime
+
+
 def warmable(args, env=None) -> bool:
   """Whether `args` (with environment `env`, default this process's) can run as a forked child:
   `sys.executable -m MODULE ...` or `sys.executable -c CODE ...`, with the server's
@@ -90,8 +96,13 @@ def Popen(args, *, env=None, cwd=None):  # pylint: disable=invalid-name
   with _lock:
     if not _server or _server[0][1] != os.getpid() or _server[0][0].closed:
       if _server and _server[0][1] == os.getpid():
-        _server[0][0].proc.kill()  # closed: gone or going (its pipes close before it is reaped)
+        # Closed: gone or going (its pipes close before it can be reaped). Reaped here, its CPU
+        # (its own and its children's) joins this process's RUSAGE_CHILDREN, which the CPU log
+        # reads too; `_cpu` has counted it already.
+        before = _children_cpu()
+        _server[0][0].proc.kill()
         _server[0][0].proc.wait()
+        _cpu[0] -= _children_cpu() - before
       _server[:] = [(_Server(), os.getpid())]
     server = _server[0][0]
   return server.start([str(a) for a in args], dict(os.environ if env is None else env),
@@ -151,8 +162,8 @@ class _Server:
     self.folder = tempfile.mkdtemp(prefix="warm_python-")
     self.proc = subprocess.Popen([sys.executable, __file__, self.folder], stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, env=self.env)
-    ready = json.loads(self.proc.stdout.readline())
-    _cpu[0] += ready["cpu"]
+    self.start_cpu = json.loads(self.proc.stdout.readline())["cpu"]  # its imports
+    _cpu[0] += self.start_cpu
     # Set when its replies end: from then on it starts nothing (a killed server's pipes close
     # before the process can be reaped, so `proc.poll()` may still say it runs).
     self.closed = False
