@@ -1,5 +1,6 @@
-"""End to end in real subprocesses: SIGKILL bit-exact resume, SIGTERM checkpoint, corrupt-checkpoint
-fallback, workdir mismatch, non-finite loss, run extension."""
+"""End to end in real processes (forked from tests/warm_python.py's warm interpreter): SIGKILL
+bit-exact resume, SIGTERM checkpoint; and corrupt-checkpoint fallback, workdir mismatch,
+non-finite loss, run extension."""
 
 import json
 import os
@@ -38,9 +39,9 @@ def _env():
   return env
 
 
-def _jaxdl(*args, check=True, experiment="moons_mlp:bn", env=None, **kw):
+def _jaxdl(*args, check=True, experiment="moons_mlp:bn", env=None):
   proc = warm_python.run([sys.executable, "-m", "jaxdl", "train", experiment, *args,
-                          "--no-progress"], env=env or _env(), cwd=ROOT, timeout=240, **kw)
+                          "--no-progress"], env=env or _env(), cwd=ROOT, timeout=240)
   if check and proc.returncode != 0:
     raise AssertionError(proc.stderr[-3000:])
   return proc
