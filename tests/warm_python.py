@@ -113,8 +113,6 @@ class Child:
   """A forked command, with the part of `subprocess.Popen`'s interface the tests use. Its
   output goes to files, read by `communicate` once it has exited."""
 
-  stdin = stdout = stderr = None  # its output is in files, not pipes
-
   def __init__(self, args, outputs):
     self.args, self.pid, self.returncode = args, None, None
     self._outputs = outputs
@@ -140,9 +138,6 @@ class Child:
 
   def kill(self):
     self.send_signal(signal.SIGKILL)
-
-  def terminate(self):
-    self.send_signal(signal.SIGTERM)
 
   def communicate(self, timeout=None):
     self.wait(timeout)
