@@ -199,9 +199,12 @@ def pytest_collection_finish(session):
   """Freezes what collection imported (jax, flax, the library, the test modules), as a `jaxdl`
   process does after its imports (`jaxdl.cli.load_library_frozen`): full garbage collections
   during the tests' tracing then walk only the tests' own objects. Three modules in one process,
-  two alternations: 61.2 and 64.7 s against 59.5 and 60.7 s (about 4%)."""
+  two alternations: 61.2 and 64.7 s against 59.5 and 60.7 s (about 4%). Then the collector
+  runs less often (`warm_python.GC_THRESHOLDS`)."""
   del session
   gc.freeze()
+  import warm_python  # pylint: disable=g-import-not-at-top
+  gc.set_threshold(*warm_python.GC_THRESHOLDS)  # why, beside them
 
 
 @pytest.hookimpl(trylast=True)

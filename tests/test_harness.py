@@ -1,11 +1,14 @@
 """The test harness itself (tests/conftest.py): what it promises the other tests."""
 
+import gc
 import os
+import sys
 
 import pytest
 from jax._src import compiler
 
 import conftest
+import warm_python
 
 
 def _overrides() -> dict:
@@ -26,3 +29,10 @@ def test_a_compute_bound_test_compiles_at_xlas_own_optimization_level():
 
 def test_other_tests_compile_with_the_fast_flags_alone():
   assert not set(conftest.OPTIMIZED) & set(_overrides())
+
+
+def test_the_worker_and_the_warm_children_collect_garbage_at_the_suites_thresholds():
+  assert gc.get_threshold() == warm_python.GC_THRESHOLDS
+  child = warm_python.run([sys.executable, "-c", "import gc; print(gc.get_threshold())"],
+                          check=True)
+  assert child.stdout.strip() == str(warm_python.GC_THRESHOLDS)

@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+import warm_python
+
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
@@ -40,13 +42,15 @@ OPTIMIZED = {"01_initialization"}
 # the library through `jaxdl.cli.load_library_frozen` (as a `jaxdl` process does), which freezes
 # everything imported so far and resumes the collector; full collections during the notebook's
 # tracing then walk only its own objects. The notebook's own imports find the modules loaded;
-# what it computes is unchanged.
-LAUNCHER = """import gc
+# what it computes is unchanged. The collector then runs at the suite's thresholds
+# (`warm_python.GC_THRESHOLDS`).
+LAUNCHER = f"""import gc
 gc.disable()
 import matplotlib.pyplot  # noqa: F401
 from ipykernel import kernelapp
 from jaxdl.cli import load_library_frozen
 load_library_frozen()
+gc.set_threshold{warm_python.GC_THRESHOLDS}
 kernelapp.launch_new_instance()
 """
 
