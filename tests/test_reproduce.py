@@ -10,7 +10,6 @@ import argparse
 import json
 import os
 import pathlib
-import subprocess
 import sys
 
 import pytest
@@ -129,8 +128,8 @@ def test_tolerances_compare_as_stated():
 
 def test_cli_entry_point_dispatches_to_reproduce(tmp_path):
   out = tmp_path / "cli.json"
-  proc = subprocess.run([sys.executable, "-m", "jaxdl", "reproduce", "--only", "conv_sizes",
-                         "--json", str(out)], capture_output=True, text=True, timeout=300)
+  proc = warm_python.run([sys.executable, "-m", "jaxdl", "reproduce", "--only", "conv_sizes",
+                          "--json", str(out)], timeout=300)
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert "conv_sizes.receptive_field_3x3x3" in proc.stdout
   assert all(r["ok"] for r in json.loads(out.read_text()))

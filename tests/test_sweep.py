@@ -15,6 +15,8 @@ from jaxdl import cli
 from jaxdl.config import ConfigError
 from jaxdl.course.sweeps import grid, index, report, runner, slots
 
+import warm_python
+
 EXP = "moons_mlp:smoke"
 
 
@@ -267,8 +269,9 @@ def test_a_killed_sweep_reruns_to_the_results_of_uninterrupted_runs(tmp_path):
   from jaxdl.config import load_config
   from jaxdl.train import run
   out = tmp_path / "sweep"
-  with open(tmp_path / "first.log", "w") as log:
-    parent = subprocess.Popen(_sweep_cmd(out), stdout=log, stderr=subprocess.STDOUT)
+  # The sweep processes fork from the warm interpreter (tests/warm_python.py); their runs are
+  # started by the sweep as always (a fresh `python -m jaxdl train` each).
+  parent = warm_python.Popen(_sweep_cmd(out))
   runs = [out / "runs" / f"optim.lr=0.01,seed={s}" for s in (0, 1)]
   _wait_for(lambda: any((w / "checkpoints" / "10").is_dir() for w in runs))
   victim = next(w for w in runs if (w / "checkpoints" / "10").is_dir())
@@ -278,7 +281,7 @@ def test_a_killed_sweep_reruns_to_the_results_of_uninterrupted_runs(tmp_path):
   parent.wait()
   _wait_for(lambda: all(runner.lock_holder(w) is None for w in runs))  # the other one stops
   interrupted = [not (w / "summary.json").exists() for w in runs]
-  rerun = subprocess.run(_sweep_cmd(out), capture_output=True, text=True, timeout=600)
+  rerun = warm_python.run(_sweep_cmd(out), timeout=600)
   assert rerun.returncode == 0, rerun.stderr[-2000:]
   assert "2/0/0/0" in rerun.stdout
   assert interrupted[runs.index(victim)]
