@@ -8,6 +8,7 @@ reflow, distill) and its source.
 
 import ast
 import dataclasses
+import functools
 import pathlib
 import re
 from typing import ClassVar
@@ -135,13 +136,17 @@ def test_every_section_is_declared_with_the_one_primitive_and_round_trips():
     assert built == cls(), cls
 
 
+@functools.cache
+def _package_nodes() -> tuple[tuple[str, tuple[ast.AST, ...]], ...]:
+  """(path under jaxdl/, every node of its syntax tree) per module, parsed once for every query
+  (each query parsing the package again made the test four times as costly)."""
+  return tuple((str(path.relative_to(ROOT)), tuple(ast.walk(ast.parse(path.read_text()))))
+               for path in ROOT.rglob("*.py"))
+
+
 def _defs(kind, name):
-  found = []
-  for path in ROOT.rglob("*.py"):
-    for node in ast.walk(ast.parse(path.read_text())):
-      if isinstance(node, kind) and node.name == name:
-        found.append(str(path.relative_to(ROOT)))
-  return sorted(found)
+  return sorted(path for path, nodes in _package_nodes() for node in nodes
+                if isinstance(node, kind) and node.name == name)
 
 
 def test_one_settings_primitive_and_one_parse_section_in_the_package():
