@@ -204,7 +204,7 @@ def pytest_collection_finish(session):
   del session
   gc.freeze()
   import warm_python  # pylint: disable=g-import-not-at-top
-  gc.set_threshold(*warm_python.GC_THRESHOLDS)  # why, beside them
+  gc.set_threshold(*warm_python.GC_THRESHOLDS)  # why: the comment above GC_THRESHOLDS
 
 
 @pytest.hookimpl(trylast=True)

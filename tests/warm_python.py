@@ -17,6 +17,9 @@ backend starts, which happens in the child, so those may differ (the emulated de
 does). Tests about the interpreter's own start (a signal while jax imports, the console entry
 point, what `jaxdl list` imports) start their processes with `subprocess` directly.
 
+One difference from a fresh interpreter is on purpose: the server and its children collect
+garbage at the suite's `GC_THRESHOLDS`, not Python's (what a command computes is unchanged).
+
 A child is the server's child, not the test's, so the test's `RUSAGE_CHILDREN` does not see
 it: the server reports each child's CPU seconds (from `wait4`) and its own start-up's, and
 `cpu_seconds()` sums them for tests/conftest.py's CPU log.
