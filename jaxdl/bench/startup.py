@@ -12,10 +12,10 @@
              char_gpt:smoke    28.5 vs 30.6 CPU-s   0.932x
            With the test suite's XLA flags and a warm compilation cache, where less of a
            process is XLA's own compile, the share is larger: char_gpt:smoke 9.6-10.0 vs
-           11.4-12.0 CPU-s (0.83x), edm_digits:smoke 21.3-23.5 vs 24.3-26.5 (0.87x), three
-           alternations each. Pausing the collector during the imports alone saved about 0.6
-           CPU-s of those; the rest is the full collections that tracing and compiling
-           trigger, which no longer walk the library's objects.
+           11.4-12.0 CPU-s (0.83x), edm_digits:smoke (batch 64 then) 21.3-23.5 vs 24.3-26.5
+           (0.87x), three alternations each. Pausing the collector during the imports alone
+           saved about 0.6 CPU-s of those; the rest is the full collections that tracing and
+           compiling trigger, which no longer walk the library's objects.
 """
 
 from __future__ import annotations
