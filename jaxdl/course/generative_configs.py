@@ -115,8 +115,8 @@ def digits_config(task: str, name: str, arg=None):
   if parse_arg(arg, smoke=False).smoke:
     smoke(c, steps=20, eval_every=10, ckpt_every=10)
     # Batch 16: a smoke run checks the procedure, and at the tests' XLA flags (unoptimized code)
-    # an update at batch 64 costs about four times one at 16: `jaxdl train edm_digits:smoke`
-    # took 24.4-25.5 CPU-s at 16 against 29.4-33.6 at 64 (one pinned core, alternated).
+    # its updates cost in proportion to the batch: `jaxdl train edm_digits:smoke` took 24.4-25.5
+    # CPU-s at 16 against 29.4-33.6 at 64 (one pinned core, alternated).
     c.data.batch_size = 16
     c.model.update(channels=(8, 16), emb_dim=32)
     c.gen.update(eval_num=50, classifier="svm", steps=5)
