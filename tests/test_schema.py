@@ -8,7 +8,6 @@ reflow, distill) and its source.
 
 import ast
 import dataclasses
-import functools
 import pathlib
 import re
 from typing import ClassVar
@@ -136,24 +135,24 @@ def test_every_section_is_declared_with_the_one_primitive_and_round_trips():
     assert built == cls(), cls
 
 
-@functools.cache
-def _package_nodes() -> tuple[tuple[str, tuple[ast.AST, ...]], ...]:
-  """(path under jaxdl/, every node of its syntax tree) per module, parsed once for every query
-  (each query parsing the package again made the test four times as costly)."""
-  return tuple((str(path.relative_to(ROOT)), tuple(ast.walk(ast.parse(path.read_text()))))
-               for path in ROOT.rglob("*.py"))
-
-
-def _defs(kind, name):
-  return sorted(path for path, nodes in _package_nodes() for node in nodes
-                if isinstance(node, kind) and node.name == name)
+def _definitions(*queries):
+  """{(node kind, name): sorted paths under jaxdl/ that define it} for every query, in one parse
+  of the package (a parse per query made the test four times as costly). Nothing is kept: a
+  cached syntax tree of the package would be walked by every later full collection."""
+  found = {query: [] for query in queries}
+  for path in ROOT.rglob("*.py"):
+    for node in ast.walk(ast.parse(path.read_text())):
+      for kind, name in queries:
+        if isinstance(node, kind) and node.name == name:
+          found[kind, name].append(str(path.relative_to(ROOT)))
+  return {query: sorted(paths) for query, paths in found.items()}
 
 
 def test_one_settings_primitive_and_one_parse_section_in_the_package():
-  assert _defs(ast.FunctionDef, "parse_section") == ["schema.py"]
-  assert _defs(ast.FunctionDef, "setting") == ["schema.py"]
-  assert _defs(ast.ClassDef, "Check") == ["schema.py"]
-  assert _defs(ast.ClassDef, "ConfigError") == ["schema.py"]
+  queries = ((ast.FunctionDef, "parse_section"), (ast.FunctionDef, "setting"),
+             (ast.ClassDef, "Check"), (ast.ClassDef, "ConfigError"))
+  for query, paths in _definitions(*queries).items():
+    assert paths == ["schema.py"], query
   # Field checks are declared through `setting`, not by hand-built field metadata.
   hand_made = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py")
                if 'metadata={"check"' in p.read_text() and p.name != "schema.py"]
