@@ -85,3 +85,35 @@ def test_the_torch_dataloader_runs_the_same_batches(text, images):
   r = loaders.compare(ds, records, workers=(0, 1), batches=2, rounds=1, warm=1)
   assert set(r) == {0, 1} and all(x["grain"] > 0 and x["dataloader"] > 0 for x in r.values())
   assert "ratio_cpu" in r[0] and "ratio_cpu" not in r[1]
+
+
+def test_grains_worker_stream_is_the_in_process_stream(text):
+  """`grain_batches` at one worker (a spawned process; the text batch's arrays, all under
+  SHM_MIN_BYTES, pickled rather than put in shared memory) yields train_iter()'s batches bit for
+  bit (its keys come back sorted)."""
+  ds, _ = text
+  it, workers = ds.train_iter(), loaders.grain_batches(ds, 1)
+  try:
+    for _ in range(3):
+      batch, theirs = next(it), next(workers)
+      assert sorted(theirs) == sorted(batch)
+      _same(batch, {k: theirs[k] for k in batch})
+  finally:
+    workers.close()
+
+
+def test_the_readme_copies_the_dataloader_medians_from_the_loaders_docstring():
+  """One number, one place: the medians of `jaxdl.bench.loaders`' measured block, as the
+  README's `data` row states them."""
+  import pathlib
+  import re
+  readme = " ".join((pathlib.Path(__file__).resolve().parent.parent / "README.md").read_text()
+                    .split())
+  stated = dict((name, medians) for name, *medians in re.findall(
+      r"^\s+(packed BPE|images)\s+0 workers ([\d.]+)x \(.*?\), 2 workers ([\d.]+)x",
+      loaders.__doc__, flags=re.M))
+  assert sorted(stated) == ["images", "packed BPE"]
+  text_0, text_2 = stated["packed BPE"]
+  images_0, images_2 = stated["images"]
+  assert (f"text {text_0}x at 0 workers, {text_2}x at 2; images {images_0}x at 0 workers, "
+          f"{images_2}x at 2") in readme

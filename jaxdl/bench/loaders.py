@@ -26,7 +26,8 @@ rounds of `batches` batches (best round each; wall clock, the workers' CPU is no
 
   grain        W = 0: `Dataset.train_iter()`, exactly as jaxdl trains (in-process, no threads);
                W > 0: the same stream (`TrainIterator.dataset`) with `mp_prefetch(W)` (spawned
-               worker processes, `prefetch` batches buffered per worker)
+               worker processes, `prefetch` batches buffered per worker, arrays under
+               SHM_MIN_BYTES pickled rather than put in shared memory)
   DataLoader   `torch.utils.data.DataLoader(dataset, batch_sampler=StepRows, collate_fn=collate,
                num_workers=W, prefetch_factor=prefetch)`, workers started by forkserver
 
@@ -35,12 +36,14 @@ W = 2 is what a user of this 2-core machine would pick. A worker contender's buf
 the other one runs, so each round starts with up to W x prefetch batches ready, the same number
 for both.
 
-Measured here (`jaxdl bench --only data`, torch 2.13.0+cpu, this 2-core CPU otherwise idle,
-2026-12-02; grain over DataLoader, three runs, median first):
+Measured here (`jaxdl bench --only data`, torch 2.15.0 run on the CPU, this 2-core CPU otherwise
+idle, 2026-12-03; grain over DataLoader, three runs, median first):
 
-  packed BPE   0 workers 1.04x (1.03, 1.04, 1.36; about 1,600 batches/s each), 2 workers 1.01x
-               (0.92, 1.03, 1.01)
-  images       0 workers 1.00x (0.98, 1.00, 1.03), 2 workers 1.45x (1.35, 1.57, 1.45)
+  packed BPE   0 workers 1.03x (1.03, 1.01, 1.04), 2 workers 1.54x (1.43, 1.54, 1.69)
+  images       0 workers 1.04x (1.00, 1.04, 1.04), 2 workers 1.49x (1.40, 1.61, 1.49)
+
+Before small arrays were pickled (SHM_MIN_BYTES) grain's text at 2 workers was at parity or
+below: 1.01x (0.92, 1.03, 1.01) on 2026-12-02, 0.95x (0.80, 0.95, 1.02) on 2026-12-03.
 
 Both contenders read documents through the same `packing.DocStream`, and its reads were the cost:
 a py-spy profile of the grain stream had 62% of a batch in `ArrayRecordDataSource.__getitem__`
@@ -69,6 +72,14 @@ from jaxdl.data.pipeline import _EpochPermutations  # the stream's own row order
 from jaxdl.data.tokenize import get_tokenizer
 
 INSTALL = 'pip install -e ".[bench]"'
+# grain's workers hand the main process an array of this many bytes or more through shared
+# memory, a smaller one pickled through the queue (grain's `min_shm_size`; its default, 0, sends
+# every array through shared memory). A packed-text batch is five arrays of at most 8 KB, and a
+# segment for each (create, map, unlink) cost more than copying them: at 2 workers grain's text
+# stream went from 734, 647, 664 to 1010, 1022, 889 batches/s (alternated, one run). An image
+# batch's 1.5 MB of pixels still goes through shared memory: 77.1 and 65.8 batches/s at 0 bytes
+# against 77.1 and 67.5 at this size, and 0.96x with every array pickled.
+SHM_MIN_BYTES = 1 << 16
 IMAGE_OPS = ("crop=4", "flip", "jitter")   # every record-level op, on 32 x 32 RGB
 
 
@@ -192,8 +203,10 @@ def grain_batches(ds, num_workers: int, prefetch: int = 2) -> Iterator[dict[str,
   if not flags.FLAGS.is_parsed():  # grain's worker processes read its absl flags' defaults
     flags.FLAGS.mark_as_parsed()
   opts = grain.MultiprocessingOptions(num_workers=num_workers, per_worker_buffer_size=prefetch)
-  return iter(it.dataset.to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))
-              .mp_prefetch(opts))
+  stream = it.dataset.to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))
+  stream = grain.experimental.WithOptionsIterDataset(
+      stream, grain.experimental.DatasetOptions(min_shm_size=SHM_MIN_BYTES))
+  return iter(stream.mp_prefetch(opts))
 
 
 def compare(ds, dataset, *, workers=(0, 2), batches: int = 40, rounds: int = 5, warm: int = 3,
