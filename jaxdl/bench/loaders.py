@@ -76,9 +76,10 @@ INSTALL = 'pip install -e ".[bench]"'
 # memory, a smaller one pickled through the queue (grain's `min_shm_size`; its default, 0, sends
 # every array through shared memory). A packed-text batch is five arrays of at most 8 KB, and a
 # segment for each (create, map, unlink) cost more than copying them: at 2 workers grain's text
-# stream went from 734, 647, 664 to 1010, 1022, 889 batches/s (alternated, one run). An image
-# batch's 1.5 MB of pixels still goes through shared memory: 77.1 and 65.8 batches/s at 0 bytes
-# against 77.1 and 67.5 at this size, and 0.96x with every array pickled.
+# stream went from 734, 647, 664 to 1010, 1022, 889 batches/s (the two settings side by side in
+# one process, each the best of 5 alternated rounds of 40 batches, three times). An image batch's
+# 1.5 MB of pixels still goes through shared memory: 77.1 and 65.8 batches/s at 0 bytes against
+# 77.1 and 67.5 at this size, and 0.96x with every array pickled (the same way, twice).
 SHM_MIN_BYTES = 1 << 16
 IMAGE_OPS = ("crop=4", "flip", "jitter")   # every record-level op, on 32 x 32 RGB
 
