@@ -88,15 +88,18 @@ def test_the_torch_dataloader_runs_the_same_batches(text, images):
 
 
 def test_grains_worker_stream_is_the_in_process_stream(text):
-  """`grain_batches` at one worker (a spawned process; the text batch's arrays, all under
-  SHM_MIN_BYTES, pickled rather than put in shared memory) yields train_iter()'s batches bit for
-  bit (its keys come back sorted)."""
+  """`grain_batches` at one worker (a spawned process) yields train_iter()'s batches bit for bit
+  (its keys come back sorted). The text batch's arrays, all under SHM_MIN_BYTES, arrive pickled:
+  plain numpy arrays, where grain's default (min_shm_size 0) hands three of the five back as its
+  shared-memory `SharedMemoryArray`."""
   ds, _ = text
   it, workers = ds.train_iter(), loaders.grain_batches(ds, 1)
   try:
     for _ in range(3):
       batch, theirs = next(it), next(workers)
       assert sorted(theirs) == sorted(batch)
+      assert all(type(v) is np.ndarray for v in theirs.values()), {
+          k: type(v).__name__ for k, v in theirs.items()}
       _same(batch, {k: theirs[k] for k in batch})
   finally:
     workers.close()
