@@ -24,11 +24,13 @@ document; images become (x uint8 (H, W, C), y int32) records. The output format 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fnmatch
 import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import zlib
 from typing import Iterator
@@ -203,15 +205,37 @@ def write_split(out_dir: str, split: str, examples: Iterator[dict[str, np.ndarra
   from tqdm import tqdm  # pylint: disable=g-import-not-at-top
   n_shards = max(1, math.ceil(count / shard_size))
   files = [f"{split}-{i:05d}-of-{n_shards:05d}.array_record" for i in range(n_shards)]
-  writers = [ArrayRecordWriter(os.path.join(out_dir, f), "group_size:1") for f in files]
-  for i, ex in enumerate(tqdm(examples, total=count, desc=desc, unit="ex", leave=False)):
-    writers[i * n_shards // count].write(records.encode_record(ex, fields))
-  for w in writers:
-    w.close()
+  try:
+    writers = [ArrayRecordWriter(os.path.join(out_dir, f), "group_size:1") for f in files]
+    for i, ex in enumerate(tqdm(examples, total=count, desc=desc, unit="ex", leave=False)):
+      writers[i * n_shards // count].write(records.encode_record(ex, fields))
+    for w in writers:
+      w.close()
+  except RuntimeError as e:
+    error = _os_error(e, out_dir)
+    if error is None:
+      raise
+    raise error from e
   entry = {"count": count, "files": files}
   if tok is not None:
     entry["tokenizer_sha256"] = {f: tok.fingerprint for f in files}
   return entry
+
+
+# The failed writes array_record reports as a RuntimeError naming the system's message, e.g.
+# 'write() failed: No space left on device; writing D/train-00000-of-00001.array_record; ...'.
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO)
+
+
+def _os_error(e: RuntimeError, out_dir: str) -> OSError | None:
+  """The OSError an array_record RuntimeError stands for (so `jaxdl.disk_errors` finds a full
+  disk there as anywhere else), naming the shard it was writing; None for any other error."""
+  text = str(e)
+  code = next((c for c in _WRITE_ERRNOS if os.strerror(c) in text), None)
+  if code is None:
+    return None
+  path = re.search(r"writing (\S+?);", text)
+  return OSError(code, os.strerror(code), path.group(1) if path else out_dir)
 
 
 def _short(fingerprint: str | None) -> str:

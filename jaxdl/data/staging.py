@@ -52,16 +52,16 @@ def _tag() -> str:
 
 def sweep_stale(folder: str, prefix: str) -> None:
   """Removes the entries `<prefix><host>-<pid>` of `folder` left by dead processes of this host
-  (another host's pids mean nothing here, so its entries are left alone)."""
+  (another host's pids mean nothing here, so its entries are left alone), and `<prefix><pid>`,
+  the name earlier versions gave a cached build's sibling."""
   host = socket.gethostname()
   try:
     names = os.listdir(folder)
   except OSError:
     return
   for name in names:
-    if not name.startswith(f"{prefix}{host}-"):
-      continue
-    pid = name[len(prefix) + len(host) + 1:]
+    rest = name[len(prefix):] if name.startswith(prefix) else ""
+    pid = rest[len(host) + 1:] if rest.startswith(f"{host}-") else rest
     if pid.isdigit() and not alive(int(pid)):
       shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
 
