@@ -1,4 +1,4 @@
-"""Prepared folders are whole or refused (`jaxdl.data.prepare.check_out`, `jaxdl.data.staging`):
+"""Prepared folders are whole or refused (`jaxdl.data.staging.check_out`, `jaxdl.data.staging`):
 another tokenizer or source is refused with the folder unchanged, --force replaces it whole,
 every shard names its tokenizer, a full disk leaves nothing, a killed cached build is swept.
 
@@ -13,7 +13,7 @@ import ml_collections
 import pytest
 
 from jaxdl import cli, data
-from jaxdl.data import prepare, staging
+from jaxdl.data import prepare, staging, tokenize
 
 
 def _snapshot(folder):
@@ -78,8 +78,8 @@ def test_another_tokenizer_or_source_is_refused_and_force_replaces_it_whole(text
   # --force: TB's data and tokenizer.json, every shard naming TB's fingerprint, no TA leftovers.
   assert _prepare(texts, out, "--tokenizer", tb, "--shard-size", "30", "--force") == 0
   manifest = json.loads((out / "manifest.json").read_text())
-  tb_sha = prepare.load_bpe(tb).fingerprint
-  assert prepare.load_bpe(str(out / "tokenizer.json")).fingerprint == tb_sha
+  tb_sha = tokenize.load_bpe(tb).fingerprint
+  assert tokenize.load_bpe(str(out / "tokenizer.json")).fingerprint == tb_sha
   shards = {f: s for split in manifest["splits"].values()
             for f, s in split["tokenizer_sha256"].items()}
   assert set(shards.values()) == {tb_sha}

@@ -12,8 +12,11 @@ is zero on the prompt: `jaxdl.data.chat`); the split rule and the output are in
 `jaxdl.data.prepare` and `jaxdl.data.records`, the image folders' in `jaxdl.data.images`.
 `tokenizer` and `prepare` read SRC and split it with one function, so given the same flags they
 accept and refuse the same inputs; `prepare` refuses a tokenizer trained on another split of SRC,
-or (OUT's own tokenizer.json) on other files. Errors are one line naming the flag to change
-(--val-frac, --pattern, --mode, ...; a bad instruction record: its line), exit code 2.
+or (OUT's own tokenizer.json) on other files. OUT is written whole or not at all
+(`jaxdl.data.staging`): an OUT prepared from another source or with another tokenizer is refused
+(`--force` replaces its data whole), and a full disk leaves it as it was. Errors are one line
+naming the flag to change (--val-frac, --shard-size, --out, ...; a bad instruction record: its
+file and line), raised as `jaxdl.schema.ConfigError` (exit code 2).
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ def add_arguments(parser) -> None:
 def check(args) -> None:
   """Every argument checked before the work starts (one-line ConfigError): --val-frac,
   --max-bytes, --vocab, --shard-size, a readable SRC, a writable --out. (What OUT already holds
-  is checked by the library before it reads SRC: `jaxdl.data.prepare.check_out`.)"""
+  is checked by the library before it reads SRC: `jaxdl.data.staging.check_out`.)"""
   from jaxdl.data import prepare, tokenize
   from jaxdl.schema import ConfigError
   if not 0 < args.val_frac < 1:

@@ -48,7 +48,7 @@ import zlib
 import numpy as np
 
 from jaxdl.data import chat_template as templates
-from jaxdl.data import prepare, records
+from jaxdl.data import prepare, records, staging
 from jaxdl.data.tokenize import Tokenizer, get_tokenizer
 
 FIELD = "tokens_mask"
@@ -171,10 +171,11 @@ def prepare_chat(src: str, out_dir: str, *, tokenizer: str = "bytes", val_frac: 
   (the manifest). Split by crc32 of each record's split key. Templated by `chat_template` (auto |
   plain | a Jinja file: `jaxdl.data.chat_template`); every record is encoded before anything is
   written, so a template that fails on one leaves no output. The output folder is checked and
-  written as `jaxdl.data.prepare.prepare_text`'s (`check_out` unless `force`, `staged_output`)."""
+  written as `jaxdl.data.prepare.prepare_text`'s (`staging.check_out` unless `force`,
+  `staging.staged_output`)."""
   tok = get_tokenizer(tokenizer, out_dir, key="--tokenizer")
   if not force:
-    prepare.check_out(out_dir, src, tok, tokenizer)
+    staging.check_out(out_dir, src, tok, tokenizer)
   template = templates.resolve(chat_template, tokenizer, out_dir)
   recs = read_jsonl(src) if records_ is None else records_
   problem = prepare.split_error(sorted({k for k, _ in recs}), val_frac, src, "records")
@@ -187,7 +188,7 @@ def prepare_chat(src: str, out_dir: str, *, tokenizer: str = "bytes", val_frac: 
   dtype = "uint16" if tok.vocab_size <= 2**16 else "int32"
   fields = {FIELD: {"shape": [-1, 2], "dtype": dtype}}
   splits = {}
-  with prepare.staged_output(out_dir, tok) as stage:
+  with staging.staged_output(out_dir, tok) as stage:
     for split, enc in encoded.items():
       np.save(os.path.join(stage, f"{split}.lengths.npy"), np.array([len(i) for i, _ in enc]))
       splits[split] = prepare.write_split(

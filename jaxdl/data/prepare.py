@@ -19,11 +19,16 @@ val documents would have shaped the tokenizer) and, for OUT's own tokenizer.json
 on other files. Text is tokenized (`jaxdl.data.tokenize`) into one record of token ids per
 document; images become (x uint8 (H, W, C), y int32) records. The output format is in
 `jaxdl.data.records`.
+
+The output folder is whole or refused: one prepared from another source or with another
+tokenizer, or holding a tokenizer.json other than the one given, is refused before SRC is read
+(`jaxdl.data.staging.check_out`; `force` replaces its data whole), and the outputs are written
+aside and moved in once complete (`staging.staged_output`), so a failure or a full disk leaves
+it as it was. Each shard names the tokenizer fingerprint it was made with (`write_split`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fnmatch
 import hashlib
@@ -31,14 +36,13 @@ import json
 import math
 import os
 import re
-import shutil
 import zlib
 from typing import Iterator
 
 import numpy as np
 
 from jaxdl.data import records, staging
-from jaxdl.data.tokenize import Tokenizer, check_vocab_size, get_tokenizer, load_bpe, train_bpe
+from jaxdl.data.tokenize import Tokenizer, check_vocab_size, get_tokenizer, train_bpe
 from jaxdl.schema import ConfigError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
@@ -238,56 +242,6 @@ def _os_error(e: RuntimeError, out_dir: str) -> OSError | None:
   return OSError(code, os.strerror(code), path.group(1) if path else out_dir)
 
 
-def _short(fingerprint: str | None) -> str:
-  return (fingerprint or "none")[:12]
-
-
-def check_out(out_dir: str, src: str, tok: Tokenizer | None, spec: str = "") -> None:
-  """One-line ConfigError when preparing `src` with `tok` (None: images) into `out_dir` would
-  leave it holding two things at once: data prepared from another source or with another
-  tokenizer (its manifest.json says which), or a tokenizer.json other than `tok`. Data of the
-  same source and tokenizer is simply prepared again. `--force` (no check) replaces it whole."""
-  hint = "; pass --force to replace it whole, or choose another --out"
-  manifest = _prepared(out_dir)
-  if manifest is not None:
-    if manifest.get("source") != os.path.abspath(src):
-      raise ConfigError(f"--out {out_dir}: holds data prepared from {manifest.get('source')!r}, "
-                        f"not {os.path.abspath(src)!r}{hint}")
-    was, now = _tokenizer_of(manifest), tok.fingerprint if tok is not None else None
-    if was != now:
-      raise ConfigError(f"--tokenizer {spec or now}: {out_dir} holds data prepared with another "
-                        f"tokenizer (sha256 {_short(was)}, this one {_short(now)}){hint}")
-  own = os.path.join(out_dir, "tokenizer.json")
-  if tok is not None and os.path.isfile(own):
-    was_tok = load_bpe(own, "--out").fingerprint
-    if was_tok != tok.fingerprint:
-      raise ConfigError(f"--tokenizer {spec or tok.name}: {own} is another tokenizer (sha256 "
-                        f"{_short(was_tok)}, this one {_short(tok.fingerprint)}); pass "
-                        "--tokenizer bpe to use it, --force to replace it, or choose another "
-                        "--out")
-
-
-@contextlib.contextmanager
-def staged_output(out_dir: str, tok: Tokenizer | None) -> Iterator[str]:
-  """`jaxdl.data.staging.staged` for data tokenized by `tok` (None: images): the stage holds
-  the tokenizer.json the data is read with (out_dir's own, linked, when it is `tok`, so the
-  manifest's checksum is of the file that stays), and a tokenizer.json of another tokenizer
-  (replaced under --force) leaves together with its TRAINED_ON record."""
-  own = os.path.join(out_dir, "tokenizer.json")
-  same = tok is not None and os.path.isfile(own) and (
-      load_bpe(own, "--out").fingerprint == tok.fingerprint)
-  stale = ("tokenizer.json", TRAINED_ON) if tok is not None and not same else ()
-  with staging.staged(out_dir, remove=stale) as stage:
-    if same:
-      try:
-        os.link(own, os.path.join(stage, "tokenizer.json"))
-      except OSError:  # a file system without hard links
-        shutil.copy2(own, os.path.join(stage, "tokenizer.json"))
-    elif tok is not None and tok.hf is not None:
-      tok.save(os.path.join(stage, "tokenizer.json"))  # the data carries its tokenizer
-    yield stage
-
-
 def prepare_text(src: str, out_dir: str, *, tokenizer: str = "bytes", pattern: str = "*.txt",
                  max_bytes: int = 0, column: str = "text", val_frac: float = 0.1,
                  shard_size: int = 4096, force: bool = False) -> dict:
@@ -300,7 +254,7 @@ def prepare_text(src: str, out_dir: str, *, tokenizer: str = "bytes", pattern: s
   (`check_trained_on`)."""
   tok = get_tokenizer(tokenizer, out_dir, key="--tokenizer")
   if not force:
-    check_out(out_dir, src, tok, tokenizer)
+    staging.check_out(out_dir, src, tok, tokenizer)
   docs = text_documents(src, pattern=pattern, max_bytes=max_bytes, column=column,
                         val_frac=val_frac)
   if tok.hf is not None:  # a BPE: it may carry a record of the split it was trained on
@@ -311,7 +265,8 @@ def prepare_text(src: str, out_dir: str, *, tokenizer: str = "bytes", pattern: s
   dtype = "uint16" if tok.vocab_size <= 2**16 else "int32"
   fields = {"tokens": {"shape": [-1], "dtype": dtype}}
   splits = {}
-  with staged_output(out_dir, tok) as stage:  # only once the input has been read and checked
+  # Written only once the input has been read and checked.
+  with staging.staged_output(out_dir, tok) as stage:
     for split, texts in docs.items():
       ids = tok.encode_batch(texts)
       np.save(os.path.join(stage, f"{split}.lengths.npy"), np.array([len(t) for t in ids]))
@@ -343,14 +298,8 @@ def train_tokenizer(src: str, out_dir: str, *, vocab: int, pattern: str = "*.txt
   docs = text_documents(src, pattern=pattern, max_bytes=max_bytes, column=column,
                         val_frac=val_frac)
   tok = train_bpe(docs["train"], vocab)
-  manifest = None if force else _prepared(out_dir)
-  was = None if manifest is None else _tokenizer_of(manifest)
-  if manifest is not None and was != tok.fingerprint:
-    raise ConfigError(f"--out {out_dir}: holds data prepared with another tokenizer (sha256 "
-                      f"{_short(was)}, the one trained now {_short(tok.fingerprint)}); pass "
-                      "--force to replace it (the data is removed), or choose another --out")
-  same = was == tok.fingerprint and os.path.isfile(os.path.join(out_dir, "tokenizer.json"))
-  with staging.staged(out_dir, keep_data=not force or same) as stage:
+  same = staging.check_new_tokenizer(out_dir, tok, force=force)
+  with staging.staged(out_dir, keep_data=same or not force) as stage:
     path = os.path.join(stage, "tokenizer.json")
     if not same:  # the same tokenizer: the file the manifest checksums stays
       tok.save(path)
@@ -360,31 +309,6 @@ def train_tokenizer(src: str, out_dir: str, *, vocab: int, pattern: str = "*.txt
                  "train_documents": len(docs["train"]), "train_sha256": _digest(docs["train"]),
                  "tokenizer_sha256": tok.fingerprint}, f, indent=2)
   return tok
-
-
-def _prepared(out_dir: str) -> dict | None:
-  """The manifest of the data prepared in `out_dir` (as written, unchecked), None when it holds
-  none; one that cannot be read is a one-line ConfigError."""
-  try:
-    with open(os.path.join(out_dir, records.MANIFEST)) as f:
-      manifest = json.load(f)
-  except FileNotFoundError:
-    return None
-  except (OSError, ValueError):
-    manifest = None
-  if not isinstance(manifest, dict):
-    raise ConfigError(f"--out {out_dir}: its {records.MANIFEST} cannot be read; pass --force to "
-                      "replace the folder's data, or choose another --out")
-  return manifest
-
-
-def _tokenizer_of(manifest: dict) -> str | None:
-  entry = manifest.get("tokenizer")
-  return entry.get("sha256") if isinstance(entry, dict) else None
-
-
-# The record of the split a trained tokenizer saw: <name>.trained_on.json beside <name>.json.
-TRAINED_ON = "tokenizer.trained_on.json"
 
 
 def trained_on_path(tokenizer_json: str) -> str:

@@ -22,15 +22,22 @@ build on the same host removes every stage or sibling whose process is gone (`sw
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import socket
 from typing import Callable, Iterator
 
 from jaxdl.data import records
+from jaxdl.data.tokenize import Tokenizer, load_bpe
+from jaxdl.schema import ConfigError
 
 # The files a prepared folder's data consists of; a new build replaces all of them.
 DATA_SUFFIXES = (".array_record", ".lengths.npy")
+# The tokenizer a folder's text data is read with ('bpe'), and the record of the split it was
+# trained on when `jaxdl data tokenizer` made it (`jaxdl.data.prepare.check_trained_on`).
+TOKENIZER = "tokenizer.json"
+TRAINED_ON = "tokenizer.trained_on.json"
 
 
 def alive(pid: int) -> bool:
@@ -97,6 +104,93 @@ def staged(out_dir: str, remove: tuple[str, ...] = (), keep_data: bool = False
     if created:
       with contextlib.suppress(OSError):
         os.rmdir(out_dir)  # only when empty: the build failed before anything arrived
+
+
+def _short(fingerprint: str | None) -> str:
+  return (fingerprint or "none")[:12]
+
+
+def check_out(out_dir: str, src: str, tok: Tokenizer | None, spec: str = "") -> None:
+  """One-line ConfigError when preparing `src` with `tok` (None: images) into `out_dir` would
+  leave it holding two things at once: data prepared from another source or with another
+  tokenizer (its manifest.json says which), or a tokenizer.json other than `tok`. Data of the
+  same source and tokenizer is simply prepared again. `--force` (no check) replaces it whole."""
+  hint = "; pass --force to replace it whole, or choose another --out"
+  manifest = _prepared(out_dir)
+  if manifest is not None:
+    if manifest.get("source") != os.path.abspath(src):
+      raise ConfigError(f"--out {out_dir}: holds data prepared from {manifest.get('source')!r}, "
+                        f"not {os.path.abspath(src)!r}{hint}")
+    was, now = _tokenizer_of(manifest), tok.fingerprint if tok is not None else None
+    if was != now:
+      raise ConfigError(f"--tokenizer {spec or now}: {out_dir} holds data prepared with another "
+                        f"tokenizer (sha256 {_short(was)}, this one {_short(now)}){hint}")
+  own = os.path.join(out_dir, TOKENIZER)
+  if tok is not None and os.path.isfile(own):
+    was_tok = load_bpe(own, "--out").fingerprint
+    if was_tok != tok.fingerprint:
+      raise ConfigError(f"--tokenizer {spec or tok.name}: {own} is another tokenizer (sha256 "
+                        f"{_short(was_tok)}, this one {_short(tok.fingerprint)}); pass "
+                        "--tokenizer bpe to use it, --force to replace it, or choose another "
+                        "--out")
+
+
+@contextlib.contextmanager
+def staged_output(out_dir: str, tok: Tokenizer | None) -> Iterator[str]:
+  """`staged` for data tokenized by `tok` (None: images): the stage holds the tokenizer.json the
+  data is read with (out_dir's own, linked, when it is `tok`, so the manifest's checksum is of
+  the file that stays), and a tokenizer.json of another tokenizer (replaced under --force)
+  leaves together with its TRAINED_ON record."""
+  own = os.path.join(out_dir, TOKENIZER)
+  same = tok is not None and os.path.isfile(own) and (
+      load_bpe(own, "--out").fingerprint == tok.fingerprint)
+  stale = (TOKENIZER, TRAINED_ON) if tok is not None and not same else ()
+  with staged(out_dir, remove=stale) as stage:
+    if same:
+      try:
+        os.link(own, os.path.join(stage, TOKENIZER))
+      except OSError:  # a file system without hard links
+        shutil.copy2(own, os.path.join(stage, TOKENIZER))
+    elif tok is not None and tok.hf is not None:
+      tok.save(os.path.join(stage, TOKENIZER))  # the data carries its tokenizer
+    yield stage
+
+
+def _prepared(out_dir: str) -> dict | None:
+  """The manifest of the data prepared in `out_dir` (as written, unchecked), None when it holds
+  none; one that cannot be read is a one-line ConfigError."""
+  try:
+    with open(os.path.join(out_dir, records.MANIFEST)) as f:
+      manifest = json.load(f)
+  except FileNotFoundError:
+    return None
+  except (OSError, ValueError):
+    manifest = None
+  if not isinstance(manifest, dict):
+    raise ConfigError(f"--out {out_dir}: its {records.MANIFEST} cannot be read; pass --force to "
+                      "replace the folder's data, or choose another --out")
+  return manifest
+
+
+def _tokenizer_of(manifest: dict) -> str | None:
+  entry = manifest.get("tokenizer")
+  return entry.get("sha256") if isinstance(entry, dict) else None
+
+
+def check_new_tokenizer(out_dir: str, tok: Tokenizer, *, force: bool = False) -> bool:
+  """Whether `out_dir` holds data prepared with `tok` and its tokenizer.json (which then stay as
+  they are: `jaxdl data tokenizer` trained the same tokenizer again). Data prepared with another
+  tokenizer is a one-line ConfigError (it would be left beside a tokenizer that did not make it),
+  unless `force` (the data is then removed with the old tokenizer)."""
+  manifest = None if force else _prepared(out_dir)
+  if manifest is None:
+    return False
+  was = _tokenizer_of(manifest)
+  if was != tok.fingerprint:
+    raise ConfigError(f"--out {out_dir}: holds data prepared with another tokenizer (sha256 "
+                      f"{_short(was)}, the one trained now {_short(tok.fingerprint)}); pass "
+                      "--force to replace it (the data is removed), or choose another --out")
+  return os.path.isfile(os.path.join(out_dir, TOKENIZER))
 
 
 def build_once(path: str, build: Callable[[str], object]) -> None:
