@@ -164,6 +164,8 @@ def test_a_cached_build_sweeps_killed_builds_and_cleans_its_own_failure(tmp_path
   running = f"{path}.tmp-{host}-{os.getppid()}"  # a build still running: left alone
   for d in (killed, running):
     os.makedirs(d)
+  with open(f"{path}.tmp-{_dead_pid()}", "w") as f:  # a killed write of an earlier version
+    f.write("half")
 
   def fail(tmp):
     os.makedirs(tmp)

@@ -58,7 +58,8 @@ def _tag() -> str:
 
 
 def sweep_stale(folder: str, prefix: str) -> None:
-  """Removes the entries `<prefix><host>-<pid>` of `folder` left by dead processes of this host
+  """Removes the entries (folders or files) `<prefix><host>-<pid>` of `folder` left by dead
+  processes of this host
   (another host's pids mean nothing here, so its entries are left alone), and `<prefix><pid>`,
   the name earlier versions gave a cached build's sibling."""
   host = socket.gethostname()
@@ -70,7 +71,16 @@ def sweep_stale(folder: str, prefix: str) -> None:
     rest = name[len(prefix):] if name.startswith(prefix) else ""
     pid = rest[len(host) + 1:] if rest.startswith(f"{host}-") else rest
     if pid.isdigit() and not alive(int(pid)):
-      shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+      _remove(os.path.join(folder, name))
+
+
+def _remove(path: str) -> None:
+  """Removes a file or a folder tree, whichever `path` is; gone already is fine."""
+  if os.path.isdir(path) and not os.path.islink(path):
+    shutil.rmtree(path, ignore_errors=True)
+  else:
+    with contextlib.suppress(OSError):
+      os.remove(path)
 
 
 def _is_data(name: str) -> bool:
@@ -193,13 +203,18 @@ def check_new_tokenizer(out_dir: str, tok: Tokenizer, *, force: bool = False) ->
   return os.path.isfile(os.path.join(out_dir, TOKENIZER))
 
 
+def temporary(path: str) -> str:
+  """This process's temporary name for `path`, <path>.tmp-<host>-<pid>, once the ones of dead
+  processes are removed; `path`'s folder must exist."""
+  sweep_stale(os.path.dirname(os.path.abspath(path)), f"{os.path.basename(path)}.tmp-")
+  return f"{path}.tmp-{_tag()}"
+
+
 def build_once(path: str, build: Callable[[str], object]) -> None:
   """`build(tmp)` writes a folder's content into `tmp`, which is then renamed to `path` (module
   docstring). Stale siblings of dead builds are removed first."""
-  parent = os.path.dirname(os.path.abspath(path))
-  os.makedirs(parent, exist_ok=True)
-  sweep_stale(parent, f"{os.path.basename(path)}.tmp-")
-  tmp = f"{path}.tmp-{_tag()}"
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  tmp = temporary(path)
   try:
     build(tmp)
     os.rename(tmp, path)
