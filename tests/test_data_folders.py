@@ -86,18 +86,30 @@ def test_another_tokenizer_or_source_is_refused_and_force_replaces_it_whole(text
   assert sorted(f for f in os.listdir(out) if f.endswith(".array_record")) == sorted(shards)
 
 
-def test_training_refuses_shards_of_another_tokenizer_naming_both(texts, tmp_path):
+@pytest.mark.parametrize("tampered", ["a shard", "an older manifest"])
+def test_training_refuses_data_of_another_tokenizer_naming_both(texts, tmp_path, tampered):
   out = tmp_path / "D"
-  assert _prepare(texts, out) == 0  # OUT has no tokenizer.json: bytes
+  assert _prepare(texts, out, "--tokenizer", str(texts / "TA" / "tokenizer.json")) == 0
   manifest = json.loads((out / "manifest.json").read_text())
-  shard = manifest["splits"]["val"]["files"][0]
-  manifest["splits"]["val"]["tokenizer_sha256"][shard] = "f" * 64
+  ta_sha = manifest["tokenizer"]["sha256"]
+  if tampered == "a shard":  # shards from another preparation copied in, say
+    shard = manifest["splits"]["val"]["files"][0]
+    manifest["splits"]["val"]["tokenizer_sha256"][shard] = "f" * 64
+    what = repr(str(out / shard))
+  else:  # the issue's folder, written before shards named their tokenizer
+    for split in manifest["splits"].values():
+      del split["tokenizer_sha256"]
+    manifest["tokenizer"]["sha256"] = "f" * 64
+    what = f"the data of {str(out)!r}"
   (out / "manifest.json").write_text(json.dumps(manifest))  # the manifest is not checksummed
   section = data.default_data_config("arrayrecord")
   section.path, section.context_length = str(out), 8
-  with pytest.raises(ValueError, match=f"{shard}' was made with the tokenizer of sha256 "
-                     "ffffffffffff, but the folder's tokenizer \\(bytes\\) is sha256 bytes"):
+  want = (f"data.path: {what} was made with the tokenizer of sha256 ffffffffffff, but the "
+          f"folder's tokenizer ({out / 'tokenizer.json'}) is sha256 {ta_sha[:12]}; prepare it "
+          f"again with `jaxdl data prepare SRC --out {out} --force`")
+  with pytest.raises(ValueError) as e:
     data.make_dataset(ml_collections.ConfigDict({"data": section, "seed": 0}))
+  assert str(e.value) == want
 
 
 def test_a_new_tokenizer_beside_prepared_data_is_refused(texts, tmp_path, capsys):

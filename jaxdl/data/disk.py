@@ -125,23 +125,30 @@ class ArrayRecord(TextWindows):
     return src
 
   def _tokenizer(self, directory: str, manifest: dict) -> Tokenizer:
-    """The manifest's tokenizer; data.tokenizer, when set, must be that same tokenizer. Every
-    shard that names the tokenizer it was made with (`prepare.write_split`) must name the
-    folder's (tokenizer.json, or bytes)."""
+    """The folder's tokenizer (tokenizer.json for 'bpe', else bytes), which must be the one
+    every shard names (`prepare.write_split`) and the manifest's; data.tokenizer, when set, must
+    be that same tokenizer. Each refusal names both fingerprints."""
     entry = manifest["tokenizer"]
     own = get_tokenizer(entry["name"], directory)
-    for s in ("train", "val"):
-      for shard, made_with in manifest["splits"][s].get("tokenizer_sha256", {}).items():
-        if made_with != own.fingerprint:
-          raise ValueError(f"data.path: {os.path.join(directory, shard)!r} was made with the "
-                           f"tokenizer of sha256 {made_with[:12]}, but the folder's tokenizer "
-                           f"({entry['name']}) is sha256 {own.fingerprint[:12]}; prepare it "
-                           "again with `jaxdl data prepare SRC --out DIR --force`")
-    tok = get_tokenizer(self.tokenizer, directory) if self.tokenizer else own
-    if tok.fingerprint != entry["sha256"]:
-      raise ValueError(f"data.tokenizer: {self.tokenizer or entry['name']!r} is not the "
-                       f"tokenizer {directory!r} was prepared with (sha256 {tok.fingerprint[:12]}"
-                       f" vs the manifest's {entry['sha256'][:12]})")
+    where = (os.path.join(directory, staging.TOKENIZER) if own.hf is not None
+             else "the bytes tokenizer")
+    again = f"; prepare it again with `jaxdl data prepare SRC --out {directory} --force`"
+    made_with = {repr(os.path.join(directory, f)): sha for s in ("train", "val")
+                 for f, sha in manifest["splits"][s].get("tokenizer_sha256", {}).items()}
+    # A folder prepared before shards named their tokenizer: the manifest's entry for all.
+    made_with[f"the data of {directory!r}"] = entry["sha256"]
+    for what, sha in made_with.items():
+      if sha != own.fingerprint:
+        raise ValueError(f"data.path: {what} was made with the tokenizer of sha256 {sha[:12]}, "
+                         f"but the folder's tokenizer ({where}) is sha256 "
+                         f"{own.fingerprint[:12]}{again}")
+    if not self.tokenizer:
+      return own
+    tok = get_tokenizer(self.tokenizer, directory)
+    if tok.fingerprint != own.fingerprint:
+      raise ValueError(f"data.tokenizer: {self.tokenizer!r} is not the tokenizer {directory!r} "
+                       f"was prepared with (sha256 {tok.fingerprint[:12]} vs the manifest's "
+                       f"{own.fingerprint[:12]})")
     return tok
 
 
