@@ -246,11 +246,11 @@ def prepare_text(src: str, out_dir: str, *, tokenizer: str = "bytes", pattern: s
                  max_bytes: int = 0, column: str = "text", val_frac: float = 0.1,
                  shard_size: int = 4096, force: bool = False) -> dict:
   """Text documents -> token-id records + lengths + manifest in `out_dir` (the manifest),
-  written whole (`staged_output`).
+  written whole (`jaxdl.data.staging.staged_output`).
 
   Refused before anything is read: an `out_dir` of other data or another tokenizer, unless
-  `force` (`check_out`). A BPE whose TRAINED_ON record says it saw another train split of this
-  `src` is refused, as is `out_dir`'s own tokenizer.json ('bpe') trained on other files
+  `force` (`staging.check_out`). A BPE whose TRAINED_ON record says it saw another train split
+  of this `src` is refused, as is `out_dir`'s own tokenizer.json ('bpe') trained on other files
   (`check_trained_on`)."""
   tok = get_tokenizer(tokenizer, out_dir, key="--tokenizer")
   if not force:

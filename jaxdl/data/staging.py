@@ -59,9 +59,8 @@ def _tag() -> str:
 
 def sweep_stale(folder: str, prefix: str) -> None:
   """Removes the entries (folders or files) `<prefix><host>-<pid>` of `folder` left by dead
-  processes of this host
-  (another host's pids mean nothing here, so its entries are left alone), and `<prefix><pid>`,
-  the name earlier versions gave a cached build's sibling."""
+  processes of this host (another host's pids mean nothing here, so its entries are left alone),
+  and `<prefix><pid>`, the name earlier versions gave a cached build's sibling."""
   host = socket.gethostname()
   try:
     names = os.listdir(folder)
