@@ -1,6 +1,6 @@
 """jaxdl.generative.nfe_sweep and jaxdl.course.sampler_table: quality against network calls.
 
-The network calls are counted twice, by the rule (`calls_per_sample`) and by a denoiser that
+The network calls are counted twice, by the rule (`samplers.network_calls`) and by a denoiser that
 counts its own calls (a host callback in the compiled scan); the sweep runs on an untrained
 edm_digits:smoke checkpoint with a stand-in judge (the procedure, not the numbers)."""
 
@@ -37,12 +37,13 @@ def _counting_denoiser(count):
 
 
 @pytest.mark.parametrize("path_name,sampler,steps,expected", CALLS)
-def test_calls_per_sample_is_what_the_compiled_sampler_calls(path_name, sampler, steps, expected):
+def test_network_calls_are_what_the_compiled_sampler_calls(path_name, sampler, steps, expected):
   path, prediction = PATHS[path_name]
-  assert nfe_sweep.calls_per_sample(path, sampler, steps) == expected
+  assert samplers.network_calls(path, sampler=sampler, steps=steps) == expected
   count = [0]
   sample = samplers.make_sampler(_counting_denoiser(count), path, sampler=sampler, steps=steps,
                                  sample_shape=(1,), prediction=prediction)
+  assert sample.calls == expected
   jax.block_until_ready(sample(None, jax.random.PRNGKey(0), 3))
   jax.effects_barrier()
   assert count[0] == expected
@@ -54,8 +55,8 @@ def test_steps_for_calls_matches_euler_at_equal_calls():
   assert nfe_sweep.steps_for_calls(flow, "heun", 20) == 10
   assert nfe_sweep.steps_for_calls(flow, "edm_heun", 20) == 11   # 2 x 11 - 2
   assert nfe_sweep.steps_for_calls(flow, "dpmpp_3m", 2) == 3     # its order
-  with pytest.raises(ValueError, match="calls per step are not known"):
-    nfe_sweep.calls_per_sample(flow, "unipc", 4)
+  with pytest.raises(ValueError, match="sampler: expected one of .*, got 'unipc'"):
+    samplers.network_calls(flow, sampler="unipc", steps=4)
 
 
 def test_plan_skips_what_the_path_refuses_with_make_samplers_reason():

@@ -180,7 +180,7 @@ def test_bad_input_raises_one_clear_error_each():
     samplers.make_sampler(two_point_field, FLOW, guidance=2.0)
   with pytest.raises(ValueError, match="steps"):
     samplers.make_sampler(two_point_field, FLOW, steps=0)
-  with pytest.raises(ValueError, match="sampler='rk4'"):
+  with pytest.raises(ValueError, match="sampler: expected one of .*, got 'rk4'"):
     samplers.make_sampler(two_point_field, FLOW, sampler="rk4")
   with pytest.raises(ValueError, match="needs the 'flow' path"):
     samplers.make_sampler(two_point_field, paths.make_path("ddpm", T=10), sampler="euler")
@@ -218,7 +218,7 @@ def test_a_new_sampler_is_one_registered_function(monkeypatch):
   1 + z + z^2/2 + z^3/4, z = h lam (Heun alone stops at z^2/2)."""
   monkeypatch.setattr(samplers, "SAMPLERS", dict(samplers.SAMPLERS))  # restored after the test
 
-  @samplers.register_sampler("heun2", continuous_only=True)
+  @samplers.register_sampler("heun2", paths=samplers.CONTINUOUS_PATHS, calls=3)
   def heun2(grid, variables, x, i, key, y_B):
     h = grid.t[i + 1] - grid.t[i]
     v_t = grid.velocity(variables, x, i, y_B)
@@ -238,7 +238,7 @@ def test_a_new_sampler_is_one_registered_function(monkeypatch):
 def test_the_registry_names_its_samplers_and_refuses_a_second_registration():
   assert sorted(samplers.SAMPLERS) == ["ddim", "ddpm", "dpmpp_2m", "dpmpp_3m", "edm_heun",
                                        "euler", "heun"]
-  with pytest.raises(ValueError, match=r"sampler='rk4': expected one of \['ddim', 'ddpm', 'dpmpp"):
+  with pytest.raises(ValueError, match=r"sampler: expected one of \['ddim', 'ddpm', 'dpmpp"):
     samplers.make_sampler(two_point_field, FLOW, sampler="rk4")
   with pytest.raises(ValueError, match="'euler' is already registered"):
     samplers.register_sampler("euler")(lambda grid, variables, x, i, key, y_B: x)

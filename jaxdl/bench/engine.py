@@ -271,7 +271,7 @@ def bench_sampler_nfe(experiment: str = "fm_digits_cfg", batch: int = 64, calls:
   steps, fns = {}, {}
   for name in ("euler", *names):
     steps[name] = nfe_sweep.steps_for_calls(path, name, calls)
-    got = nfe_sweep.calls_per_sample(path, name, steps[name])
+    got = samplers.network_calls(path, sampler=name, steps=steps[name])
     if got != calls:
       raise ValueError(f"{name}: no step count gives {calls} calls on the {path.name!r} path "
                        f"({steps[name]} steps give {got})")

@@ -11,7 +11,8 @@ f(pixels16_Nx64) -> (probs_NxK, features_NxH) (`evaluation.digits_quality`):
   confident  the fraction whose top class is the conditioning class with probability >= 0.9.
 The judge is chosen (and trained if need be) by `jaxdl.course.sampler_table`.
 
-Network calls of N steps of each rule (`calls_per_sample`), one call = one batched evaluation:
+Network calls of N steps of each rule (its registry entry's `calls`, `samplers.network_calls`),
+one call = one batched evaluation:
   ddpm, ddim, euler, dpmpp_2m, dpmpp_3m   N
   heun                                    2N   (the correction at every step)
   edm_heun                                N + the steps with Heun's correction: not the last
@@ -88,36 +89,17 @@ import time
 import numpy as np
 
 from jaxdl.generative import samplers as samplers_lib
-from jaxdl.generative import solvers, spacings
 from jaxdl.generative.settings import parse_gen, path_from_config
 
 DEFAULT_SAMPLERS = ("ddpm", "ddim", "euler", "heun", "dpmpp_2m", "edm_heun")
-ONE_CALL_A_STEP = ("ddpm", "ddim", "euler", "dpmpp_2m", "dpmpp_3m")
-
-
-def calls_per_sample(path, sampler: str, steps: int, *, spacing: str | None = None,
-                     rho: float = 7.0) -> int:
-  """Sequential network calls of `steps` updates of `sampler` on `path` (module docstring);
-  a sampler whose cost per step is not known here raises ValueError."""
-  if sampler in ONE_CALL_A_STEP:
-    return steps
-  if sampler == "heun":
-    return 2 * steps
-  if sampler == "edm_heun":  # the rule corrects where its `heun` mask says (`solvers`)
-    t_N1 = spacings.time_grid(path, steps, spacing, rho=rho)
-    alpha_N1, sigma_N1 = (np.asarray(a, np.float64) for a in path.alpha_sigma(t_N1))
-    options = dict(s_churn=0.0, s_tmin=0.0, s_tmax=None, s_noise=1.0)
-    coef = solvers.edm_heun_coefficients(path, t_N1, alpha_N1, sigma_N1, options)
-    return steps + int(np.sum(coef["heun"]))
-  raise ValueError(f"sampler={sampler!r}: its network calls per step are not known; known: "
-                   f"{sorted(ONE_CALL_A_STEP + ('heun', 'edm_heun'))}")
 
 
 def steps_for_calls(path, sampler: str, calls: int, **grid) -> int:
-  """The fewest steps N >= the rule's order with `calls_per_sample` >= `calls` (equal when the
-  rule can reach it: N for the one-call rules, calls / 2 for heun)."""
+  """The fewest steps N >= the rule's order whose network calls (`samplers.network_calls`) are
+  >= `calls` (equal when the rule can reach it: N for the one-call rules, calls / 2 for heun);
+  `grid`: spacing, rho."""
   n = samplers_lib.SAMPLERS[sampler].order
-  while calls_per_sample(path, sampler, n, **grid) < calls:
+  while samplers_lib.network_calls(path, sampler=sampler, steps=n, **grid) < calls:
     n += 1
   return n
 
@@ -185,7 +167,7 @@ def sweep(workdir, steps_list, outputs, *, samplers=DEFAULT_SAMPLERS, per_class:
     q = evaluation.digits_quality(outputs, evaluation._to_pixels16(x, config.data.scale), y_N,
                                   seed=seed)
     floor = q["frechet_floor"]
-    calls = calls_per_sample(path, name, n, spacing=gen.spacing, rho=gen.rho)
+    calls = sample.calls
     rows.append(dict(sampler=name, steps=n, calls=calls, nfe=calls * (2 if guided else 1),
                      frechet=q["frechet"], confident=q["confident"],
                      seconds=time.perf_counter() - t0))

@@ -22,7 +22,7 @@ from typing import ClassVar
 
 import ml_collections
 
-from jaxdl.generative import paths, samplers, spacings
+from jaxdl.generative import paths, samplers
 from jaxdl.schema import (NONNEG, POSITIVE, UNIT, ConfigError, Settings, default_section, one_of,
                           parse_section, setting)
 
@@ -43,37 +43,20 @@ class GenSettings(Settings):
 
 
 @dataclasses.dataclass(frozen=True)
-class PathSettings(GenSettings):
+class PathSettings(GenSettings, samplers.SamplerSettings):
   """flow_matching's `gen` section (DDPMSettings changes two defaults).
 
   path: 'flow' for flow_matching; 'ddpm' uses `schedule` and `T`. `prediction` is the network's
   output and regression target (`jaxdl.generative.losses`); `num_classes` K > 0 conditions on
   the label, each replaced by the null class K with probability `p_uncond` in training
-  (classifier-free guidance). The sampler keys are `make_run_sampler`'s defaults.
+  (classifier-free guidance). The sampler keys (sampler, steps, eta, guidance, clip_x0, spacing,
+  rho, the churn, t_end) are `samplers.SamplerSettings`', declared there with their defaults:
+  what `make_run_sampler` and `jaxdl sample` draw with.
   """
   schedule: str = setting("linear", one_of(*paths.SCHEDULES))
   T: int = setting(1000, POSITIVE)
-  prediction: str = "velocity"
-  num_classes: int = setting(0, NONNEG)     # 0: unconditional
+  num_classes: int = setting(0, NONNEG)     # 0: unconditional (GenSettings' ClassVar otherwise)
   p_uncond: float = setting(0.1, UNIT)
-  sampler: str = setting("heun", one_of(*samplers.SAMPLERS))
-  steps: int = setting(50, POSITIVE)
-  eta: float = setting(0.0, NONNEG)
-  guidance: float | None = None             # w: (1 + w) f(x, y) - w f(x, null); None: unguided
-  clip_x0: float | None = setting(None, POSITIVE)
-  # The grid: None is the path's own ('time'; 'karras' on EDM); `jaxdl.generative.spacings`.
-  spacing: str | None = setting(None, one_of(*spacings.SPACINGS))
-  rho: float = setting(7.0, POSITIVE)       # Karras's exponent of the 'karras' spacing
-  # EDM-Heun's churn (`jaxdl.generative.solvers`): 0 is the deterministic sampler.
-  s_churn: float = setting(0.0, NONNEG)
-  s_tmin: float = setting(0.0, NONNEG)
-  s_tmax: float | None = setting(None, NONNEG)  # None: no upper bound
-  s_noise: float = setting(1.0, NONNEG)
-
-  def __post_init__(self):
-    super().__post_init__()
-    if self.s_tmax is not None and self.s_tmax < self.s_tmin:
-      self.fail("s_tmax", f"must be >= s_tmin = {self.s_tmin}, got {self.s_tmax}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -39,24 +39,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-
-def _ve_sigma(alpha_N1, sigma_N1):
-  with np.errstate(divide="ignore"):
-    return sigma_N1 / alpha_N1
+from jaxdl.generative import spacings
 
 
-def edm_heun_coefficients(path, t_N1, alpha_N1, sigma_N1, options):
-  """Per-step constants of 'edm_heun': the churned time and scales, and which steps correct."""
+def edm_heun_coefficients(path, t_N1, alpha_N1, sigma_N1, settings):
+  """Per-step constants of 'edm_heun': the churned time and scales, and which steps correct
+  (`settings`: the sampler's `SamplerSettings`, whose churn keys it reads)."""
   n = len(t_N1) - 1
-  sig_N1 = _ve_sigma(alpha_N1, sigma_N1)
+  sig_N1 = spacings.sigma_ve(path, t_N1)
   sig_N, finite_N = sig_N1[:-1], np.isfinite(sig_N1[:-1])
-  s_tmax = math.inf if options["s_tmax"] is None else options["s_tmax"]
+  s_tmax = math.inf if settings.s_tmax is None else settings.s_tmax
   level_N = sig_N * path.data_scale  # S_min, S_max are in the data's units (Karras's sigma)
-  in_range_N = finite_N & (level_N >= options["s_tmin"]) & (level_N <= s_tmax)
-  gamma_N = np.where(in_range_N, min(options["s_churn"] / n, math.sqrt(2) - 1), 0.0)
+  in_range_N = finite_N & (level_N >= settings.s_tmin) & (level_N <= s_tmax)
+  gamma_N = np.where(in_range_N, min(settings.s_churn / n, math.sqrt(2) - 1), 0.0)
   churn = bool(np.any(gamma_N > 0))
   if churn and not path.continuous:
-    raise ValueError(f"s_churn={options['s_churn']}: churn raises sigma to levels between the "
+    raise ValueError(f"s_churn={settings.s_churn}: churn raises sigma to levels between the "
                      f"grid's times, which the discrete {path.name!r} path does not have; use "
                      "s_churn=0 or a continuous path")
   sig_hat_N = sig_N * (1 + gamma_N)
@@ -75,9 +73,14 @@ def edm_heun_coefficients(path, t_N1, alpha_N1, sigma_N1, options):
     alpha_hat_N, sigma_hat_N = (np.asarray(a, np.float64) for a in path.alpha_sigma(t_hat_N))
     out.update(t_hat=t_hat_N, alpha_hat=alpha_hat_N, sigma_hat=sigma_hat_N,
                scale=np.where(gamma_N > 0, alpha_hat_N / alpha_N1[:-1], 1.0),
-               noise=np.where(gamma_N > 0, alpha_hat_N * options["s_noise"]
+               noise=np.where(gamma_N > 0, alpha_hat_N * settings.s_noise
                               * np.sqrt(np.maximum(sig_hat_N**2 - sig_N**2, 0.0)), 0.0))
   return out
+
+
+def edm_heun_calls(coef, steps: int) -> int:
+  """Network calls of N steps of 'edm_heun': N, plus one for each step with Heun's correction."""
+  return steps + int(np.sum(coef["heun"]))
 
 
 def edm_heun(grid, variables, x, i, key, y_B):
@@ -125,8 +128,8 @@ def _multistep_weights(h, h1, h2, order):
 def multistep_coefficients(order: int):
   """`prepare` of DPM-Solver++(order M): per step the weights w_i of
   x_s = w0 x_t + w1 D_i + w2 D_{i-1} + w3 D_{i-2}."""
-  def prepare(path, t_N1, alpha_N1, sigma_N1, options):
-    del path, t_N1, options
+  def prepare(path, t_N1, alpha_N1, sigma_N1, settings):
+    del path, t_N1, settings
     with np.errstate(divide="ignore"):
       lam_N1 = np.log(alpha_N1) - np.log(sigma_N1)
     h_N = np.diff(lam_N1)
