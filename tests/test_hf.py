@@ -60,7 +60,7 @@ def test_logits_and_greedy_generation_match_transformers(name):
   if name != "llama_tied":  # the tied layout's logits suffice: its decoding is llama's
     out = decoding.generate(model, params, jnp.asarray(exp["prompt"], jnp.int32),
                             jax.random.key(0), exp["generated"].shape[1] - exp["prompt"].shape[1],
-                            greedy=True)
+                            temperature=0)
     np.testing.assert_array_equal(np.asarray(out), exp["generated"])
 
 
@@ -138,16 +138,14 @@ def test_tokenizer_beside_the_weights(tmp_path):
   with pytest.raises(ValueError, match=r"^--tokenizer: .* has 200 ids but the model's "
                                        r"vocab_size is 96: the tokenizer does not match[^\n]*$"):
     tokenize.load_hf_tokenizer(str(big))
-  assert cli.main(["sample", str(big), "--prompt", "w1 w2"]) == 2
+  assert cli.main(["generate", str(big), "--prompt", "w1 w2"]) == 2
 
 
-def test_sample_cli_continues_a_prompt(capsys):
-  assert cli.main(["sample", os.path.join(DATA, "llama"), "--prompt", "the quick", "--greedy",
-                   "--max-new-tokens", "4", "--num", "2"]) == 0
+def test_generate_cli_continues_a_prompt(capsys):
+  assert cli.main(["generate", os.path.join(DATA, "llama"), "--prompt", "the quick",
+                   "--temperature", "0", "--max-new-tokens", "4", "--num", "2"]) == 0
   lines = capsys.readouterr().out.splitlines()
   assert len(lines) == 2 and lines[0] == lines[1] and lines[0].startswith("the quick")
-  assert cli.main(["sample", os.path.join(DATA, "llama"), "--prompt", "the", "--steps", "3"]) == 2
-  assert "--steps: not an option of --prompt" in capsys.readouterr().err
 
 
 BAD_CONFIGS = [
@@ -170,7 +168,7 @@ def test_an_unrepresentable_config_is_one_line_naming_the_field(name, changes, f
   d = _copy(name, tmp_path, **changes)
   with pytest.raises(ConfigError, match=r"^[^\n]*" + re.escape(field) + r"[^\n]*$"):
     hf.load_hf(str(d))
-  assert cli.main(["sample", str(d), "--prompt", "the"]) == 2
+  assert cli.main(["generate", str(d), "--prompt", "the"]) == 2
 
 
 def test_bad_weights_are_one_line_errors(tmp_path):

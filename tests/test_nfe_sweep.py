@@ -70,7 +70,7 @@ def test_plan_skips_what_the_path_refuses_with_make_samplers_reason():
   assert by[("dpmpp_3m", 2)] == "N = 2 is below the order 3 of 'dpmpp_3m'"
   with pytest.raises(ValueError, match=r"--samplers: unknown \['eulr'\]"):
     nfe_sweep.plan(config, None, ["eulr"], [2])
-  with pytest.raises(ValueError, match="--sweep-steps: expected step counts >= 1"):
+  with pytest.raises(ValueError, match="--steps: expected step counts >= 1"):
     nfe_sweep.plan(config, None, ["ddim"], [0, 4])
 
 
@@ -129,15 +129,11 @@ def test_sampler_table_refuses_a_missing_run_or_judge_in_one_line(tmp_path):
     sampler_table.sampler_table(tmp_path / "missing", [2])
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--sampler", "euler"], "--sampler (use --samplers): not an option of --sweep-steps"),
-    (["--guidance", "1"], "--guidance: not an option of --sweep-steps"),
-    (["--sweep-steps", "4,x"], "--sweep-steps 4,x: expected integers"),
-])
-def test_cli_sweep_refuses_single_run_options_in_one_line(argv, message, tmp_path, capsys):
-  if "--sweep-steps" not in argv:
-    argv = argv + ["--sweep-steps", "4,8"]
-  assert cli.main(["sample", str(tmp_path), *argv]) == 2
-  err = capsys.readouterr().err
-  assert message in err and len(err.strip().splitlines()) == 1
-
+def test_nfe_cli_refuses_bad_steps_and_out_in_one_line(tmp_path, capsys):
+  for argv, message in ((["--steps", "4,x"], "--steps 4,x: expected integers"),
+                        (["--steps", "4", "--out", str(tmp_path / "no")], "--out"),
+                        (["--steps", "4"], "no trained run here")):
+    assert cli.main(["nfe", str(tmp_path), *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+  assert list(tmp_path.iterdir()) == []

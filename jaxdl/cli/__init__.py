@@ -1,5 +1,5 @@
-"""The `jaxdl` command line: train, list, sample, likelihood, doctor, reproduce, bench, data, plot,
-sweep, export.
+"""The `jaxdl` command line: train, list, sample, generate, nfe, likelihood, doctor, reproduce,
+bench, data, plot, sweep, export.
 
 Exit codes: 0 success (also after a SIGTERM, which stops `train` cleanly at any moment, saving
 the current step during training), 130 a `train` stopped as cleanly by SIGINT (Ctrl-C), 1 a run
@@ -19,13 +19,14 @@ import argparse
 import gc
 import sys
 
-from jaxdl.cli import (bench, data, doctor, export, likelihood, listing, logs, plot, reproduce,
-                       sample, sweep, train)
+from jaxdl.cli import (bench, data, doctor, export, generate, likelihood, listing, logs, nfe, plot,
+                       reproduce, sample, sweep, train)
+from jaxdl.schema import ConfigError
 
 # The commands in the order `jaxdl --help` lists them.
-COMMANDS = {"train": train, "list": listing, "sample": sample, "likelihood": likelihood,
-            "doctor": doctor, "reproduce": reproduce, "bench": bench, "data": data, "plot": plot,
-            "sweep": sweep, "export": export}
+COMMANDS = {"train": train, "list": listing, "sample": sample, "generate": generate, "nfe": nfe,
+            "likelihood": likelihood, "doctor": doctor, "reproduce": reproduce, "bench": bench,
+            "data": data, "plot": plot, "sweep": sweep, "export": export}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,5 +91,9 @@ def main(argv: list[str] | None = None) -> int:
   if as_program and FREEZE_LIBRARY_HEAP and args.command not in LIGHT_COMMANDS:
     load_library_frozen()  # a caller from Python keeps its own heap as it is
   logs.setup()
-  return COMMANDS[args.command].main(args)
+  try:
+    return COMMANDS[args.command].main(args)
+  except ConfigError as e:  # bad input: one line, exit 2 (until the one handler for every type)
+    print(f"jaxdl: error: {str(e).splitlines()[0]}", file=sys.stderr)
+    return 2
 

@@ -1,5 +1,5 @@
 """Sample quality against the number of network calls: one trained class-conditional digits run,
-every applicable sampler, several step counts (`jaxdl sample WORKDIR --sweep-steps 4,8,16,32`).
+every applicable sampler, several step counts (`jaxdl nfe WORKDIR --steps 4,8,16,32`).
 
 `sweep(workdir, steps_list, outputs, ...)` draws `per_class` samples of each of the K classes
 (the run's guidance, the same seed and so the same starting noise for every cell) for each
@@ -30,7 +30,7 @@ Writes nfe_sweep.json (the table) and nfe_sweep.png (frechet and confident vs nf
 line per sampler) into `out_dir`.
 
 Measured (`jaxdl train fm_digits_cfg` to step 3000, its judge a digits_cnn run at test accuracy
-0.994; `jaxdl sample WORKDIR --sweep-steps 4,8,16,32,64`, 100 samples per class, guidance w = 2,
+0.994; `jaxdl nfe WORKDIR --steps 4,8,16,32,64`, 100 samples per class, guidance w = 2,
 so NFE = 2 x calls; Frechet distance, real-vs-real floor 2.81; the confident fraction was 0.999 to
 1.000 in every cell):
 
@@ -115,7 +115,7 @@ def plan(config, model, sampler_names, steps_list) -> tuple[list, list]:
                      f"{sorted(samplers_lib.SAMPLERS)}")
   bad = [n for n in steps_list if not isinstance(n, (int, np.integer)) or n < 1]
   if bad or not steps_list:
-    raise ValueError(f"--sweep-steps: expected step counts >= 1, got {list(steps_list)}")
+    raise ValueError(f"--steps: expected step counts >= 1, got {list(steps_list)}")
   cells, skipped = [], []
   for name in sampler_names:
     order = samplers_lib.SAMPLERS[name].order

@@ -424,7 +424,8 @@ def make_sampler(apply_fn: Callable, path, *, return_trajectory: bool = False, *
     starts from x_init (num, *sample_shape) if given, else eps ~ N(0, I) drawn from `rng`, and
     runs the N updates as one `lax.scan`; step i uses the key fold_in(rng_loop, i); returns
     path.data_scale x_N. `y` is an int or (num,) ints in 0..K-1, checked before the compiled call.
-    `sample.n_steps` is N, `sample.calls` the sequential network calls per sample.
+    `sample.calls` is the sequential network calls per sample, `sample.settings` the
+    `SamplerSettings` it was built with.
   """
   settings = SamplerSettings.of(**settings)
   init_fn, step_fn, rule, calls = build_parts(apply_fn, path, settings)
@@ -456,6 +457,5 @@ def make_sampler(apply_fn: Callable, path, *, return_trajectory: bool = False, *
                        f"{(int(num),) + tuple(sample_shape)}")
     return core_jit(variables, rng, int(num), check_labels(y, int(num), num_classes), x_init)
 
-  sample.n_steps = n
-  sample.calls = calls
+  sample.calls, sample.settings = calls, settings
   return sample
