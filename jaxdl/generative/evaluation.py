@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import textwrap
 
 import jax
 import jax.numpy as jnp
@@ -47,7 +48,8 @@ def save_run(workdir, config, params, *, step: int, **gen) -> pathlib.Path:
   if (workdir / "config.json").exists():
     raise ValueError(f"{workdir}: already holds a run (config.json); choose another workdir")
   config = config.copy_and_resolve_references()
-  config.gen.update(gen)
+  if gen:
+    config.gen.update(gen)
   config_json = json.loads(config.to_json_best_effort())
   ckpt = Checkpointer(workdir / "checkpoints", keep=1, async_save=False)
   ckpt.save(step, {"params": params}, data_state={}, config=config_json,
@@ -287,8 +289,11 @@ def image_grid(img_RxCxHxW, path, *, row_labels=None, row_title: str = "class",
       cell = img[r, c] if rgb else 1.0 - img[r, c].reshape(h, w)  # ink dark on white
       canvas[1 + r * (h + 1):1 + r * (h + 1) + h, 1 + c * (w + 1):1 + c * (w + 1) + w] = cell
   dpi, scale = 100, CELL_PX / max(h, w)
-  margin_in = (0.8 if row_labels is not None else 0.1, 0.5 if title else 0.1)
   fig_w, fig_h = canvas.shape[1] * scale / dpi, canvas.shape[0] * scale / dpi
+  left_in = 0.8 if row_labels is not None else 0.1
+  if title:  # wrapped to the figure's width (about 7 pixels a character at 9 points)
+    title = textwrap.fill(title, max(20, int((fig_w + left_in) * dpi / 7)))
+  margin_in = (left_in, 0.1 + 0.17 * (title.count("\n") + 1) if title else 0.1)
   fig = plt.figure(figsize=(fig_w + margin_in[0] + 0.1, fig_h + margin_in[1] + 0.1), dpi=dpi)
   ax = fig.add_axes((margin_in[0] / fig.get_figwidth(), 0.1 / fig.get_figheight(),
                      fig_w / fig.get_figwidth(), fig_h / fig.get_figheight()))
@@ -300,8 +305,8 @@ def image_grid(img_RxCxHxW, path, *, row_labels=None, row_title: str = "class",
     ax.set_yticks([1 + r * (h + 1) + (h - 1) / 2 for r in range(rows)])
     ax.set_yticklabels([str(label) for label in row_labels], fontsize=11)
     ax.set_ylabel(row_title, fontsize=11)
-  if title:
-    ax.set_title(title, fontsize=9)
+  if title:  # centred on the figure, not the axes, so that the labels' margin does not clip it
+    fig.text(0.5, 1 - 0.05 / fig.get_figheight(), title, ha="center", va="top", fontsize=9)
   fig.savefig(path, dpi=dpi)
   plt.close(fig)
 
