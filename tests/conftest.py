@@ -221,3 +221,24 @@ def pytest_unconfigure(config):
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # pylint: disable=protected-access
+
+
+@pytest.fixture(scope="session")
+def untrained_run():
+  """`make(workdir, experiment, *example_inputs) -> workdir`: a checkpoint of the experiment's
+  model at random parameters (N(0, 0.1^2), drawn on the host from seed 0: nothing compiled),
+  written by `evaluation.save_run`. For tests of what reads a run (sampling, generation)."""
+  def make(workdir, experiment, *example_inputs):
+    import jax  # pylint: disable=g-import-not-at-top
+    import numpy as np  # pylint: disable=g-import-not-at-top
+    from jaxdl.config import load_config  # pylint: disable=g-import-not-at-top
+    from jaxdl.generative import evaluation  # pylint: disable=g-import-not-at-top
+    from jaxdl.models import build_model  # pylint: disable=g-import-not-at-top
+    config, _ = load_config(experiment)
+    model = build_model(config.model)
+    shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), *example_inputs,
+                                               train=False))["params"]
+    rng = np.random.default_rng(0)
+    params = jax.tree.map(lambda s: (0.1 * rng.normal(size=s.shape)).astype(np.float32), shapes)
+    return evaluation.save_run(workdir, config, params, step=0)
+  return make

@@ -16,27 +16,22 @@ import pytest
 
 from jaxdl import cli
 from jaxdl.cli import generate
-from jaxdl.config import load_config
 from jaxdl.data.tokenize import bytes_tokenizer
-from jaxdl.generative import evaluation
-from jaxdl.models import build_model, decoding, hf
+from jaxdl.models import decoding, hf
+from jaxdl.train import load_run
 
 LLAMA = os.path.join(os.path.dirname(__file__), "data", "hf", "llama")  # vocab_size 96
 
 
-def test_an_lm_run_continues_a_prompt_greedily(tmp_path, capsys):
-  config, _ = load_config("char_gpt:smoke")
-  model = build_model(config.model)
-  shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), jnp.zeros((1, 4), jnp.int32),
-                                             train=False))["params"]
-  rng = np.random.default_rng(0)
-  params = jax.tree.map(lambda s: (0.2 * rng.normal(size=s.shape)).astype(np.float32), shapes)
-  run = evaluation.save_run(tmp_path / "lm", config, params, step=0)
+def test_an_lm_run_continues_a_prompt_greedily(tmp_path, untrained_run, capsys):
+  run = untrained_run(tmp_path / "lm", "char_gpt:smoke", jnp.zeros((1, 4), jnp.int32))
+  _, model, variables, _ = load_run(run)
   assert cli.main(["generate", str(run), "--prompt", "To be", "--temperature", "0",
                    "--max-new-tokens", "5", "--num", "2"]) == 0
   # Greedy: both rows are the library's own greedy continuation, decoded as bytes.
   ids = np.frombuffer(b"To be", np.uint8).astype(np.int32)[None]
-  want = np.asarray(decoding.generate(model, params, ids, jax.random.key(0), 5, temperature=0))[0]
+  want = np.asarray(decoding.generate(model, variables["params"], ids, jax.random.key(0), 5,
+                                     temperature=0))[0]
   row = bytes_tokenizer().decode(want)
   assert row.startswith("To be") and len(want) == 10
   assert capsys.readouterr().out == f"{row}\n{row}\n"

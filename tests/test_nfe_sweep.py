@@ -14,7 +14,7 @@ import pytest
 from jaxdl import cli
 from jaxdl.config import load_config
 from jaxdl.course import sampler_table
-from jaxdl.generative import evaluation, nfe_sweep, paths, samplers
+from jaxdl.generative import nfe_sweep, paths, samplers
 from jaxdl.models import build_model
 
 PATHS = {"flow": (paths.FlowPath(), "velocity"),
@@ -84,16 +84,10 @@ def stand_in_judge(pix_Nx64):
 
 
 @pytest.fixture(scope="module")
-def edm_run(tmp_path_factory):
-  """An untrained edm_digits:smoke checkpoint (the sweep's procedure needs no training), its
-  parameters drawn on the host (nothing compiled for the init)."""
-  config, _ = load_config("edm_digits:smoke")
-  model = build_model(config.model)
-  shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), jnp.zeros((1, 8, 8, 1)),
-                                             jnp.zeros((1,)), train=False))["params"]
-  rng = np.random.default_rng(0)
-  params = jax.tree.map(lambda s: (0.1 * rng.normal(size=s.shape)).astype(np.float32), shapes)
-  return evaluation.save_run(tmp_path_factory.mktemp("nfe") / "edm", config, params, step=0)
+def edm_run(tmp_path_factory, untrained_run):
+  """An untrained edm_digits:smoke checkpoint (the sweep's procedure needs no training)."""
+  return untrained_run(tmp_path_factory.mktemp("nfe") / "edm", "edm_digits:smoke",
+                       jnp.zeros((1, 8, 8, 1)), jnp.zeros((1,)))
 
 
 def test_sweep_writes_the_table_and_figure_with_honest_nfe(edm_run, tmp_path):

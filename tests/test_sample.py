@@ -8,28 +8,19 @@ compiled for the init): the grid's layout, not its quality, is under test.
 
 import hashlib
 
-import jax
 import jax.numpy as jnp
 import matplotlib.figure
 import matplotlib.image
-import numpy as np
 import pytest
 
 from jaxdl import cli
-from jaxdl.config import load_config
-from jaxdl.generative import evaluation, trained
-from jaxdl.models import build_model
+from jaxdl.generative import trained
 
 
 @pytest.fixture(scope="module")
-def cfg_run(tmp_path_factory):
-  config, _ = load_config("fm_digits_cfg:smoke")
-  model = build_model(config.model)
-  shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), jnp.zeros((1, 8, 8, 1)),
-                                             jnp.zeros((1,)), train=False))["params"]
-  rng = np.random.default_rng(0)
-  params = jax.tree.map(lambda s: (0.1 * rng.normal(size=s.shape)).astype(np.float32), shapes)
-  return evaluation.save_run(tmp_path_factory.mktemp("cfg") / "fm", config, params, step=0)
+def cfg_run(tmp_path_factory, untrained_run):
+  return untrained_run(tmp_path_factory.mktemp("cfg") / "fm", "fm_digits_cfg:smoke",
+                       jnp.zeros((1, 8, 8, 1)), jnp.zeros((1,)))
 
 
 def _tree(path):
