@@ -162,7 +162,8 @@ def _write_samples(config, x, path, suffix, y, title):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
     fig, ax = plt.subplots(figsize=(4, 4))
-    ax.scatter(x[:, 0], x[:, 1], s=2, alpha=0.6, c=None if y is None else y, cmap="tab10")
+    ax.scatter(x[:, 0], x[:, 1], s=2, alpha=0.6,
+               **({} if y is None else {"c": y, "cmap": "tab10"}))
     ax.set_aspect("equal")
     if title:
       ax.set_title(title, fontsize=8)
