@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdl.generative import closed_forms, paths, samplers, stepwise
+from jaxdl.generative import closed_forms, paths, samplers, solvers, stepwise
 
 FLOW = paths.FlowPath()
 EPS5 = jnp.array([-1.3, -0.2, 0.05, 0.5, 2.0])[:, None]
@@ -104,9 +104,9 @@ def test_ddim_eta1_and_ancestral_steps_have_the_same_mean_and_variance():
   a_t, s_t, a_s, s_s = np.sqrt(ab[0]), np.sqrt(1 - ab[0]), np.sqrt(ab[1]), np.sqrt(1 - ab[1])
   x_t, eps_hat = jnp.array([0.8]), jnp.array([-0.4])
   x_hat = paths.eps_to_x0(x_t, eps_hat, a_t, s_t)
-  mean_anc, var_anc = samplers.ancestral_mean_var(x_t, x_hat, a_t, s_t, a_s, s_s)
-  mean_ddim = samplers.ddim_update(x_hat, eps_hat, a_t, s_t, a_s, s_s, eta=1.0)
-  z1 = samplers.ddim_update(x_hat, eps_hat, a_t, s_t, a_s, s_s, eta=1.0, z=jnp.ones(1))
+  mean_anc, var_anc = solvers.ancestral_mean_var(x_t, x_hat, a_t, s_t, a_s, s_s)
+  mean_ddim = solvers.ddim_update(x_hat, eps_hat, a_t, s_t, a_s, s_s, eta=1.0)
+  z1 = solvers.ddim_update(x_hat, eps_hat, a_t, s_t, a_s, s_s, eta=1.0, z=jnp.ones(1))
   np.testing.assert_allclose(mean_ddim, mean_anc, atol=1e-6)
   np.testing.assert_allclose((z1 - mean_ddim) ** 2, var_anc, rtol=1e-5)
   # Textbook DDPM: beta_tilde = (1 - ab_prev)/(1 - ab_t) (1 - ab_t/ab_prev).
@@ -242,7 +242,7 @@ def test_the_registry_names_its_samplers_and_refuses_a_second_registration():
     samplers.make_sampler(two_point_field, FLOW, sampler="rk4")
   with pytest.raises(ValueError, match="'euler' is already registered"):
     samplers.register_sampler("euler")(lambda grid, variables, x, i, key, y_B: x)
-  assert samplers.SAMPLERS["euler"].step is samplers.euler
+  assert samplers.SAMPLERS["euler"].step is solvers.euler
 
 
 # ----------------------------------------------------------------------------- quality metrics

@@ -365,12 +365,12 @@ def flow_matching_two_points() -> list[Row]:
 def ddim_by_hand() -> list[Row]:
   """alpha_bar 0.36, x_t 1.0, eps 0.5: x_hat 1.0, score -0.625, DDIM step to 0.64 -> 1.1."""
   import jax.numpy as jnp
-  from jaxdl.generative import paths, samplers
+  from jaxdl.generative import paths, solvers
   a_t, s_t = math.sqrt(0.36), math.sqrt(1 - 0.36)
   a_p, s_p = math.sqrt(0.64), math.sqrt(1 - 0.64)
   x_t, eps_hat = jnp.array([1.0]), jnp.array([0.5])
   x_hat = paths.eps_to_x0(x_t, eps_hat, a_t, s_t)
   score = paths.eps_to_score(eps_hat, s_t)
-  x_prev = samplers.ddim_update(x_hat, eps_hat, a_t, s_t, a_p, s_p, eta=0.0)
+  x_prev = solvers.ddim_update(x_hat, eps_hat, a_t, s_t, a_p, s_p, eta=0.0)
   return [close("ddim_by_hand.x_hat_score_x_prev", [1.0, -0.625, 1.1],
                 [float(x_hat[0]), float(score[0]), float(x_prev[0])], atol=1e-6)]

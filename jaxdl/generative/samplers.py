@@ -4,29 +4,14 @@
 one jitted program, no Python loop around the model. Its settings, with their defaults and checks,
 are declared once, in `SamplerSettings` (a run's `gen` section inherits them,
 `jaxdl.generative.settings.PathSettings`; `jaxdl.generative.stepwise` takes the same). The grid
-runs from noise to data; step i goes from time t_i to t_{i+1} = s, with (alpha, sigma) the
-path's coefficients. Every update works on the pair (x_hat, eps_hat) that the network's output
-converts to (`paths.to_x_eps`):
-
-  'ddim'   x_s = alpha_s x_hat + sqrt(sigma_s^2 - c^2) eps_hat + c z,
-           c^2 = eta^2 sigma_s^2 (1 - SNR_t / SNR_s), SNR = alpha^2 / sigma^2   (Song et al., 2021)
-           eta = 0 is deterministic; eta = 1 has the variance of the ancestral step. On the flow
-           path DDIM with eta = 0 is exactly the Euler step.
-  'ddpm'   ancestral: x_s ~ q(x_s | x_t, x = x_hat) = N(mean, var) with alpha_ts = alpha_t/alpha_s,
-           sigma_ts^2 = sigma_t^2 - alpha_ts^2 sigma_s^2,
-           mean = alpha_ts sigma_s^2/sigma_t^2 x_t + alpha_s sigma_ts^2/sigma_t^2 x_hat,
-           var = sigma_ts^2 sigma_s^2 / sigma_t^2      (Ho et al., 2020, on any sub-sequence).
-  'euler'  x_s = x_t + h v(x_t, t), h = s - t, v = alpha' x_hat + sigma' eps_hat
-           (flow: x_hat - eps_hat).
-  'heun'   x' = x_t + h v(x_t, t); x_s = x_t + h/2 (v(x_t, t) + v(x', s)).
-Classifier-free guidance mixes the raw outputs, out~ = out(x) + w (out(x, c) - out(x)), with one
-batched call of size 2B per evaluation (the null class marks "unconditional"); this is exact for
-eps, x0, v and velocity outputs alike because the conversions are affine in the output.
-
-  'edm_heun'  Karras et al.'s Heun sampler in sigma_ve = sigma / alpha with optional churn, last
-           step Euler; 'dpmpp_2m', 'dpmpp_3m' DPM-Solver++ multistep (`jaxdl.generative.solvers`).
-The grid is the path's own (`path.time_grid`) or one spaced evenly in t, the log-SNR or Karras's
-sigma^(1/rho) (`spacing`, `jaxdl.generative.spacings`).
+runs from noise to data (`jaxdl.generative.spacings`: the path's own, or spaced evenly in t, the
+log-SNR or Karras's sigma^(1/rho)); step i goes from t_i to t_{i+1}. The updates, 'ddpm'
+(ancestral), 'ddim', 'euler', 'heun', 'edm_heun' (Karras et al.'s Heun with optional churn) and
+'dpmpp_2m' / 'dpmpp_3m' (DPM-Solver++ multistep), are written with their equations in
+`jaxdl.generative.solvers`. Classifier-free guidance mixes the raw outputs, out~ = out(x) +
+w (out(x, c) - out(x)), with one batched call of size 2B per evaluation (the null class marks
+"unconditional"); this is exact for eps, x0, v and velocity outputs alike because the conversions
+are affine in the output.
 
 Each update is one entry of `SAMPLERS`, a `SamplerRule`: a pure `step(grid, variables, x, i, key,
 y_B) -> x_s`, the paths it runs on, its order, its network calls, registered with
@@ -188,31 +173,6 @@ class SamplerSettings(Settings):
     return cls.of(**values)
 
 
-def ddim_update(x_hat, eps_hat, alpha_t, sigma_t, alpha_s, sigma_s, eta=0.0, z=None):
-  """One DDIM step t -> s: x_s = alpha_s x_hat + sqrt(sigma_s^2 - c^2) eps_hat + c z.
-
-  c^2 = eta^2 sigma_s^2 (1 - (alpha_t sigma_s)^2 / (alpha_s sigma_t)^2); with eta = 0 (z unused)
-  the step keeps x_hat and eps_hat and mixes them again at the new noise level.
-  """
-  b = paths_lib._bc
-  ratio = (alpha_t * sigma_s) / (alpha_s * sigma_t)
-  c2 = eta**2 * sigma_s**2 * jnp.maximum(1.0 - ratio**2, 0.0)
-  x_s = b(alpha_s, x_hat) * x_hat + b(jnp.sqrt(jnp.maximum(sigma_s**2 - c2, 0.0)), x_hat) * eps_hat
-  if z is not None:
-    x_s = x_s + b(jnp.sqrt(c2), x_hat) * z
-  return x_s
-
-
-def ancestral_mean_var(x_t, x_hat, alpha_t, sigma_t, alpha_s, sigma_s):
-  """Mean and variance of the Gaussian posterior q(x_s | x_t, x = x_hat) for s < t in noise."""
-  b = paths_lib._bc
-  alpha_ts = alpha_t / alpha_s
-  sigma_ts2 = sigma_t**2 - alpha_ts**2 * sigma_s**2
-  mean = (b(alpha_ts * sigma_s**2 / sigma_t**2, x_t) * x_t
-          + b(alpha_s * sigma_ts2 / sigma_t**2, x_t) * x_hat)
-  return mean, sigma_ts2 * sigma_s**2 / sigma_t**2
-
-
 def guided_output(apply_fn, variables, x_t, tm_1, y_B, guidance, null_class):
   """Network output at the shared model time tm_1 (shape (1,)), with classifier-free guidance
   when `guidance` is not None.
@@ -281,46 +241,13 @@ class Grid:
 
 
 # ----------------------------------------------------------------------------- the built-in rules
-# Step i goes from t = t_i to s = t_{i+1}; each body is its equation in the module docstring.
-
-
-@register_sampler("ddpm")
-def ddpm(grid, variables, x, i, key, y_B):
-  """Ancestral: x_s ~ q(x_s | x_t, x = x_hat) = N(mean, var)."""
-  x_hat, _, _ = grid.predict(variables, x, i, y_B)
-  mean, var = ancestral_mean_var(x, x_hat, grid.alpha[i], grid.sigma[i],
-                                 grid.alpha[i + 1], grid.sigma[i + 1])
-  z = jax.random.normal(key, x.shape, x.dtype)
-  return mean + jnp.sqrt(jnp.maximum(var, 0.0)) * z
-
-
-@register_sampler("ddim")
-def ddim(grid, variables, x, i, key, y_B):
-  """x_s = alpha_s x_hat + sqrt(sigma_s^2 - c^2) eps_hat + c z (z unused when eta = 0)."""
-  x_hat, eps_hat, _ = grid.predict(variables, x, i, y_B)
-  z = jax.random.normal(key, x.shape, x.dtype) if grid.eta > 0 else None
-  return ddim_update(x_hat, eps_hat, grid.alpha[i], grid.sigma[i],
-                     grid.alpha[i + 1], grid.sigma[i + 1], grid.eta, z)
-
-
-@register_sampler("euler", paths=CONTINUOUS_PATHS)
-def euler(grid, variables, x, i, key, y_B):
-  """x_s = x_t + h v(x_t, t), h = s - t."""
-  h = grid.t[i + 1] - grid.t[i]
-  return x + h * grid.velocity(variables, x, i, y_B)
-
-
-@register_sampler("heun", paths=("flow",), calls=2, refusals={
+# Each update is its equation in `solvers`' docstring; here, what the registry knows of it.
+register_sampler("ddpm")(solvers.ddpm)
+register_sampler("ddim")(solvers.ddim)
+register_sampler("euler", paths=CONTINUOUS_PATHS)(solvers.euler)
+register_sampler("heun", paths=("flow",), calls=2, refusals={
     "edm": "it calls the network at sigma = 0, where c_noise = ln(0)/4; use 'edm_heun' (its "
-           "last step is Euler)"})
-def heun(grid, variables, x, i, key, y_B):
-  """x' = x_t + h v(x_t, t); x_s = x_t + h/2 (v(x_t, t) + v(x', s))."""
-  h = grid.t[i + 1] - grid.t[i]
-  v_t = grid.velocity(variables, x, i, y_B)
-  x_e = x + h * v_t
-  return x + 0.5 * h * (v_t + grid.velocity(variables, x_e, i + 1, y_B))
-
-
+           "last step is Euler)"})(solvers.heun)
 register_sampler("edm_heun", order=2, calls=solvers.edm_heun_calls,
                  prepare=solvers.edm_heun_coefficients)(solvers.edm_heun)
 register_sampler("dpmpp_2m", order=2, history=1,

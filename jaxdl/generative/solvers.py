@@ -1,10 +1,25 @@
-"""The EDM Heun sampler and DPM-Solver++ as update rules of `jaxdl.generative.samplers`.
+"""The update rules of the Gaussian-path samplers (registered in `jaxdl.generative.samplers`).
 
-Both step in the noise level sigma_ve = sigma / alpha = exp(-lambda) of any Gaussian path, in which
-the probability-flow ODE of y = x_t / alpha reads dy / d sigma_ve = eps_hat (`paths`); the state
-the scan carries stays x_t = alpha y. Step i goes from t = t_i to s = t_{i+1}; every coefficient
-that depends only on the grid is computed once on the host, in float64 (`*_coefficients`, the
-rules' `prepare`), and read as grid.coef[name][i].
+Step i goes from t = t_i to s = t_{i+1}, with (alpha, sigma) the path's coefficients; every rule
+works on the pair (x_hat, eps_hat) the network's output converts to (`grid.predict`):
+
+  'ddim'   x_s = alpha_s x_hat + sqrt(sigma_s^2 - c^2) eps_hat + c z,
+           c^2 = eta^2 sigma_s^2 (1 - SNR_t / SNR_s), SNR = alpha^2 / sigma^2   (Song et al., 2021)
+           eta = 0 is deterministic; eta = 1 has the variance of the ancestral step. On the flow
+           path DDIM with eta = 0 is exactly the Euler step.
+  'ddpm'   ancestral: x_s ~ q(x_s | x_t, x = x_hat) = N(mean, var) with alpha_ts = alpha_t/alpha_s,
+           sigma_ts^2 = sigma_t^2 - alpha_ts^2 sigma_s^2,
+           mean = alpha_ts sigma_s^2/sigma_t^2 x_t + alpha_s sigma_ts^2/sigma_t^2 x_hat,
+           var = sigma_ts^2 sigma_s^2 / sigma_t^2      (Ho et al., 2020, on any sub-sequence).
+  'euler'  x_s = x_t + h v(x_t, t), h = s - t, v = alpha' x_hat + sigma' eps_hat
+           (flow: x_hat - eps_hat).
+  'heun'   x' = x_t + h v(x_t, t); x_s = x_t + h/2 (v(x_t, t) + v(x', s)).
+
+EDM-Heun and DPM-Solver++ step in the noise level sigma_ve = sigma / alpha = exp(-lambda) of any
+Gaussian path (`spacings.sigma_ve`), in which the probability-flow ODE of y = x_t / alpha reads
+dy / d sigma_ve = eps_hat (`paths`); the state the scan carries stays x_t = alpha y. Every
+coefficient that depends only on the grid is computed once on the host, in float64
+(`*_coefficients`, the rules' `prepare`), and read as grid.coef[name][i].
 
 'edm_heun' (Karras et al., 2022, algorithm 2). Optional churn first raises the noise level to
   sig^ = sig_t (1 + gamma_t), gamma_t = min(S_churn / N, sqrt 2 - 1) where S_min <= sig_t <= S_max
@@ -39,7 +54,64 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdl.generative import paths as paths_lib
 from jaxdl.generative import spacings
+
+
+def ddim_update(x_hat, eps_hat, alpha_t, sigma_t, alpha_s, sigma_s, eta=0.0, z=None):
+  """One DDIM step t -> s: x_s = alpha_s x_hat + sqrt(sigma_s^2 - c^2) eps_hat + c z.
+
+  c^2 = eta^2 sigma_s^2 (1 - (alpha_t sigma_s)^2 / (alpha_s sigma_t)^2); with eta = 0 (z unused)
+  the step keeps x_hat and eps_hat and mixes them again at the new noise level.
+  """
+  b = paths_lib._bc
+  ratio = (alpha_t * sigma_s) / (alpha_s * sigma_t)
+  c2 = eta**2 * sigma_s**2 * jnp.maximum(1.0 - ratio**2, 0.0)
+  x_s = b(alpha_s, x_hat) * x_hat + b(jnp.sqrt(jnp.maximum(sigma_s**2 - c2, 0.0)), x_hat) * eps_hat
+  if z is not None:
+    x_s = x_s + b(jnp.sqrt(c2), x_hat) * z
+  return x_s
+
+
+def ancestral_mean_var(x_t, x_hat, alpha_t, sigma_t, alpha_s, sigma_s):
+  """Mean and variance of the Gaussian posterior q(x_s | x_t, x = x_hat) for s < t in noise."""
+  b = paths_lib._bc
+  alpha_ts = alpha_t / alpha_s
+  sigma_ts2 = sigma_t**2 - alpha_ts**2 * sigma_s**2
+  mean = (b(alpha_ts * sigma_s**2 / sigma_t**2, x_t) * x_t
+          + b(alpha_s * sigma_ts2 / sigma_t**2, x_t) * x_hat)
+  return mean, sigma_ts2 * sigma_s**2 / sigma_t**2
+
+
+def ddpm(grid, variables, x, i, key, y_B):
+  """Ancestral: x_s ~ q(x_s | x_t, x = x_hat) = N(mean, var)."""
+  x_hat, _, _ = grid.predict(variables, x, i, y_B)
+  mean, var = ancestral_mean_var(x, x_hat, grid.alpha[i], grid.sigma[i],
+                                 grid.alpha[i + 1], grid.sigma[i + 1])
+  z = jax.random.normal(key, x.shape, x.dtype)
+  return mean + jnp.sqrt(jnp.maximum(var, 0.0)) * z
+
+
+def ddim(grid, variables, x, i, key, y_B):
+  """x_s = alpha_s x_hat + sqrt(sigma_s^2 - c^2) eps_hat + c z (z unused when eta = 0)."""
+  x_hat, eps_hat, _ = grid.predict(variables, x, i, y_B)
+  z = jax.random.normal(key, x.shape, x.dtype) if grid.eta > 0 else None
+  return ddim_update(x_hat, eps_hat, grid.alpha[i], grid.sigma[i],
+                     grid.alpha[i + 1], grid.sigma[i + 1], grid.eta, z)
+
+
+def euler(grid, variables, x, i, key, y_B):
+  """x_s = x_t + h v(x_t, t), h = s - t."""
+  h = grid.t[i + 1] - grid.t[i]
+  return x + h * grid.velocity(variables, x, i, y_B)
+
+
+def heun(grid, variables, x, i, key, y_B):
+  """x' = x_t + h v(x_t, t); x_s = x_t + h/2 (v(x_t, t) + v(x', s))."""
+  h = grid.t[i + 1] - grid.t[i]
+  v_t = grid.velocity(variables, x, i, y_B)
+  x_e = x + h * v_t
+  return x + 0.5 * h * (v_t + grid.velocity(variables, x_e, i + 1, y_B))
 
 
 def edm_heun_coefficients(path, t_N1, alpha_N1, sigma_N1, settings):
