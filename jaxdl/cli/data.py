@@ -19,7 +19,6 @@ or (OUT's own tokenizer.json) on other files. Errors are one line naming the fla
 from __future__ import annotations
 
 import os
-import sys
 
 from jaxdl import disk_errors
 
@@ -102,20 +101,15 @@ def _is_image_folder(src: str) -> bool:
   return False
 
 
-def main(args) -> int:
+def main(args) -> None:
   from jaxdl.train import workdir
-  try:
-    check(args)
-    # Locked like a workdir: a second `jaxdl data` writing the same --out is refused in one line
-    # instead of interleaving its files with this one's.
-    with workdir.lock(args.out, expect_config=workdir.read_config(args.out), flag="--out"):
-      result = run(args)
-  except ValueError as e:
-    print(f"jaxdl: error: {str(e).splitlines()[0]}", file=sys.stderr)
-    return 2
+  check(args)
+  # Locked like a workdir: a second `jaxdl data` writing the same --out is refused in one line
+  # instead of interleaving its files with this one's.
+  with workdir.lock(args.out, expect_config=workdir.read_config(args.out), flag="--out"):
+    result = run(args)
   if args.data_command == "tokenizer":
     print(f"tokenizer: {result['vocab_size']} ids -> {result['tokenizer']}")
-    return 0
+    return
   counts = ", ".join(f"{s} {v['count']}" for s, v in result["splits"].items())
   print(f"prepared {args.out}: {result['kind']} ({counts} examples)")
-  return 0

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 HELP = ("sample from a trained flow_matching / ddpm / vae / gan run, or continue a --prompt with "
         "a Hugging Face model directory")
@@ -110,87 +109,70 @@ def check_request(workdir: str, num: int, out: str) -> None:
                      f"a {' or '.join(GENERATIVE_TASKS)} run")
 
 
-def main(args) -> int:
+def main(args) -> None:
   if args.prompt is not None:
     return main_text(args)
   args.num = 64 if args.num is None else args.num
   if args.sweep_steps is not None:
     return main_sweep(args)
   if args.samplers is not None:
-    print("jaxdl: error: --samplers: only with --sweep-steps (one run takes --sampler)",
-          file=sys.stderr)
-    return 2
+    raise ValueError("--samplers: only with --sweep-steps (one run takes --sampler)")
   from jaxdl.generative import trained
   args.out = args.out or "samples.png"
-  try:
-    check_request(args.workdir, args.num, args.out)
-    config, x = trained.sample_run(args.workdir, sampler=args.sampler, steps=args.steps,
-                                   guidance=args.guidance, eta=args.eta, cls=args.cls,
-                                   num=args.num, seed=args.seed, ema=args.ema)
-  except (ValueError, FileNotFoundError) as e:
-    print(f"jaxdl: error: {str(e).splitlines()[0]}", file=sys.stderr)
-    return 2
+  check_request(args.workdir, args.num, args.out)
+  config, x = trained.sample_run(args.workdir, sampler=args.sampler, steps=args.steps,
+                                 guidance=args.guidance, eta=args.eta, cls=args.cls,
+                                 num=args.num, seed=args.seed, ema=args.ema)
   trained.save_samples(config, x, args.out)
   print(f"wrote {args.num} samples to {args.out}")
-  return 0
 
 
-def main_sweep(args) -> int:
+def main_sweep(args) -> None:
   from jaxdl.course import sampler_table
   from jaxdl.generative import nfe_sweep
   out_dir = args.out or args.workdir
-  try:
-    steps, names = parse_sweep(args)
-    if not os.path.isdir(out_dir):
-      raise ValueError(f"--out {out_dir}: not a folder (with --sweep-steps --out names a folder)")
-    if not os.access(out_dir, os.W_OK):
-      raise ValueError(f"--out {out_dir}: folder is not writable")
-    table = sampler_table.sampler_table(
-        args.workdir, steps, samplers=names or nfe_sweep.DEFAULT_SAMPLERS, judge=args.judge,
-        per_class=args.per_class, seed=args.seed, ema=args.ema, out_dir=out_dir)
-  except (ValueError, FileNotFoundError) as e:
-    print(f"jaxdl: error: {str(e).splitlines()[0]}", file=sys.stderr)
-    return 2
+  steps, names = parse_sweep(args)
+  if not os.path.isdir(out_dir):
+    raise ValueError(f"--out {out_dir}: not a folder (with --sweep-steps --out names a folder)")
+  if not os.access(out_dir, os.W_OK):
+    raise ValueError(f"--out {out_dir}: folder is not writable")
+  table = sampler_table.sampler_table(
+      args.workdir, steps, samplers=names or nfe_sweep.DEFAULT_SAMPLERS, judge=args.judge,
+      per_class=args.per_class, seed=args.seed, ema=args.ema, out_dir=out_dir)
   print(nfe_sweep.markdown(table))
   print(f"wrote {os.path.join(out_dir, 'nfe_sweep.json')} and nfe_sweep.png")
-  return 0
 
 
-def main_text(args) -> int:
+def main_text(args) -> None:
   """Continues --prompt with the Hugging Face model in the workdir (module docstring)."""
   import jax
   import numpy as np
   from jaxdl.data.tokenize import load_hf_tokenizer
   from jaxdl.models import decoding, hf
   num = 1 if args.num is None else args.num
-  try:
-    given = [flag for key, flag in SWEEP_CONFLICTS if getattr(args, key) is not None]
-    if given or args.sweep_steps is not None or args.out is not None:
-      flag = given[0] if given else ("--sweep-steps" if args.sweep_steps else "--out")
-      raise ValueError(f"{flag}: not an option of --prompt, which prints text continuations")
-    for flag, value, ok, expected in (
-        ("--num", num, num >= 1, ">= 1"),
-        ("--max-new-tokens", args.max_new_tokens, args.max_new_tokens >= 1, ">= 1"),
-        ("--temperature", args.temperature, args.temperature > 0, "> 0"),
-        ("--top-k", args.top_k, args.top_k >= 0, ">= 0"),
-        ("--top-p", args.top_p, 0 < args.top_p <= 1, "in (0, 1]")):
-      if not ok:
-        raise ValueError(f"{flag}: must be {expected}, got {value}")
-    model, params = hf.load_hf(args.workdir)
-    tok = load_hf_tokenizer(args.workdir, model.vocab_size, key=args.workdir)
-    ids = tok.encode(args.prompt)
-    if not len(ids):
-      raise ValueError("--prompt: encodes to no tokens")
-    if len(ids) + args.max_new_tokens > model.block_size:
-      raise ValueError(f"--max-new-tokens: {len(ids)} prompt tokens + {args.max_new_tokens} "
-                       f"exceed the model's context of {model.block_size}")
-  except (ValueError, FileNotFoundError) as e:
-    print(f"jaxdl: error: {str(e).splitlines()[0]}", file=sys.stderr)
-    return 2
+  given = [flag for key, flag in SWEEP_CONFLICTS if getattr(args, key) is not None]
+  if given or args.sweep_steps is not None or args.out is not None:
+    flag = given[0] if given else ("--sweep-steps" if args.sweep_steps else "--out")
+    raise ValueError(f"{flag}: not an option of --prompt, which prints text continuations")
+  for flag, value, ok, expected in (
+      ("--num", num, num >= 1, ">= 1"),
+      ("--max-new-tokens", args.max_new_tokens, args.max_new_tokens >= 1, ">= 1"),
+      ("--temperature", args.temperature, args.temperature > 0, "> 0"),
+      ("--top-k", args.top_k, args.top_k >= 0, ">= 0"),
+      ("--top-p", args.top_p, 0 < args.top_p <= 1, "in (0, 1]")):
+    if not ok:
+      raise ValueError(f"{flag}: must be {expected}, got {value}")
+  model, params = hf.load_hf(args.workdir)
+  tok = load_hf_tokenizer(args.workdir, model.vocab_size, key=args.workdir)
+  ids = tok.encode(args.prompt)
+  if not len(ids):
+    raise ValueError("--prompt: encodes to no tokens")
+  if len(ids) + args.max_new_tokens > model.block_size:
+    raise ValueError(f"--max-new-tokens: {len(ids)} prompt tokens + {args.max_new_tokens} "
+                     f"exceed the model's context of {model.block_size}")
   prompt_BxP = np.tile(ids[None], (num, 1))
   out_BxN = decoding.generate(model, params, prompt_BxP, jax.random.key(args.seed),
                               args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                               top_p=args.top_p, greedy=args.greedy)
   for row in np.asarray(out_BxN):
     print(tok.decode(row))
-  return 0
