@@ -123,7 +123,8 @@ def _run(argv: list[str], as_program: bool, preempt: stop_signals.Preemption) ->
   if as_program and os.environ.get(SWEEP_CHILD_VAR):  # before anything starts threads
     from jaxdl.course.sweeps.slots import enter_slot  # pylint: disable=g-import-not-at-top
     enter_slot()
-  if as_program and FREEZE_LIBRARY_HEAP and args.command not in LIGHT_COMMANDS:
+  if (as_program and FREEZE_LIBRARY_HEAP and args.command not in LIGHT_COMMANDS
+      and not preempt.requested):  # (stopped already: why load it)
     load_library_frozen()  # a caller from Python keeps its own heap as it is
   stop_signals.reached("imported")
   if preempt.requested:  # while the library imported: nothing done yet

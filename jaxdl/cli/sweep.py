@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import sys
 
-from jaxdl import disk_errors
+from jaxdl import disk_errors, stop_signals
 from jaxdl.stop_signals import Stopped
 
 HELP = "run a grid of an experiment over seeds (resumable); `sweep report DIR`: its statistics"
@@ -241,6 +241,10 @@ def _launch(args, suffix, prepare, outcome, what, resume_hint) -> None:
   problem = disk_errors.unwritable_dir(out, "--out")
   if problem:
     raise _error(problem)
+  stop_signals.reached("config")
+  if args.preempt.requested:  # while the experiment loaded: nothing started or written yet
+    raise Stopped(args.preempt.requested, f"{what} stopped by {args.preempt.requested} before "
+                                          "it started; nothing written")
   index, ended = start()
   print(report.format_table(report.summarize(out)))
   if ended != "done":
