@@ -24,9 +24,10 @@ import threading
 
 # The test-only variable naming a milestone to signal this process at (`reached`).
 STOP_AT_VAR = "JAXDL_STOP_AT"
-# The milestones, in a `jaxdl train`'s order: the CLI's first act, the library imported (jax
-# loaded), the experiment's config loaded, the workdir locked, the first step dispatched.
-MILESTONES = ("start", "imported", "config", "locked", "step")
+# The milestones, in a `jaxdl train`'s order: the CLI's first act, the library about to be
+# imported (the signal is met while jax loads), the experiment's config loaded, the workdir
+# locked, the first step dispatched. (`jaxdl sweep`: start, importing, config.)
+MILESTONES = ("start", "importing", "config", "locked", "step")
 
 
 class Stopped(BaseException):

@@ -35,7 +35,7 @@ FOREGROUND = ("import runpy, signal, sys; "
               "[signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGTERM)]; "
               "sys.argv[0] = 'jaxdl'; runpy.run_module('jaxdl', run_name='__main__')")
 # The moments before the library is imported: only a fresh interpreter has them.
-FRESH = ("start", "imported")
+FRESH = ("start", "importing")
 
 
 def _env(stop_at: str) -> dict:
@@ -94,12 +94,13 @@ def test_train_stopped_at_each_moment_to_its_first_step_says_so_in_one_line(mile
 
 
 @pytest.mark.parametrize("milestone, signum", [
-    ("start", signal.SIGTERM), ("start", signal.SIGINT), ("imported", signal.SIGINT),
-    ("config", signal.SIGTERM), ("config", signal.SIGINT)], ids=lambda x: getattr(x, "name", x))
+    ("start", signal.SIGTERM), ("start", signal.SIGINT), ("config", signal.SIGTERM),
+    ("config", signal.SIGINT)], ids=lambda x: getattr(x, "name", x))
 def test_sweep_stopped_before_it_starts_says_so_in_one_line(milestone, signum, tmp_path):
   """`jaxdl sweep` goes through the same handler: stopped before its scheduler starts (at the
-  CLI's first act, while jax loads, once the experiment and grid are read), SIGTERM exits 0,
-  SIGINT 130, in one line, and no sweep directory is made."""
+  CLI's first act, once the experiment and grid are read; the moment while jax loads is the
+  CLI's, before any command, tested with train), SIGTERM exits 0, SIGINT 130, in one line, and
+  no sweep directory is made."""
   out_dir = tmp_path / "s"
   code, out, err = _jaxdl(milestone, signum, "sweep", "moons_mlp", "--grid",
                           "optim.lr=0.1,0.2", "--out", str(out_dir))

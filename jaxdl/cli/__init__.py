@@ -125,8 +125,8 @@ def _run(argv: list[str], as_program: bool, preempt: stop_signals.Preemption) ->
     enter_slot()
   if (as_program and FREEZE_LIBRARY_HEAP and args.command not in LIGHT_COMMANDS
       and not preempt.requested):  # (stopped already: why load it)
+    stop_signals.reached("importing")  # a signal from here on is met while jax loads
     load_library_frozen()  # a caller from Python keeps its own heap as it is
-  stop_signals.reached("imported")
   if preempt.requested:  # while the library imported: nothing done yet
     raise stop_signals.Stopped(preempt.requested, f"stopped by {preempt.requested} before "
                                                   f"jaxdl {args.command} started; nothing written")
