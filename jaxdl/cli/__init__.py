@@ -150,10 +150,8 @@ def _exit_code(e: BaseException, as_program: bool) -> int:
   run_error = _is_run_error(e)
   code = 1 if run_error else 2
   if run_error or isinstance(e, (OSError, ValueError)):
-    failure = disk_errors.disk_failure(e)
-    if failure is not None:  # an error raised `from` it (DiskFailure) has composed its line
-      _disk_error(str(e).splitlines()[0] if e.__cause__ is not None else failure, code,
-                  as_program)
+    if disk_errors.disk_failure(e) is not None:  # one raised about it says it already
+      _disk_error(disk_errors.own_disk_failure(e) or str(e).splitlines()[0], code, as_program)
       return code
   if run_error:
     print(f"jaxdl: {e}", *getattr(e, "__notes__", ()), sep="\n", file=sys.stderr)
