@@ -12,8 +12,11 @@ is one line on stderr, `jaxdl: error: ...` for bad input, `jaxdl: ...` otherwise
 stop before the work leave the workdir untouched.
 
 Each command is one module of this package defining `HELP`, `add_arguments(parser)` and
-`main(args)`, which returns on success and raises otherwise; it imports jax and the library
-inside `main`, so `jaxdl --help` and `jaxdl list` start without loading jax.
+`main(args)`, which returns on success and raises otherwise (never an exit code or an error
+line of its own); it imports jax and the library inside `main`, so `jaxdl --help` and
+`jaxdl list` start without loading jax. `args.preempt` is the stop handler, entered before
+anything else (`jaxdl.stop_signals`): a command in `POLLING_COMMANDS` polls its `requested`
+and raises `Stopped` once it has stopped cleanly; in any other a signal raises `Interrupted`.
 """
 
 from __future__ import annotations
