@@ -86,10 +86,11 @@ class Preemption:
 
   While `polled` (`jaxdl train` while it starts; the training loop at its setup milestones and
   every step) the first signal only sets the flag, so the loop saves the current step and
-  returns. Outside it (an experiment's own loop, `after_training`), or at a second signal, the
-  handler raises `Interrupted`: nothing polls there, and unwinding releases the lock. (Raised
-  inside a callback whose exceptions Python ignores, e.g. a gc callback, it is lost: the flag
-  stays set, and the next signal raises again.) Installed only from the main thread (signals are
+  returns; so does a repeated SIGTERM. Outside it (an experiment's own loop, `after_training`),
+  or at a second SIGINT or a signal of the other kind, the handler raises `Interrupted`: nothing
+  polls there, and unwinding releases the lock. (Raised inside a callback whose exceptions
+  Python ignores, e.g. a gc callback, it is lost: the flag stays set, and the next signal raises
+  again.) Installed only from the main thread (signals are
   delivered there); the previous handlers come back on exit.
 
   Entered inside another one (a sweep's scheduler inside the CLI's), it takes over a signal the
@@ -121,6 +122,12 @@ class Preemption:
   def _handle(self, signum, frame):
     del frame
     name = signal.Signals(signum).name
+    # A repeated SIGTERM is the same stop delivered twice (by a parent and again to its process
+    # group, as `timeout` and `kill -TERM -PGID` do): raising at it would skip the save the
+    # first one asked for. A second Ctrl-C is a person insisting: it raises.
+    if self.polling and self.requested in (None, "SIGTERM") and name == "SIGTERM":
+      self.requested = name
+      return
     if self.requested is not None or not self.polling:
       self.requested = self.requested or name
       raise Interrupted(name)

@@ -122,14 +122,23 @@ with Preemption() as outer, outer.polled():
   with Preemption() as inner, inner.polled():
     os.kill(os.getpid(), signal.SIGTERM)  # met by the scheduler
   handed = outer.requested
-print(taken, handed, signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
+with Preemption() as p, p.polled():
+  os.kill(os.getpid(), signal.SIGTERM)
+  os.kill(os.getpid(), signal.SIGTERM)  # the same stop again (a parent's and a group's copy)
+  try:
+    os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C on top: insists
+  except BaseException as e:
+    insisted = type(e).__name__
+print(taken, handed, signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, p.requested, insisted)
 """
 
 
-def test_a_preemption_entered_inside_another_takes_over_its_signal():
+def test_a_preemption_inside_another_takes_over_its_signal_and_a_repeated_sigterm_is_one():
   """A signal the CLI's handler recorded before a sweep's scheduler entered its own is seen by
   the scheduler (it stops at its first poll), one met by the scheduler is handed back to the
-  CLI's, and the handlers before both come back."""
+  CLI's, and the handlers before both come back. A repeated SIGTERM changes nothing (it would
+  otherwise skip the save the first asked for); a SIGINT on top raises."""
   done = subprocess.run([sys.executable, "-c", NESTED], capture_output=True, text=True,
                         timeout=60, cwd=ROOT)
-  assert done.stdout.split() == ["SIGINT", "SIGTERM", "True"], done.stderr
+  assert done.stdout.split() == ["SIGINT", "SIGTERM", "True", "SIGTERM", "Interrupted"], (
+      done.stderr)
