@@ -63,20 +63,15 @@ def _jsonable(x):
   return x
 
 
-def main(args) -> int:
+def main(args) -> None:
   from jaxdl.bench import run_benches
-  try:
-    names = selected(args.only)
-    problem = args.json and disk_errors.unwritable_file(args.json, "--json")
-    if problem:  # before the benchmarks run, not after
-      raise ValueError(problem)
-  except ValueError as e:
-    print(f"jaxdl: error: {e}", file=sys.stderr)
-    return 2
+  names = selected(args.only)
+  problem = args.json and disk_errors.unwritable_file(args.json, "--json")
+  if problem:  # before the benchmarks run, not after
+    raise ValueError(problem)
   log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
   results, rows = run_benches(names, log)
   print(format_table(rows))
   if args.json:
     with open(args.json, "w") as f:
       json.dump(_jsonable({"results": results, "table": rows}), f, indent=2)
-  return 0

@@ -22,7 +22,6 @@ file and line), raised as `jaxdl.schema.ConfigError` (exit code 2).
 from __future__ import annotations
 
 import os
-import sys
 
 from jaxdl import disk_errors
 
@@ -115,28 +114,23 @@ def _is_image_folder(src: str) -> bool:
   return False
 
 
-def main(args) -> int:
+def main(args) -> None:
   from jaxdl.schema import ConfigError
   from jaxdl.train import workdir
-  try:
-    check(args)
-    # Locked like a workdir: a second `jaxdl data` writing the same --out is refused in one line
-    # instead of interleaving its files with this one's.
-    with workdir.lock(args.out, expect_config=workdir.read_config(args.out), flag="--out"):
-      try:
-        result = run(args)
-      except OSError as e:  # the output is written whole or not at all (jaxdl.data.staging)
-        failure = disk_errors.disk_failure(e, args.out)
-        if failure is None:
-          raise
-        raise ConfigError(f"--out {args.out}: {failure}; nothing was written (the partial "
-                          "output is removed)") from e
-  except ValueError as e:  # until the cli's one handler maps ConfigError to exit 2
-    print(f"jaxdl: error: {str(e).splitlines()[0]}", file=sys.stderr)
-    return 2
+  check(args)
+  # Locked like a workdir: a second `jaxdl data` writing the same --out is refused in one line
+  # instead of interleaving its files with this one's.
+  with workdir.lock(args.out, expect_config=workdir.read_config(args.out), flag="--out"):
+    try:
+      result = run(args)
+    except OSError as e:  # the output is written whole or not at all (jaxdl.data.staging)
+      failure = disk_errors.disk_failure(e, args.out)
+      if failure is None:
+        raise
+      raise ConfigError(f"--out {args.out}: {failure}; nothing was written (the partial "
+                        "output is removed)") from e
   if args.data_command == "tokenizer":
     print(f"tokenizer: {result['vocab_size']} ids -> {result['tokenizer']}")
-    return 0
+    return
   counts = ", ".join(f"{s} {v['count']}" for s, v in result["splits"].items())
   print(f"prepared {args.out}: {result['kind']} ({counts} examples)")
-  return 0

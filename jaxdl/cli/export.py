@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import pathlib
 import shutil
-import sys
 
 HELP = "write a trained GPT run (LoRA adapters merged) as a Hugging Face directory"
 
@@ -36,44 +35,38 @@ def add_arguments(parser) -> None:
                       help="export the last parameters rather than the run's average")
 
 
-def _error(line: str) -> int:
-  print(f"jaxdl: error: {line}", file=sys.stderr)
-  return 2
-
-
-def main(args) -> int:
+def main(args) -> None:
   from jaxdl import disk_errors
-  from jaxdl.config import ConfigError
+  from jaxdl.schema import ConfigError
   workdir, out = pathlib.Path(args.workdir), pathlib.Path(args.out)
   if not (workdir / "config.json").is_file():
-    return _error(f"{workdir}: no trained run here (no config.json)")
+    raise ConfigError(f"{workdir}: no trained run here (no config.json)")
   if out.exists():
-    return _error(f"--out {out}: already exists; export into a new directory")
+    raise ConfigError(f"--out {out}: already exists; export into a new directory")
   if args.max_shard_bytes is not None and args.max_shard_bytes < 1:
-    return _error(f"--max-shard-bytes: must be >= 1, got {args.max_shard_bytes}")
+    raise ConfigError(f"--max-shard-bytes: must be >= 1, got {args.max_shard_bytes}")
   problem = disk_errors.unwritable_dir(str(out), "--out")
   if problem:
-    return _error(problem)
+    raise ConfigError(problem)
   from jaxdl.models import hf, lora
   from jaxdl.models.gpt import GPT
   from jaxdl.train import load_run
   config, model, variables, step = load_run(workdir, ema=args.ema)
   if not isinstance(model, GPT):
-    return _error(f"{workdir}: model {config.model.get('name')!r} is not the GPT; only a GPT "
-                  f"run exports to a Hugging Face directory")
+    raise ConfigError(f"{workdir}: model {config.model.get('name')!r} is not the GPT; only a "
+                      f"GPT run exports to a Hugging Face directory")
   model, params = lora.merge(model, variables["params"])
   staging = out.with_name(out.name + ".partial")
   shutil.rmtree(staging, ignore_errors=True)
   try:
     files = hf.save_hf(str(staging), model, params, model_type=args.model_type,
                        max_shard_bytes=args.max_shard_bytes)
-  except (ConfigError, ValueError) as e:
+  except BaseException:
     shutil.rmtree(staging, ignore_errors=True)
-    return _error(str(e).splitlines()[0])
+    raise
   tokenizer = pathlib.Path(str(config.data.get("path") or ""), "tokenizer.json")
   if config.data.get("path") and tokenizer.is_file():
     shutil.copy(tokenizer, staging / "tokenizer.json")
   staging.rename(out)  # whole or not at all: a failed export leaves no half-written directory
   names = ", ".join(pathlib.Path(f).name for f in files)
   print(f"exported {workdir} (step {step}) to {out}: {names}")
-  return 0

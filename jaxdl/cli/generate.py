@@ -109,7 +109,7 @@ def load(args):
   return model, params, tok, ids
 
 
-def main(args) -> int:
+def main(args) -> None:
   import jax
   import numpy as np
   from jaxdl.models import decoding
@@ -126,4 +126,3 @@ def main(args) -> int:
                               top_p=args.top_p)
   for row in np.asarray(out_BxN):
     print(tok.decode(row))
-  return 0

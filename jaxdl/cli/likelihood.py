@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import pathlib
-import sys
 
 HELP = ("log-likelihood of a flow_matching / ddpm run (exact, probability-flow ODE) or a vae run "
         "(ELBO bound) on its eval split")
@@ -69,16 +68,11 @@ def check_request(workdir, num: int, batch_size: int = 1, **ode_options) -> None
     raise ValueError(f"{workdir}: {e}") from None
 
 
-def main(args) -> int:
+def main(args) -> None:
   from jaxdl.generative import trained
-  try:
-    check_request(args.workdir, args.num, args.batch_size, steps=args.steps,
-                  divergence=args.divergence, probes=args.probes)
-    result = trained.run_likelihood(args.workdir, num=args.num, steps=args.steps,
-                                    divergence=args.divergence, probes=args.probes,
-                                    seed=args.seed, ema=args.ema, batch_size=args.batch_size)
-  except (ValueError, FileNotFoundError) as e:
-    print(f"jaxdl: error: {str(e).splitlines()[0]}", file=sys.stderr)
-    return 2
+  check_request(args.workdir, args.num, args.batch_size, steps=args.steps,
+                divergence=args.divergence, probes=args.probes)
+  result = trained.run_likelihood(args.workdir, num=args.num, steps=args.steps,
+                                  divergence=args.divergence, probes=args.probes,
+                                  seed=args.seed, ema=args.ema, batch_size=args.batch_size)
   print(json.dumps(result, indent=2))
-  return 0

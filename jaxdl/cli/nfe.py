@@ -43,7 +43,7 @@ def parse_steps(text: str) -> list[int]:
     raise ConfigError(f"--steps {text}: expected integers like 4,8,16") from None
 
 
-def main(args) -> int:
+def main(args) -> None:
   from jaxdl.course import sampler_table
   from jaxdl.generative import nfe_sweep
   from jaxdl.schema import ConfigError
@@ -65,4 +65,3 @@ def main(args) -> int:
     raise ConfigError(str(e).splitlines()[0]) from None
   print(nfe_sweep.markdown(table))
   print(f"wrote {os.path.join(out_dir, 'nfe_sweep.json')} and nfe_sweep.png")
-  return 0

@@ -42,7 +42,7 @@ def add_arguments(parser) -> None:
                            "(optim.ema_decay)")
 
 
-def main(args) -> int:
+def main(args) -> None:
   from jaxdl.generative import trained
   from jaxdl.schema import ConfigError
   trained.check_out(args.out)
@@ -58,4 +58,3 @@ def main(args) -> int:
   per = "" if y is None or args.cls is not None else (
       f" ({len(x) // len(set(y.tolist()))} of each of {len(set(y.tolist()))} classes)")
   print(f"wrote {len(x)} samples{per} to {args.out}")
-  return 0

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import sys
 
-from jaxdl import disk_errors
+from jaxdl import disk_errors, stop_signals
+from jaxdl.stop_signals import Stopped
 
 HELP = "run a grid of an experiment over seeds (resumable); `sweep report DIR`: its statistics"
 _REPORT_ONLY = ("csv", "json", "figures")
@@ -116,49 +117,50 @@ def add_arguments(p) -> None:
                    help="where the figures go (default DIR/report; 'none' for none)")
 
 
-def _error(line: str) -> int:
-  print(f"jaxdl: error: {line}", file=sys.stderr)
-  return 2
+def _error(line: str):
+  """Bad input, for the CLI's handler: one line, exit 2."""
+  from jaxdl.schema import ConfigError
+  return ConfigError(line)
 
 
 def _echo(line: str) -> None:
   print(line, file=sys.stderr, flush=True)
 
 
-def main(args) -> int:
+def main(args) -> None:
   if args.experiment == "report":
     if args.dir is None:
-      return _error("sweep report: give the sweep directory (jaxdl sweep report DIR)")
+      raise _error("sweep report: give the sweep directory (jaxdl sweep report DIR)")
     if args.grid or args.overrides:
-      return _error("sweep report: --grid and --set belong to running a sweep")
+      raise _error("sweep report: --grid and --set belong to running a sweep")
     given = _slurm_flags(args) + (["--executor"] if args.executor != "local" else [])
     if given:
-      return _error(f"sweep report: {given[0]} belongs to running a sweep")
+      raise _error(f"sweep report: {given[0]} belongs to running a sweep")
     given = [f"--{k.replace('_', '-')}" for k in ("search", *_SEARCH_ONLY) if getattr(args, k)]
     if given:
-      return _error(f"sweep report: {given[0]} belongs to running a search")
+      raise _error(f"sweep report: {given[0]} belongs to running a search")
     if args.mode not in (None, "min", "max"):
-      return _error(f"--mode {args.mode!r}: expected min or max")
+      raise _error(f"--mode {args.mode!r}: expected min or max")
     return _report(args)
   if args.dir is not None:
-    return _error(f"sweep: unexpected argument {args.dir!r} (`jaxdl sweep report DIR` reports)")
+    raise _error(f"sweep: unexpected argument {args.dir!r} (`jaxdl sweep report DIR` reports)")
   given = [f"--{k}" for k in _REPORT_ONLY if getattr(args, k) is not None]
   if given:
-    return _error(f"sweep: {given[0]} belongs to `jaxdl sweep report DIR`")
+    raise _error(f"sweep: {given[0]} belongs to `jaxdl sweep report DIR`")
   if args.jobs is not None and args.jobs < 1:
-    return _error(f"--jobs: expected a count >= 1, got {args.jobs}")
+    raise _error(f"--jobs: expected a count >= 1, got {args.jobs}")
   given = _slurm_flags(args)
   if given and args.executor != "slurm":
-    return _error(f"sweep: {given[0]} belongs to --executor slurm")
+    raise _error(f"sweep: {given[0]} belongs to --executor slurm")
   if args.search is not None:
     if args.executor == "slurm":
-      return _error("sweep: --executor slurm runs a grid; a search runs on this machine "
+      raise _error("sweep: --executor slurm runs a grid; a search runs on this machine "
                     "(--executor local)")
     return _search(args)
   given = [f"--{k.replace('_', '-')}" for k in (*_SEARCH_ONLY, "metric", "mode")
            if getattr(args, k) not in (None, [])]
   if given:
-    return _error(f"sweep: {given[0]} belongs to a search (--search random|tpe)")
+    raise _error(f"sweep: {given[0]} belongs to a search (--search random|tpe)")
   from jaxdl.course.sweeps import grid, runner
 
   def run(out):
@@ -175,8 +177,11 @@ def main(args) -> int:
                                     retry_failed=args.retry_failed, echo=_echo)
 
   def outcome(plan, index):
+    from jaxdl.train import RunError
     failed = [r.name for r in plan.runs if index["runs"][r.name]["status"] == "failed"]
-    return 1 if failed else 0
+    if failed:
+      raise RunError(f"sweep: {len(failed)} of {len(plan.runs)} runs failed: "
+                     f"{', '.join(failed)}")
 
   if args.executor == "slurm":
     def hint(ended):
@@ -191,7 +196,7 @@ def main(args) -> int:
   return _launch(args, "-sweep", run, outcome, "sweep", hint)
 
 
-def _search(args) -> int:
+def _search(args) -> None:
   """`jaxdl sweep EXPERIMENT --search ...`: every flag checked, then the study run."""
   for bad, why in ((args.grid, "--grid and --search exclude each other (a search samples "
                                "--space)"),
@@ -200,7 +205,7 @@ def _search(args) -> int:
                    (args.retry_failed, "--retry-failed does not apply to a search (a failed "
                                        "trial is final in its study)")):
     if bad:
-      return _error(f"sweep: {why}")
+      raise _error(f"sweep: {why}")
   from jaxdl.course.sweeps import index, search, space
 
   def run(out):
@@ -212,38 +217,39 @@ def _search(args) -> int:
     return plan, lambda: search.run(out, plan, args.trials, jobs=args.jobs or 1, echo=_echo)
 
   def outcome(plan, idx):
-    return 0 if any(r["status"] == index.FINISHED for r in idx["runs"].values()) else 1
+    from jaxdl.train import RunError
+    del plan
+    if not any(r["status"] == index.FINISHED for r in idx["runs"].values()):
+      raise RunError("search: no trial finished")
 
   return _launch(args, "-search", run, outcome, "search", lambda ended: "its running trials "
                  "saved their current step (rerun the same command to resume them)")
 
 
-def _launch(args, suffix, prepare, outcome, what, resume_hint) -> int:
+def _launch(args, suffix, prepare, outcome, what, resume_hint) -> None:
   """The grid's and the search's common course: `prepare(out) -> (plan, start)` checks every
   flag (ConfigError: one line, exit 2), the output folder is checked before anything starts,
   `start()` runs it (a ValueError: another sweep's folder or one in use), then the table, and
-  the exit code: 130 after SIGINT, 0 after SIGTERM (or SLURM jobs that left unfinished; what to
-  do next: `resume_hint(ended)`), else `outcome(plan, index)`."""
-  from jaxdl.config import ConfigError, default_workdir, load_config
+  the end: `Stopped` after a signal (exit 130 after SIGINT, 0 after SIGTERM) or SLURM jobs that
+  left unfinished (0; what to do next: `resume_hint(ended)`), else `outcome(plan, index)`,
+  which raises a RunError (exit 1) when runs failed."""
+  from jaxdl.config import default_workdir, load_config
   from jaxdl.course.sweeps import report
-  try:
-    out = args.out or default_workdir(args.experiment,
-                                       load_config(args.experiment, args.overrides)[0]) + suffix
-    plan, start = prepare(out)
-  except ConfigError as e:
-    return _error(str(e).splitlines()[0])
+  out = args.out or default_workdir(args.experiment,
+                                     load_config(args.experiment, args.overrides)[0]) + suffix
+  plan, start = prepare(out)
   problem = disk_errors.unwritable_dir(out, "--out")
   if problem:
-    return _error(problem)
-  try:
-    index, ended = start()
-  except ValueError as e:
-    return _error(str(e).splitlines()[0])
+    raise _error(problem)
+  stop_signals.reached("config")
+  if args.preempt.requested:  # while the experiment loaded: nothing started or written yet
+    raise Stopped(args.preempt.requested, f"{what} stopped by {args.preempt.requested} before "
+                                          "it started; nothing written")
+  index, ended = start()
   print(report.format_table(report.summarize(out)))
   if ended != "done":
-    _echo(f"jaxdl: {what} stopped by {ended}; {resume_hint(ended)}")
-    return 130 if ended == "SIGINT" else 0
-  return outcome(plan, index)
+    raise Stopped(ended, f"{what} stopped by {ended}; {resume_hint(ended)}")
+  outcome(plan, index)
 
 
 def _slurm_flags(args) -> list[str]:
@@ -251,13 +257,9 @@ def _slurm_flags(args) -> list[str]:
   return [f"--{k.replace('_', '-')}" for k in _SLURM_ONLY if getattr(args, k) not in (None, False)]
 
 
-def _report(args) -> int:
-  from jaxdl.config import ConfigError
+def _report(args) -> None:
   from jaxdl.course.sweeps import report
-  try:
-    table = report.summarize(args.dir, args.metric, args.mode)
-  except (FileNotFoundError, ConfigError) as e:
-    return _error(str(e).splitlines()[0])
+  table = report.summarize(args.dir, args.metric, args.mode)
   print(report.format_table(table))
   if args.csv:
     print(f"csv: {report.write_csv(table, args.csv)}")
@@ -267,4 +269,3 @@ def _report(args) -> int:
     import pathlib
     for path in report.plot_figures(table, args.figures or pathlib.Path(args.dir) / "report"):
       print(f"figure: {path}")
-  return 0

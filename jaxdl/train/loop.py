@@ -98,6 +98,7 @@ def _setup(config, workdir, force: bool, progress: bool, hooks: Sequence[Hook],
     stored = jworkdir.completed_summary(workdir, r.train.steps)
     if stored is not None:
       return stored
+    stop_signals.reached("locked")
     if preempt.requested:  # nothing built, loaded or written yet
       return _stopped(jckpt.latest_saved_step(workdir / "checkpoints") or 0)
     hooks.before_training(r)
@@ -308,6 +309,8 @@ class _Loop:
     self.profiler.before(s + 1)
     self.state, metrics = train_fn(self.state, batch)
     done = s + 1
+    if done == self.start + 1:
+      stop_signals.reached("step")
     self.profiler.after(done, metrics)
     with self.meter.paused():  # the probe's first call compiles it
       self.watcher.after_dispatch(done, self.state, batch)
