@@ -90,5 +90,13 @@ def main(argv: list[str] | None = None) -> int:
   if as_program and FREEZE_LIBRARY_HEAP and args.command not in LIGHT_COMMANDS:
     load_library_frozen()  # a caller from Python keeps its own heap as it is
   logs.setup()
-  return COMMANDS[args.command].main(args)
+  try:
+    return COMMANDS[args.command].main(args)
+  except (ValueError, RuntimeError) as e:  # interim: the `cli` branch's one handler replaces it
+    from jaxdl.train.errors import RunError
+    if not isinstance(e, (ValueError, RunError)):
+      raise
+    error = "error: " if isinstance(e, ValueError) else ""
+    print(f"jaxdl: {error}{str(e).splitlines()[0]}", file=sys.stderr)
+    return 2 if isinstance(e, ValueError) else 1
 
