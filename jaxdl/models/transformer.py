@@ -16,8 +16,9 @@ means N = H: `TransformerModel.kv_heads`).
 LoRA (`lora_spec`, `jaxdl.models.lora`): low-rank adapters beside the sites it names.
 Variants: the MLP a mixture of experts (`moe_spec`, `jaxdl.models.moe`), the attention a
 selective state-space mixer (`ssm_spec`, `jaxdl.models.ssm`), each in the same residual slot.
-Settings: GPT and ViT subclass `TransformerModel`, whose fields are the shared `model` keys; the
-blocks receive them as one hashable `BlockSpec` (`cfg`), read from the model's attributes.
+Settings: GPT, ViT and DiT subclass `TransformerModel`, whose fields are the shared `model`
+keys; the blocks receive them as one hashable `BlockSpec` (`cfg`), read from the model's
+attributes.
 The stack (`stack_blocks`, written once for every block kind: GPT's and ViT's `Block`, DiT's
 adaLN block): with `scan_layers` the L blocks are one `nn.scan` (params under 'h' with a leading
 L axis), so compile time does not grow with depth; unrolled they are 'h_0' .. 'h_{L-1}'; with
