@@ -38,11 +38,15 @@ class ViT(TransformerModel):
   @nn.compact
   def __call__(self, x, *, train: bool):
     x_BxHxWxC = as_image(x, self.image_shape, "ViT").astype(self.dtype)
-    b, h, w, _ = x_BxHxWxC.shape
+    b, h, w, c = x_BxHxWxC.shape
     p = self.patch_size
     if h % p or w % p:
       raise ValueError(f"ViT: image {h}x{w} is not divisible into {p}x{p} patches")
-    x_BxTxD = patch_embed(self, x_BxHxWxC, p, layers.get_initializer(self.init_name))
+    conv_init, kernel_shape = layers.get_initializer(self.init_name), (p, p, c, self.d_model)
+    # Drawn as the P x P convolution's (P, P, C, D) kernel, whose fans (P P C in, P P D out) the
+    # ViT's results were measured with, then flattened to the matmul's (P P C, D): same values.
+    x_BxTxD = patch_embed(self, x_BxHxWxC, p, lambda key, shape, dtype: conv_init(
+        key, kernel_shape, dtype).reshape(shape))
     if self.pool == "cls":
       cls = self.param("cls", nn.initializers.zeros, (1, 1, self.d_model), self.param_dtype)
       x_BxTxD = jnp.concatenate([jnp.broadcast_to(cls, (b, 1, self.d_model)).astype(self.dtype),
