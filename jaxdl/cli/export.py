@@ -13,11 +13,14 @@ biases). When the run trained on prepared data whose folder holds the tokenizer
 
 Bad input is one line, exit 2, with nothing written: a workdir without a run, a run whose model
 is not the GPT, a GPT the chosen layout cannot hold (the field is named), an --out that already
-exists or cannot be written.
+exists or cannot be written. The directory is written under a temporary name beside --out and
+renamed to it at the end; on any failure the temporary one is removed, so --out is whole or
+absent, and a full disk (or a permission error) is one line, exit 1.
 """
 
 from __future__ import annotations
 
+import os
 import pathlib
 import shutil
 
@@ -48,25 +51,34 @@ def main(args) -> None:
   problem = disk_errors.unwritable_dir(str(out), "--out")
   if problem:
     raise ConfigError(problem)
-  from jaxdl.models import hf, lora
+  from jaxdl.models import hf, hf_families, lora
   from jaxdl.models.gpt import GPT
-  from jaxdl.train import load_run
+  from jaxdl.train import DiskFailure, load_run
   config, model, variables, step = load_run(workdir, ema=args.ema)
   if not isinstance(model, GPT):
     raise ConfigError(f"{workdir}: model {config.model.get('name')!r} is not the GPT; only a "
                       f"GPT run exports to a Hugging Face directory")
   model, params = lora.merge(model, variables["params"])
-  staging = out.with_name(out.name + ".partial")
-  shutil.rmtree(staging, ignore_errors=True)
+  hf_families.export_type(model, args.model_type)  # refused before anything is written
+  tokenizer = pathlib.Path(str(config.data.get("path") or ""), "tokenizer.json")
+  # The first folder this export creates: removed whole on failure, so a missing parent of
+  # --out that it made is not left behind either.
+  created = out.absolute()
+  while not created.parent.exists():
+    created = created.parent
+  staging = out.with_name(f".{out.name}.{os.getpid()}.partial")
   try:
+    out.parent.mkdir(parents=True, exist_ok=True)
     files = hf.save_hf(str(staging), model, params, model_type=args.model_type,
                        max_shard_bytes=args.max_shard_bytes)
-  except BaseException:
-    shutil.rmtree(staging, ignore_errors=True)
+    if config.data.get("path") and tokenizer.is_file():
+      shutil.copy(tokenizer, staging / "tokenizer.json")
+    staging.rename(out)  # whole or not at all
+  except BaseException as e:
+    shutil.rmtree(staging if created == out.absolute() else created, ignore_errors=True)
+    failure = disk_errors.disk_failure(e)
+    if failure is not None:
+      raise DiskFailure(f"export: {failure} (nothing written to --out {out})") from e
     raise
-  tokenizer = pathlib.Path(str(config.data.get("path") or ""), "tokenizer.json")
-  if config.data.get("path") and tokenizer.is_file():
-    shutil.copy(tokenizer, staging / "tokenizer.json")
-  staging.rename(out)  # whole or not at all: a failed export leaves no half-written directory
   names = ", ".join(pathlib.Path(f).name for f in files)
   print(f"exported {workdir} (step {step}) to {out}: {names}")

@@ -146,10 +146,8 @@ def tensor_widths(model) -> dict[str, int]:
   if getattr(model, "mixer", "attention") == "attention" and getattr(model, "n_head", 0):
     out["model.n_head"] = model.n_head
     out["model.n_kv_head"] = getattr(model, "kv_heads", model.n_head)
-  d = getattr(model, "d_model", 0)
-  if d and hasattr(model, "mlp_hidden"):
-    swiglu = getattr(model, "mlp", "gelu") == "swiglu" and not getattr(model, "moe_experts", 0)
-    out["model.mlp_hidden"] = model.mlp_hidden or (8 * d // 3 if swiglu else 4 * d)
+  if hasattr(model, "mlp_width"):  # F with mlp_hidden's 0 resolved (`TransformerModel.mlp_width`)
+    out["model.mlp_hidden"] = model.mlp_width
   if getattr(model, "vocab_size", 0):
     out["model.vocab_size"] = model.vocab_size
   return out
