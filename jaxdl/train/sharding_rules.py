@@ -143,14 +143,14 @@ def tensor_widths(model) -> dict[str, int]:
   """The widths of `model` that tensor parallelism splits, by the config key that sets them:
   H query heads, N key/value heads, the MLP hidden width F, the vocabulary V (those it has)."""
   out = {}
-  if getattr(model, "mixer", "attention") == "attention" and getattr(model, "n_head", 0):
+  if getattr(model, "mixer", None) != "ssm" and getattr(model, "n_head", None):
     out["model.n_head"] = model.n_head
     out["model.n_kv_head"] = getattr(model, "kv_heads", model.n_head)
-  d = getattr(model, "d_model", 0)
+  d = getattr(model, "d_model", None)
   if d and hasattr(model, "mlp_hidden"):
-    swiglu = getattr(model, "mlp", "gelu") == "swiglu" and not getattr(model, "moe_experts", 0)
+    swiglu = getattr(model, "mlp", None) == "swiglu" and not getattr(model, "moe_experts", None)
     out["model.mlp_hidden"] = model.mlp_hidden or (8 * d // 3 if swiglu else 4 * d)
-  if getattr(model, "vocab_size", 0):
+  if getattr(model, "vocab_size", None):
     out["model.vocab_size"] = model.vocab_size
   return out
 
