@@ -202,6 +202,15 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: Sequence[str])
     _apply_override(config, key, text)
 
 
+def variant_config(config, overrides: dict) -> ml_collections.ConfigDict:
+  """A copy of `config` with `overrides` ({'model.num_layers': 4, ...}) applied and checked as
+  `--set` would (an unknown key or a wrong type is a ConfigError naming it)."""
+  c = ml_collections.ConfigDict(config.to_dict())
+  c.lock()
+  apply_overrides(c, [f"{key}={value!r}" for key, value in overrides.items()])
+  return c
+
+
 def _switches_section(config, key: str, text: str) -> bool:
   """Whether `key=text` names another class for a switchable section (`data.name=parquet`)."""
   section, _, leaf = key.rpartition(".")

@@ -334,6 +334,8 @@ def coerce(key: str, value, hint):
     if t is int and not -2**63 <= value < 2**63:
       raise ConfigError(f"{key}: {value} does not fit in a 64-bit integer")
     return value
+  if t not in (int, float, bool, str, list) and isinstance(t, type) and isinstance(value, t):
+    return value  # a field of another type (a Flax model's `jnp.dtype`) holding one
   expected = "tuple" if t is list else getattr(t, "__name__", t)  # fields hold tuples
   raise ConfigError(f"{key}: expected {expected}, got {value!r}")
 

@@ -124,6 +124,9 @@ def test_every_section_is_declared_with_the_one_primitive_and_round_trips():
   """Each section class, written out by `default_section` and read back by `parse_section`, is
   its defaults: the root, train, parallel, data, optim (its rule and schedule inside), gen,
   reflow, distill, and every model (a Flax class or a builder function, by its `Registry`)."""
+  import jaxdl.course.planted  # noqa: F401  (models registered outside jaxdl.models)
+  import jaxdl.generative.gan  # noqa: F401
+  import jaxdl.generative.vae  # noqa: F401
   from jaxdl.config import RootSettings
   from jaxdl.models import MODELS, build_model, model_config
   from jaxdl.optim import OPTIMIZERS, SCHEDULES, OptimConfig
@@ -140,6 +143,7 @@ def test_every_section_is_declared_with_the_one_primitive_and_round_trips():
   assert parse_section(optim, OptimConfig) == OptimConfig(
       optimizer=OPTIMIZERS["momentum"](momentum=0.5), schedule=SCHEDULES["wsd"](decay_frac=0.5),
       clip_norm=None)
+  assert {"planted_mlp", "vae", "gan", "gpt", "rnn"} <= set(MODELS)
   for name, builder in MODELS.items():
     cfg = model_config(name)
     assert cfg.name == name and set(cfg) == set(schema.hints(builder)) | {"name"}, name

@@ -27,13 +27,19 @@ from jaxdl.generative.settings import parse_gen
 CONFIDENCE = 0.9
 
 
-def train_judge(workdir, smoke: bool = False, experiment: str = "digits_cnn") -> pathlib.Path:
-  """Trains `experiment` (its `:smoke` config when `smoke`) into <workdir>/classifier and
-  returns that directory; a finished run there is reused."""
-  from jaxdl.config import load_config
+def train_judge(workdir, smoke: bool = False, judge: str = "digits_cnn") -> pathlib.Path:
+  """Trains the judge, the digits_cnn config (`jaxdl.course.supervised_configs.digits_cnn`, its
+  smoke size when `smoke`), into <workdir>/classifier and returns that directory; a finished run
+  there is reused. `judge` is the config's `gen.classifier`: 'digits_cnn' is the one judge."""
+  from jaxdl.course.supervised_configs import digits_cnn
+  from jaxdl.schema import ConfigError
   from jaxdl.train import run
+  if judge != "digits_cnn":
+    raise ConfigError(f"gen.classifier: expected 'digits_cnn' (or 'svm' where the check allows "
+                      f"it), got {judge!r}")
   directory = pathlib.Path(workdir) / "classifier"
-  config, _ = load_config(experiment + (":smoke" if smoke else ""), ["train.plot=False"])
+  config = digits_cnn(smoke)
+  config.train.plot = False
   run(config, directory, progress=False)
   return directory
 
