@@ -80,7 +80,6 @@ def get_config(arg=None):
   c.data = default_data_config("stdlib_instructions")
   c.data.update(context_length=64, batch_size=32, eval_batch_size=64, max_eval_windows=256,
                 segment_ids=True)
-  c.init_from = ""
   if args.smoke:  # a random tiny base on bytes: the whole command in seconds
     c.data.update(prepare_with="bytes", max_records=400, context_length=32, batch_size=8,
                   eval_batch_size=16, max_eval_windows=16)
@@ -123,7 +122,7 @@ def after_training(config, workdir, summary) -> dict:
   """Trainable parameters, optimizer-state bytes and seconds per step of the run."""
   _, state = load_state(workdir)
   leaves = [(lora.path_str(p), x) for p, x in jax.tree_util.tree_leaves_with_path(state["params"])]
-  adapted = config.model.get("lora_rank", 0) > 0
+  adapted = config.model.lora_rank > 0
   trainable = sum(int(np.size(x)) for p, x in leaves if lora.is_adapter(p) or not adapted)
   total = sum(int(np.size(x)) for _, x in leaves)
   opt_bytes = sum(int(x.nbytes) for x in jax.tree.leaves(state["opt_state"]) if hasattr(x, "nbytes")

@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from jaxdl import cli
+from jaxdl.config import load_config
 from jaxdl.course import reproduce
 
 import warm_python
@@ -36,7 +37,8 @@ CLAIM_PARAMS = [pytest.param(name, marks=[pytest.mark.slow] if c.slow else [])
 
 @pytest.mark.parametrize("name", CLAIM_PARAMS)
 def test_claim_holds(name):
-  rows = reproduce.run_claims([name])
+  configs = {spec: load_config(spec)[0] for spec in reproduce.experiments_of([name])}
+  rows = reproduce.run_claims([name], configs=configs)
   assert rows, name
   for r in rows:
     assert r.name.split(".")[0] == name

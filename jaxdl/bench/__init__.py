@@ -60,18 +60,29 @@ from typing import Callable
 # name -> fn(ctx) -> (raw result dict, table rows), in the order they run. `ctx` is shared by
 # the benches of one run: 'setup' (the GPT setup), 'on_gpu', 'step_s' (the train step's
 # seconds, set by the gpt bench and reused by the data bench) and 'dataloader' (set by the data
-# bench, so data_bpe does not time the DataLoader again).
+# bench, so data_bpe does not time the DataLoader again), 'configs' ({spec: config} of the
+# experiments the benches measure, `EXPERIMENTS`).
 REGISTRY: dict[str, Callable[[dict], tuple[dict, list[dict]]]] = {}
+# name -> the specs of the experiment configs the benchmark measures, `ctx['configs'][spec]`.
+EXPERIMENTS: dict[str, tuple[str, ...]] = {}
 
 
-def register_bench(name: str):
-  """Registers `fn(ctx) -> (results, rows)` as the benchmark `name`."""
+def register_bench(name: str, experiments: tuple[str, ...] = ()):
+  """Registers `fn(ctx) -> (results, rows)` as the benchmark `name`; `experiments`: the specs of
+  the experiment configs it measures, which the caller loads (`jaxdl bench`) into
+  `ctx['configs']`: a benchmark loads no experiment by name."""
 
   def wrap(fn):
     REGISTRY[name] = fn
+    EXPERIMENTS[name] = tuple(experiments)
     return fn
 
   return wrap
+
+
+def experiments_of(names: list[str]) -> list[str]:
+  """The experiment specs whose configs the benchmarks `names` measure (`run_benches`)."""
+  return sorted({spec for name in names for spec in EXPERIMENTS[name]})
 
 
 def _row(bench, measure, jaxdl, baseline, ratio, target, met, unit=""):
@@ -125,10 +136,10 @@ def _compile(ctx):
            scan[8] / unrolled[8], "", None, "s")]
 
 
-@register_bench("loop")
+@register_bench("loop", experiments=("char_gpt",))
 def _loop(ctx):
   from jaxdl.bench import engine
-  r = engine.bench_loop()
+  r = engine.bench_loop(ctx["configs"]["char_gpt"])
   rows = [_row("loop", "jaxdl.train.run vs bare jitted loop, steps/s",
                r["loop_steps_per_s"], r["bare_steps_per_s"],
                r["loop_steps_per_s"] / r["bare_steps_per_s"], "overhead <= 5%",
@@ -144,10 +155,10 @@ def _loop(ctx):
   return r, rows
 
 
-@register_bench("watch")
+@register_bench("watch", experiments=("char_gpt",))
 def _watch(ctx):
   from jaxdl.bench import engine
-  r = engine.bench_watch()
+  r = engine.bench_watch(ctx["configs"]["char_gpt"])
   k = r["every"]
   return r, [
       _row("watch", f"step with train.watch='cheap' every {k} vs plain step (per step)",
@@ -175,13 +186,12 @@ def _checkpoint(ctx):
                   "s")]
 
 
-@register_bench("sampler")
+@register_bench("sampler", experiments=("fm_toy2d", "fm_digits_cfg"))
 def _sampler(ctx):
   from jaxdl.bench import engine
-  del ctx
   results, rows = {}, []
   for experiment, batch in (("fm_toy2d", 256), ("fm_digits_cfg", 64)):
-    r = results[experiment] = engine.bench_sampler(experiment, batch)
+    r = results[experiment] = engine.bench_sampler(ctx["configs"][experiment], batch)
     what = f"{experiment}: lax loop vs {r['steps']} x its {r['sampler']} step alone, x{batch}"
     rows += [_row("sampler", what, r["lax_s"], r["steps_s"], r["ratio"], "<= 1.05",
                   r["ratio"] <= 1.05, "s"),
@@ -190,7 +200,7 @@ def _sampler(ctx):
              _row("sampler", "  same samples as the Python loop: max |diff|", r["max_abs_diff"],
                   0.0, None, "<= 1e-4", r["max_abs_diff"] <= 1e-4)]
   # Equal network calls (20 a sample): each new rule's time per sample over Euler's.
-  r = results["equal_calls"] = engine.bench_sampler_nfe("fm_digits_cfg", 64)
+  r = results["equal_calls"] = engine.bench_sampler_nfe(ctx["configs"]["fm_digits_cfg"], 64)
   for name, ratio in r["ratio"].items():
     what = (f"fm_digits_cfg: {name} ({r['steps'][name]} steps) vs euler "
             f"({r['steps']['euler']}), s/sample at {r['calls']} calls, x{r['batch']}")
@@ -375,11 +385,18 @@ def _init(ctx):
 BENCHES = tuple(REGISTRY)
 
 
-def run_benches(names: list[str], log=print) -> tuple[dict, list[dict]]:
-  """Runs the named benchmarks in registry order; returns (raw results, table rows)."""
+def run_benches(names: list[str], log=print, configs=None) -> tuple[dict, list[dict]]:
+  """Runs the named benchmarks in registry order; returns (raw results, table rows).
+  `configs`: {spec: config} of every spec of `experiments_of(names)`, loaded by the caller."""
   import jax
   from jaxdl.bench import gpt
-  ctx = {"setup": gpt.default_setup(), "on_gpu": jax.default_backend() == "gpu", "step_s": None}
+  configs = configs or {}
+  missing = [s for s in experiments_of(names) if s not in configs]
+  if missing:
+    raise ValueError(f"run_benches: configs of {missing} missing; the benchmarks measure them "
+                     "(load each with jaxdl.config.load_config)")
+  ctx = {"setup": gpt.default_setup(), "on_gpu": jax.default_backend() == "gpu", "step_s": None,
+         "configs": configs}
   results: dict = {"backend": jax.default_backend(), "devices": jax.device_count(),
                    "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__}
   rows: list[dict] = []

@@ -64,13 +64,15 @@ def _jsonable(x):
 
 
 def main(args) -> None:
-  from jaxdl.bench import run_benches
+  from jaxdl.bench import experiments_of, run_benches
+  from jaxdl.config import load_config
   names = selected(args.only)
   problem = args.json and disk_errors.unwritable_file(args.json, "--json")
   if problem:  # before the benchmarks run, not after
     raise ValueError(problem)
   log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-  results, rows = run_benches(names, log)
+  configs = {spec: load_config(spec)[0] for spec in experiments_of(names)}
+  results, rows = run_benches(names, log, configs)
   print(format_table(rows))
   if args.json:
     with open(args.json, "w") as f:

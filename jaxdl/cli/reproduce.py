@@ -51,7 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args) -> None:
-  from jaxdl.course.reproduce import CLAIMS, run_claims
+  from jaxdl.config import load_config
+  from jaxdl.course.reproduce import CLAIMS, experiments_of, run_claims
   from jaxdl.schema import ConfigError
   from jaxdl.train import RunError
   if args.list:
@@ -66,7 +67,8 @@ def main(args) -> None:
   if problem:  # before the claims are measured, not after
     raise ConfigError(problem)
   t0 = time.perf_counter()
-  rows = run_claims(names or None, quick=args.quick,
+  configs = {spec: load_config(spec)[0] for spec in experiments_of(names or None, args.quick)}
+  rows = run_claims(names or None, quick=args.quick, configs=configs,
                     log=lambda s: print(s, file=sys.stderr, flush=True))
   print(format_table(rows))
   failed = [r.name for r in rows if not r.ok]

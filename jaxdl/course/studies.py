@@ -28,18 +28,9 @@ import jax
 import ml_collections
 import numpy as np
 
-from jaxdl.config import apply_overrides
+from jaxdl.config import variant_config
 
 Measure = Callable[[ml_collections.ConfigDict, str, dict], dict]
-
-
-def variant_config(config, overrides: dict) -> ml_collections.ConfigDict:
-  """A copy of `config` with `overrides` ({'model.num_layers': 4, ...}) applied and checked as
-  `--set` would (an unknown key or a wrong type is a ConfigError naming it)."""
-  c = ml_collections.ConfigDict(config.to_dict())
-  c.lock()
-  apply_overrides(c, [f"{key}={value!r}" for key, value in overrides.items()])
-  return c
 
 
 def train_variants(config, workdir: str, summary: dict, variants: dict[str, dict],

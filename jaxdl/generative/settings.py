@@ -35,8 +35,8 @@ class GenSettings(Settings):
   sample_shape: tuple = (2,)    # what `jaxdl sample` draws: model.data_shape
   eval_num: int = setting(2000, POSITIVE)   # samples the post-training checks draw
   # The digits judge of the class checks (`jaxdl.course.digits_judge`): 'svm' (an RBF SVM,
-  # seconds to fit) or an experiment spec trained into <workdir>/classifier ('digits_cnn').
-  classifier: str = "svm"
+  # seconds to fit) or 'digits_cnn' (its config trained into <workdir>/classifier).
+  classifier: str = setting("svm", one_of("svm", "digits_cnn"))
   # K classes of a class-conditional run: only the Gaussian paths condition (their `gen` section
   # has the key); every other family is unconditional.
   num_classes: ClassVar[int] = 0

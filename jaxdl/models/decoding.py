@@ -24,7 +24,7 @@ def init_cache(model, batch_size: int, max_len: int | None = None, dtype=None) -
   key/value heads (n_kv_head; fewer than the H query heads under grouped-query attention); for
   mixer='ssm' the recurrent state {'h'} (L, B, E, N), fp32, and the convolution's last inputs
   {'conv'} (L, B, ssm_conv - 1, E), whatever the length."""
-  if getattr(model, "mixer", "attention") == "ssm":
+  if getattr(model, "mixer", None) == "ssm":
     e = model.ssm_expand * model.d_model
     return {"h": jnp.zeros((model.n_layer, batch_size, e, model.ssm_state), jnp.float32),
             "conv": jnp.zeros((model.n_layer, batch_size, model.ssm_conv - 1, e),

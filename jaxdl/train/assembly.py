@@ -28,7 +28,8 @@ from jaxdl import data as jdata
 from jaxdl import models as jmodels
 from jaxdl import optim as joptim
 from jaxdl.models.lora import trainable_predicate
-from jaxdl.config import ParallelSettings, TrainSettings, parse_parallel, parse_train
+from jaxdl.config import (ParallelSettings, TrainSettings, parse_parallel, parse_root,
+                          parse_train)
 from jaxdl.schema import ConfigError
 from jaxdl.optim import masks, precision
 from jaxdl.train import accumulation, batched_draws, init_from, step, strategies, tasks, trackers
@@ -103,7 +104,7 @@ class Run:
 
     flat = jax.jit(init, out_shardings=flat_shardings)(*jax.tree.leaves(self.init_key))
     state = jax.tree.unflatten(traced.out_tree, flat)
-    base = self.config.get(init_from.KEY) or ""
+    base = parse_root(self.config).init_from
     return init_from.apply(state, self.tx, base) if base else state
 
   def with_optim(self, optim: joptim.OptimConfig, config) -> Run:

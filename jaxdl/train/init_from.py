@@ -26,6 +26,7 @@ import os
 import jax
 import numpy as np
 
+from jaxdl.config import parse_root
 from jaxdl.models import lora
 
 KEY = "init_from"
@@ -33,7 +34,7 @@ KEY = "init_from"
 
 def check(config) -> None:
   """A one-line ValueError, before anything is built, when `init_from` names nothing usable."""
-  path = config.get(KEY) or ""
+  path = parse_root(config).init_from
   full = os.path.expanduser(path)
   if path and not (os.path.isdir(os.path.join(full, "checkpoints")) or
                    os.path.isfile(os.path.join(full, "config.json"))):

@@ -143,12 +143,12 @@ def tensor_widths(model) -> dict[str, int]:
   """The widths of `model` that tensor parallelism splits, by the config key that sets them:
   H query heads, N key/value heads, the MLP hidden width F, the vocabulary V (those it has)."""
   out = {}
-  if getattr(model, "mixer", "attention") == "attention" and getattr(model, "n_head", 0):
+  if getattr(model, "mixer", None) != "ssm" and getattr(model, "n_head", None):
     out["model.n_head"] = model.n_head
     out["model.n_kv_head"] = getattr(model, "kv_heads", model.n_head)
   if hasattr(model, "mlp_width"):  # F with mlp_hidden's 0 resolved (`TransformerModel.mlp_width`)
     out["model.mlp_hidden"] = model.mlp_width
-  if getattr(model, "vocab_size", 0):
+  if getattr(model, "vocab_size", None):
     out["model.vocab_size"] = model.vocab_size
   return out
 

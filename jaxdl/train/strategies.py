@@ -41,7 +41,7 @@ def check_batch(global_batch: int, num_devices: int, tensor: int = 1) -> None:
 def check_experts(model, expert: int) -> None:
   """Refuses an expert axis of X > 1 that the model's experts E do not fill evenly (a model
   without a `moe_experts` field has none)."""
-  experts = getattr(model, "moe_experts", 0)
+  experts = getattr(model, "moe_experts", None)
   if expert > 1 and (not experts or experts % expert):
     raise ValueError(f"parallel.expert: {expert} devices on the expert axis need a model whose "
                      f"moe_experts is a multiple of {expert}, got moe_experts={experts}")

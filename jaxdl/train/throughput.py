@@ -140,7 +140,7 @@ def _gpt_flops(model, x_shape) -> float:
   # N counts the weights one token uses: an MoE expert's K / E of its size (all of a dense
   # model's parameters).
   n = gpt_costs(model)["active_params"]
-  if getattr(model, "pos", "") == "learned":
+  if getattr(model, "pos", None) == "learned":
     n -= model.block_size * model.d_model  # wpe is a lookup, not a matmul
   batch, context = x_shape[-2], x_shape[-1]
   tokens = context * batch

@@ -50,7 +50,7 @@ PROBED_TASKS = ("classification", "binary", "lm")
 
 
 def _stacked_layers(model) -> int:
-  return int(getattr(model, "n_layer", 0)) if getattr(model, "scan_layers", False) else 0
+  return int(model.n_layer) if getattr(model, "scan_layers", None) else 0
 
 
 def group_names(params, n_stacked: int) -> list[str]:
