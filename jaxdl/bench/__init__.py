@@ -48,7 +48,7 @@ be shared and noisy; absolute numbers are printed but only ratios are judged):
               (`jaxdl.train.batched_draws`) vs the plain jaxpr (< 1; `jaxdl.bench.init_compile`):
               the digits U-Net, the digits CNN and a scanned char GPT.
   hf_load     peak host memory of `jaxdl.models.hf.load_hf` loading a generated bf16 Llama
-              checkpoint of 1.24B parameters (2.47 GB, two shards) in a fresh process, vs its size
+              checkpoint of 1.24B parameters (2.47 GB, 3 shards) in a fresh process, vs its size
               on disk (<= 1.3; `jaxdl.bench.hf_load`; JAXDL_BENCH_HF_LOAD=tiny for a toy size).
 
 The whole bench took 1006 s (about 17 minutes, 1562 CPU-s) on an idle 2-core CPU without torch
