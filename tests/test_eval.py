@@ -112,6 +112,36 @@ def test_an_lm_run_scores_bytes_as_one_forward_pass_does(tmp_path, untrained_run
                              rtol=1e-5)
 
 
+def _prepare(tmp_path, tokenizer: str) -> str:
+  """Ten short documents prepared with `tokenizer`; doc5.txt alone is the val split (the
+  split is a hash of the file name, `jaxdl.data.prepare.in_val`)."""
+  src = tmp_path / "src"
+  src.mkdir(exist_ok=True)
+  words = "the quick brown fox jumps over the lazy dog she sells sea shells".split()
+  for i in range(10):
+    (src / f"doc{i}.txt").write_text(" ".join(words[i:] + words[:i]) + "\n", encoding="utf-8")
+  out = str(tmp_path / f"data_{os.path.basename(tokenizer)}")
+  assert cli.main(["data", "prepare", str(src), "--out", out, "--tokenizer", tokenizer]) == 0
+  return out
+
+
+def test_prepared_data_scores_its_val_split_as_the_text_of_it(tmp_path, capsys):
+  """One val document: its stream is the text's ([end of text] + tokens), so --data and --text
+  agree, bits per byte over the manifest's bytes of the split."""
+  data = _prepare(tmp_path, LLAMA)
+  capsys.readouterr()
+  assert cli.main(["eval", LLAMA, "--data", data]) == 0
+  from_data = _printed(capsys.readouterr().out)
+  assert cli.main(["eval", LLAMA, "--text", str(tmp_path / "src" / "doc5.txt")]) == 0
+  assert _printed(capsys.readouterr().out) == from_data
+  bytes_data = _prepare(tmp_path, "bytes")
+  capsys.readouterr()
+  assert cli.main(["eval", LLAMA, "--data", bytes_data]) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.startswith(f"jaxdl: error: --data: {bytes_data} was tokenized with another "
+                        "tokenizer (sha256 bytes) than the model's") and "\n" not in err
+
+
 @pytest.fixture
 def refuse_before_weights(monkeypatch):
   def load_hf(*a, **kw):
