@@ -10,7 +10,9 @@ mean as a GPT (the conversion tables, and what is refused) is `jaxdl.models.hf_f
 safetensors file: 8-byte little-endian header length N, then N bytes of JSON
 {name: {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}, "__metadata__": {...}},
 then the raw little-endian C-order bytes (offsets relative to the end of the header). Read and
-written here with numpy, so no extra package is needed.
+written here with numpy, so no extra package is needed; read lazily (`index_weights`: the headers,
+then one tensor at a time as `load_hf` assembles the parameters), so loading never holds a whole
+shard, and the checkpoint's dtype is kept (bf16 stays bf16 unless `param_dtype` widens it).
 """
 
 from __future__ import annotations
@@ -214,31 +216,8 @@ def write_weights(directory: str, tensors: dict[str, np.ndarray],
 
 
 def read_safetensors(path: str) -> dict[str, np.ndarray]:
-  """All tensors of a safetensors file as numpy arrays (views on one read of the file)."""
-  with open(path, "rb") as f:
-    raw = f.read()
-  if len(raw) < 8:
-    raise ValueError(f"{path}: not a safetensors file (shorter than its 8-byte header length)")
-  (n,) = struct.unpack("<Q", raw[:8])
-  if n > len(raw) - 8:
-    raise ValueError(f"{path}: header length {n} runs past the end of the file")
-  header = json.loads(raw[8:8 + n].decode("utf-8"))
-  data = memoryview(raw)[8 + n:]
-  out = {}
-  for name, info in header.items():
-    if name == "__metadata__":
-      continue
-    if info["dtype"] not in _ST_DTYPES:
-      raise ValueError(f"{path}: tensor {name!r} has dtype {info['dtype']}; "
-                       f"expected one of {sorted(_ST_DTYPES)}")
-    dt = np.dtype(_ST_DTYPES[info["dtype"]])
-    begin, end = info["data_offsets"]
-    shape = tuple(info["shape"])
-    if end > len(data) or end - begin != int(np.prod(shape)) * dt.itemsize:
-      raise ValueError(f"{path}: tensor {name!r} offsets {begin}..{end} do not hold "
-                       f"{info['dtype']} {list(shape)}")
-    out[name] = np.frombuffer(data[begin:end], dtype=dt.newbyteorder("<")).reshape(shape)
-  return out
+  """All tensors of a safetensors file as numpy arrays (each read on its own)."""
+  return {k: np.asarray(v) for k, v in safetensors_index(path).items()}
 
 
 def write_safetensors(path: str, tensors: dict[str, np.ndarray],
