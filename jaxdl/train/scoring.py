@@ -35,7 +35,6 @@ import math
 from typing import Callable
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from jaxdl.train.tasks import next_token_ce
@@ -159,7 +158,3 @@ def score_choices(score: Callable, tok, items: list[dict], context: int, batch: 
   requests, owner = choice_requests(tok, items, context)
   return choice_scores(-sum_nll(score, requests, context, batch), owner, items)
 
-
-def model_variables(params, model_state=None) -> dict:
-  """{'params': params, **model_state}, the variables `make_scorer` applies."""
-  return {"params": jax.tree.map(jnp.asarray, params), **(model_state or {})}
