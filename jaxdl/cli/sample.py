@@ -90,7 +90,8 @@ def check_request(workdir: str, num: int, out: str) -> None:
   """Refuses, with one line naming the option or path, what would fail only after loading the
   checkpoint and sampling: `--num` < 1, an `--out` folder that is missing or read-only, and a
   workdir that holds no run or a run that is not a flow_matching / ddpm / vae / gan one."""
-  from jaxdl.generative.trained import GENERATIVE_TASKS
+  from jaxdl.generative import trained  # noqa: F401  registers the generative tasks
+  from jaxdl.train.tasks import kind_of, task_names
   if num < 1:
     raise ValueError(f"--num: must be >= 1, got {num}")
   folder = os.path.dirname(os.path.abspath(out))
@@ -105,9 +106,9 @@ def check_request(workdir: str, num: int, out: str) -> None:
     task = json.loads(open(config_json, encoding="utf-8").read()).get("task")
   except (OSError, ValueError, AttributeError) as e:
     raise ValueError(f"{config_json}: unreadable ({type(e).__name__}: {e})") from None
-  if task not in GENERATIVE_TASKS:
+  if not kind_of(task).is_generative:
     raise ValueError(f"{workdir}: a {task!r} run has nothing to sample; `jaxdl sample` needs "
-                     f"a {' or '.join(GENERATIVE_TASKS)} run")
+                     f"a {' or '.join(task_names(lambda k: k.is_generative))} run")
 
 
 def main(args) -> int:

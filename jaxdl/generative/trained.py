@@ -22,9 +22,8 @@ from jaxdl.data import parse_data
 from jaxdl.generative import gan, likelihood, tasks, vae
 from jaxdl.generative.settings import parse_gen
 from jaxdl.train import load_run
+from jaxdl.train.tasks import kind_of
 
-ONE_CALL_TASKS = ("vae", "gan")
-GENERATIVE_TASKS = ("flow_matching", "ddpm", "edm", *ONE_CALL_TASKS)
 EXACT_MAX_DIMS = 16  # divergence 'auto': the exact trace costs D JVPs per evaluation
 
 
@@ -33,7 +32,7 @@ def sample_run(workdir, *, sampler=None, steps=None, guidance=None, eta=None, cl
   """Returns (config, samples as a numpy array (num, *sample_shape)) for a trained run, from its
   parameter average when it kept one and `ema`, else from its last parameters."""
   config, model, variables, _ = load_run(workdir, ema=ema)
-  if config.task in ONE_CALL_TASKS:
+  if kind_of(config.task).one_call:
     return config, _sample_one_call(config, model, variables, num, seed, sampler=sampler,
                                     steps=steps, guidance=guidance, eta=eta, cls=cls)
   if cls is not None and not config.gen.num_classes:
@@ -115,7 +114,7 @@ def run_likelihood(workdir, *, num: int = 256, steps: int | None = None,
   dims = math.prod(x.shape[1:])
   head = {"workdir": str(workdir), "step": int(step), "task": config.task, "num": len(x),
           "dims": dims}
-  if config.task == "vae":
+  if kind_of(config.task).likelihood == "elbo":
     bound = vae.run_elbo(model, variables, x, batch_size=batch_size)
     return {**head, "kind": "bound (-ELBO, one z per example)", "nats": bound["elbo"],
             "bits_per_dim": bound["bpd"]}

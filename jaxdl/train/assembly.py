@@ -173,7 +173,6 @@ def build(config) -> Run:
 
 
 # Tasks whose labels index the model's outputs: K classes need K outputs.
-LABELLED_TASKS = ("classification", "node_classification", "graph_classification")
 # The model fields that size its outputs, the first one a model has named in the refusal.
 OUTPUT_KEYS = ("vocab_size", "out", "num_classes", "n_classes")
 
@@ -184,8 +183,8 @@ def check_data_fits(run: Run) -> None:
   head with fewer than K outputs. One line names both numbers and the key to set (indexing past
   a table does not fail in XLA: it reads garbage, and the loss turns NaN steps later)."""
   info = run.ds.info
-  vocab = info.get("vocab_size") if run.task.kind == "lm" else None
-  classes = info.get("num_classes") if run.config.task in LABELLED_TASKS else None
+  vocab = info.get("vocab_size") if run.task.kind.sequence_model else None
+  classes = info.get("num_classes") if run.task.kind.labels else None
   if not (vocab or classes):
     return
   batch = run.example_batch()

@@ -232,7 +232,7 @@ def count_step_flops(r, train_fn, state, batch) -> tuple[float | None, str]:
   Traces `train_fn` for (state, batch) before its first call: jit keeps the trace, so the first
   step does not trace again. Nothing is compiled here.
   """
-  if r.config.model.get("name") == "gpt" and r.task.kind == "lm":
+  if r.config.model.get("name") == "gpt" and r.task.kind.sequence_model:
     global_x = (r.data.batch_size, batch["x"].shape[-1])
     return _gpt_flops(r.model, global_x), "GPT formula 6N + 12LDT per token"
   jaxpr = (train_fn.trace(state, batch).jaxpr if hasattr(train_fn, "trace")
@@ -265,7 +265,7 @@ class Meter:
 
   def prepare(self, train_fn, state, batch) -> None:
     self.ready = True
-    if self.r.task.kind == "lm":
+    if self.r.task.kind.sequence_model:
       self.tokens = int(batch["x"].shape[-1])
     if not self.count:
       return

@@ -41,12 +41,13 @@ import numpy as np
 from jax.extend import core as jcore
 
 from jaxdl.optim import tree_reductions
+from jaxdl.train.tasks import Family
 
 log = logging.getLogger("jaxdl")
 
 STACKED = "h"          # the scanned transformer stack (`jaxdl.models.transformer.apply_blocks`)
 COLLECTION = "watch"   # what the attention module sows into, only when it is mutable
-PROBED_TASKS = ("classification", "binary", "lm")
+PROBED = (Family.CLASSIFICATION, Family.BINARY, Family.LM)  # the families with logits
 
 
 def _stacked_layers(model) -> int:
@@ -206,11 +207,11 @@ class Watcher:
       return
     self.names, self.health = make_health(abstract_state.params, r.model, self.every)
     if self.mode == "detailed":
-      if r.task.kind in PROBED_TASKS:
+      if r.task.kind.family in PROBED:
         self.probe = make_probe(r.model, r.task, r.strategy.axis_name)
       else:
-        log.info("train.watch='detailed': no logit probe for task kind %r; cheap signals only",
-                 r.task.kind)
+        log.info("train.watch='detailed': no logit probe for task %r; cheap signals only",
+                 r.task.kind.name)
 
   def compile(self, strategy, state) -> None:
     if self.probe is not None:
