@@ -10,10 +10,12 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from jaxdl.config import load_config
+from jaxdl.schema import ConfigError
 from jaxdl.train import checkpoint as jckpt
 from jaxdl.train import build, run, strategies
 from jaxdl.train.checkpoint import load_state
-from jaxdl.train.fsdp import FsdpStrategy, fsdp_spec
+from jaxdl.train.mesh import MeshStrategy
+from jaxdl.train.sharding_rules import fsdp_spec
 from jaxdl.train.writers import read_metrics
 
 STEPS = 8
@@ -104,10 +106,12 @@ def test_checkpoint_restores_across_strategies(runs, src, dst, fsdp):
 
 
 def test_fsdp_axis_must_divide_devices():
-  with pytest.raises(ValueError, match="parallel.fsdp: 3 does not divide the 4 devices"):
+  with pytest.raises(ConfigError, match="parallel.fsdp: 3 does not divide the 4 devices"):
     strategies.make_strategy("fsdp", 0, fsdp=3)
-  assert isinstance(strategies.make_strategy("fsdp", 0, fsdp=2), FsdpStrategy)
-  assert dict(strategies.make_strategy("fsdp", 0, fsdp=2).mesh.shape) == {"data": 2, "fsdp": 2}
+  strategy = strategies.make_strategy("fsdp", 0, fsdp=2)
+  assert isinstance(strategy, MeshStrategy)
+  assert dict(strategy.mesh.shape) == {"data": 2, "fsdp": 2, "expert": 1, "tensor": 1}
+  assert strategy.describe()["mesh"] == {"data": 2, "fsdp": 2}
 
 
 def test_a_run_traces_its_init_once_and_builds_the_same_sharded_state(monkeypatch):
@@ -140,7 +144,7 @@ def test_a_saved_state_hands_orbax_one_buffer_per_replicated_leaf():
   buffer, not the 4-device array it would save in four slices (a compiled program per leaf and
   device on a CPU); a sharded leaf stays sharded. The values are the same; restoring onto
   other shardings is `test_checkpoint_restores_across_strategies`."""
-  strategy = FsdpStrategy(fsdp=4)
+  strategy = MeshStrategy("fsdp", fsdp=4)
   mesh = strategy.mesh
   state = {"w": jax.device_put(np.arange(32.0).reshape(8, 4),
                                jax.sharding.NamedSharding(mesh, P("fsdp"))),

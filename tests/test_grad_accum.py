@@ -18,7 +18,7 @@ from jaxdl.optim import precision
 from jaxdl.train import build, create_train_state, make_task, make_train_step
 from jaxdl.train.accumulation import (accum_loop, accumulate_gradients, compiler_options,
                                       split_microbatches)
-from jaxdl.train.parallel import JitStrategy
+from jaxdl.train.mesh import MeshStrategy
 from jaxdl.train.step import step_rngs
 
 STEPS = 3
@@ -237,7 +237,7 @@ def test_dropout_counters_are_not_carried_through_the_loop(compile_with):
     step = make_train_step(model.apply, task.loss_fn, tx, optax.constant_schedule(0.1),
                            jax.random.PRNGKey(1), grad_accum=n, jit=jitted)
     if not jitted:
-      step = JitStrategy(jax.devices()[:1]).compile_train(step, state, compiler_options(n))
+      step = MeshStrategy("jit", jax.devices()[:1]).compile_train(step, state, compiler_options(n))
     b = {k: v[:128 * n] for k, v in batch.items()}
     return step.lower(state, b).compile().memory_analysis().temp_size_in_bytes
 
