@@ -116,8 +116,9 @@ def test_fsdp_axis_must_divide_devices():
 
 def test_a_run_traces_its_init_once_and_builds_the_same_sharded_state(monkeypatch):
   """`abstract_state` and `init_state` share one trace of the model's and optimizer's init
-  (`Run.init_state` compiles its jaxpr with the shardings); the state is bit-identical, and
-  placed identically, to jitting the init function with those shardings directly."""
+  (`Run.init_fn` is one function, which jax traces once whatever shardings it is jitted with);
+  the state is bit-identical, and placed identically, to jitting it with those shardings
+  directly."""
   from jaxdl.train import assembly
   traced = []
   original = assembly.create_train_state
@@ -132,7 +133,7 @@ def test_a_run_traces_its_init_once_and_builds_the_same_sharded_state(monkeypatc
   state = r.init_state(shardings)
   assert len(traced) == 1
   direct = jax.jit(r.init_fn(), out_shardings=shardings)(r.init_key)
-  assert len(traced) == 2  # the direct path traces its own
+  assert len(traced) == 1  # the direct path reuses the trace too
   assert jax.tree.structure(state) == jax.tree.structure(direct)
   for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(state), jax.tree.leaves(direct)):
     np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))

@@ -26,7 +26,7 @@ def subset_gaps(steps: int | None = None, seeds=(0,)) -> dict[str, dict[str, lis
   import jax
   from jaxdl.config import load_config
   from jaxdl.data import EvalBatches, make_dataset
-  from jaxdl.train import batched_draws, build, make_eval_step, make_train_step
+  from jaxdl.train import build, make_eval_step, make_train_step
   plain, aug = load_config("digits_cnn:subset")[0], load_config("digits_cnn:subset,aug")[0]
   same = plain.to_dict()
   same["data"]["augment"] = aug.data.augment
@@ -39,7 +39,7 @@ def subset_gaps(steps: int | None = None, seeds=(0,)) -> dict[str, dict[str, lis
                                                                                       batch)
 
   eval_step = jax.jit(make_eval_step(r.model.apply, r.task.loss_fn))
-  init = jax.jit(batched_draws.batched(r.init_fn()))  # as `jaxdl train` compiles it
+  init = jax.jit(r.init_fn())
 
   def nll(state, split) -> float:
     rows = EvalBatches(split, batch_size=split.num, process_index=0, process_count=1)

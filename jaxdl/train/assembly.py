@@ -31,7 +31,7 @@ from jaxdl.models.lora import trainable_predicate
 from jaxdl.config import ParallelSettings, TrainSettings, parse_parallel, parse_train
 from jaxdl.schema import ConfigError
 from jaxdl.optim import masks, precision
-from jaxdl.train import accumulation, batched_draws, init_from, step, strategies, tasks, trackers
+from jaxdl.train import accumulation, init_from, step, strategies, tasks, trackers
 from jaxdl.train.step import TrainState, create_train_state
 
 
@@ -68,11 +68,15 @@ class Run:
     return self._memo["batch"]
 
   def init_fn(self) -> Callable[[jax.Array], TrainState]:
-    """`key -> state_0` (pure; jit it with the shardings where the state should live)."""
-    example_x = self.task.init_input(self.example_batch())
-    scale = precision.DynamicLossScale.create() if self.policy.loss_scaling else None
-    return lambda key: create_train_state(self.model, self.tx, key, example_x[:1],
-                                          loss_scale=scale)
+    """`key -> state_0` (pure; jit it with the shardings where the state should live). The same
+    function object on every call, so that jax traces it once per run whatever the shardings
+    it is jitted with."""
+    if "init_fn" not in self._memo:
+      example_x = self.task.init_input(self.example_batch())
+      scale = precision.DynamicLossScale.create() if self.policy.loss_scaling else None
+      self._memo["init_fn"] = lambda key: create_train_state(self.model, self.tx, key,
+                                                             example_x[:1], loss_scale=scale)
+    return self._memo["init_fn"]
 
   def _init_traced(self) -> jax.stages.Traced:
     """The init function traced once per run: its jaxpr and its output's shapes."""
@@ -89,20 +93,13 @@ class Run:
     with the config's `init_from`, its parameters are the base's (`jaxdl.train.init_from`).
 
     Compiled from `abstract_state`'s trace, not a second one: the shardings depend on the
-    shapes, and tracing the model's and the optimizer's init again through flax cost as much as
-    the first time (the jaxpr's own equations re-bind in a fraction of that). Its random
-    draws are hashed together (`jaxdl.train.batched_draws`): the same numbers, compiled as a
-    few Threefry calls rather than one per key and parameter."""
-    traced = self._init_traced()
-    flat_shardings = (None if shardings is None
-                      else traced.out_tree.flatten_up_to(shardings))
-    replay = batched_draws.batch_draws(traced.jaxpr)
-
-    def init(*key_leaves):  # named for profiles and compile logs (jit(init))
-      return replay(*key_leaves)
-
-    flat = jax.jit(init, out_shardings=flat_shardings)(*jax.tree.leaves(self.init_key))
-    state = jax.tree.unflatten(traced.out_tree, flat)
+    shapes, and jax reuses the trace of the same function (`init_fn`) jitted with other
+    shardings, where tracing the model's and the optimizer's init again through flax would cost
+    as much as the first time."""
+    self._init_traced()
+    init = (jax.jit(self.init_fn()) if shardings is None
+            else jax.jit(self.init_fn(), out_shardings=shardings))
+    state = init(self.init_key)
     base = self.config.get(init_from.KEY) or ""
     return init_from.apply(state, self.tx, base) if base else state
 
