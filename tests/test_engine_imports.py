@@ -59,3 +59,19 @@ def test_no_import_circle_in_train_or_generative():
 def test_the_walk_finds_a_circle():
   assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
   assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+# Known users of JAX internals outside the seam, each with its reason: cli/distributed.py asks
+# jax's private cluster detectors whether `jax.distributed.initialize()` can find its
+# coordinator (owned by the command line; no public API answers that).
+INTERNALS_ELSEWHERE = {"cli/distributed.py"}
+
+
+def test_jax_internals_are_imported_by_the_xla_cpu_seam_only():
+  """`jax._src`, `jax.extend` and jaxpr evaluation (`eval_jaxpr`, `jaxpr_as_fun`) appear in
+  jaxdl/train/xla_cpu.py only: a JAX release that changes them breaks one module."""
+  import re
+  pattern = re.compile(r"^\s*(from|import)\s+jax\.(_src|extend)\b|eval_jaxpr|jaxpr_as_fun")
+  users = {str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py")
+           if any(pattern.search(line) for line in p.read_text(encoding="utf-8").splitlines())}
+  assert users - INTERNALS_ELSEWHERE == {"train/xla_cpu.py"}, sorted(users)

@@ -2,7 +2,9 @@
 
 Everything here exists for one backend's compiler, evaluates jaxprs through JAX internals
 (`jax.extend.core`, primitives' `bind`), and so may break with a JAX release; no other module of
-jaxdl imports those internals. The engine applies it at one call site (`train_program`, where
+jaxdl imports those internals (one more jaxpr evaluation lives here for that reason alone,
+though it is no workaround and no switch turns it off: the watch's ReLU tap,
+`with_relu_inputs`). The engine applies it at one call site (`train_program`, where
 the loop compiles its train step), on a CPU only, and `train.xla_cpu_workarounds=False` switches
 it off (the program as traced: the same numbers, XLA's own layout choices). Model and step code
 know nothing of it.
@@ -40,7 +42,7 @@ digits CNN's 0.38 against 0.22, moons_mlp's 0.34 against 0.20).
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -183,3 +185,37 @@ def train_program(train_step: Callable, enabled: bool = True, grad_accum: int = 
     return jax.tree.unflatten(jax.tree.structure(out_shape), outs)
 
   return rewritten
+
+
+# Not a workaround: the watch's probe (`jaxdl.train.watch`), here because it evaluates a jaxpr.
+
+def _is_relu(eqn) -> bool:
+  call = eqn.params.get("call_jaxpr") if eqn.primitive.name == "custom_jvp_call" else None
+  return call is not None and getattr(call.jaxpr.debug_info, "func_name", None) == "relu"
+
+
+def with_relu_inputs(fn: Callable, *args, top: str = "") -> tuple[Any, list[tuple[str, Any]]]:
+  """(fn(*args), [(layer, h)]) with h the input of each `jax.nn.relu` that fn calls at its top
+  level, in call order; layer is the module scope (less `top`) of the operation producing h.
+
+  The traced program is run once with those inputs as extra outputs: the same computation, no
+  second forward pass.
+  """
+  closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*args)
+  jaxpr = closed.jaxpr
+  scope, found = {}, []
+  for eqn in jaxpr.eqns:
+    if _is_relu(eqn) and not isinstance(eqn.invars[0], jcore.Literal):
+      found.append((scope.get(eqn.invars[0], ""), eqn.invars[0]))
+    scope.update({v: str(eqn.source_info.name_stack) for v in eqn.outvars})
+  extended = jaxpr.replace(outvars=[*jaxpr.outvars, *(v for _, v in found)],
+                           debug_info=jaxpr.debug_info.with_unknown_names())
+  flat = jcore.jaxpr_as_fun(jcore.ClosedJaxpr(extended, closed.consts))(*jax.tree.leaves(args))
+  n = len(jaxpr.outvars)
+  names, seen = [], {}
+  for layer, _ in found:
+    parts = layer.split("/")
+    layer = "/".join(parts[1:] if parts[0] == top else parts) or "relu"
+    seen[layer] = seen.get(layer, 0) + 1
+    names.append(layer if seen[layer] == 1 else f"{layer}_{seen[layer] - 1}")
+  return jax.tree.unflatten(jax.tree.structure(out_shape), flat[:n]), list(zip(names, flat[n:]))
