@@ -113,23 +113,28 @@ def _canonical_conv(lhs, rhs, *, dimension_numbers, **params):
   return jnp.transpose(out, perm)
 
 
-def _eval_canonical(jaxpr, consts, *args) -> list:
-  """`eval_jaxpr` with every convolution through `_canonical_conv`; nested jit calls are inlined
-  so their convolutions are reached too (other sub-jaxprs, e.g. a remat or an inner scan, are
-  bound as they are)."""
+def _evaluate(jaxpr, consts, args, rule: Callable) -> list:
+  """`eval_jaxpr` that offers each equation to `rule(eqn, invals) -> outs or None` first (None:
+  the equation is bound as it is)."""
   env = dict(zip(jaxpr.constvars, consts))
   env.update(zip(jaxpr.invars, args))
   for eqn in jaxpr.eqns:
     invals = [_read(env, v) for v in eqn.invars]
-    if eqn.primitive.name == "conv_general_dilated":
-      outs = [_canonical_conv(*invals, **eqn.params)]
-    elif eqn.primitive.name in _CALLS and "jaxpr" in eqn.params:
-      sub = eqn.params["jaxpr"]
-      outs = _eval_canonical(sub.jaxpr, sub.consts, *invals)
-    else:
-      outs = _bind(eqn, invals)
-    env.update(zip(eqn.outvars, outs))
+    outs = rule(eqn, invals)
+    env.update(zip(eqn.outvars, _bind(eqn, invals) if outs is None else outs))
   return [_read(env, v) for v in jaxpr.outvars]
+
+
+def _canonical_rule(eqn, invals):
+  """Every convolution through `_canonical_conv`; nested jit calls inlined so that their
+  convolutions are reached too (other sub-jaxprs, e.g. a remat or an inner scan, are bound as
+  they are)."""
+  if eqn.primitive.name == "conv_general_dilated":
+    return [_canonical_conv(*invals, **eqn.params)]
+  if eqn.primitive.name in _CALLS and "jaxpr" in eqn.params:
+    sub = eqn.params["jaxpr"]
+    return _evaluate(sub.jaxpr, sub.consts, invals, _canonical_rule)
+  return None
 
 
 def canonical_convolutions(fn: Callable) -> Callable:
@@ -138,33 +143,26 @@ def canonical_convolutions(fn: Callable) -> Callable:
 
   def wrapped(*args):
     closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*args)
-    outs = _eval_canonical(closed.jaxpr, closed.consts, *jax.tree.leaves(args))
+    outs = _evaluate(closed.jaxpr, closed.consts, jax.tree.leaves(args), _canonical_rule)
     return jax.tree.unflatten(jax.tree.structure(out_shape), outs)
 
   return wrapped
 
 
-def _eval_loops_canonical(jaxpr, consts, *args) -> list:
-  """`eval_jaxpr`, except that each scan whose body holds a convolution runs the body through
-  `canonical_convolutions`; calls that hold such a scan are inlined to reach it."""
-  env = dict(zip(jaxpr.constvars, consts))
-  env.update(zip(jaxpr.invars, args))
-  for eqn in jaxpr.eqns:
-    invals = [_read(env, v) for v in eqn.invars]
-    name = eqn.primitive.name
-    if name == "scan" and _holds(eqn.params["jaxpr"].jaxpr, "conv_general_dilated"):
-      body = eqn.params["jaxpr"]
-      canonical = jax.make_jaxpr(canonical_convolutions(jcore.jaxpr_as_fun(body)))(
-          *(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in body.in_avals))
-      outs = _bind(eqn, invals, jaxpr=canonical)
-    elif name in _CALLS and "jaxpr" in eqn.params and _loop_with_convolution(
-        eqn.params["jaxpr"].jaxpr):
-      sub = eqn.params["jaxpr"]
-      outs = _eval_loops_canonical(sub.jaxpr, sub.consts, *invals)
-    else:
-      outs = _bind(eqn, invals)
-    env.update(zip(eqn.outvars, outs))
-  return [_read(env, v) for v in jaxpr.outvars]
+def _loop_rule(eqn, invals):
+  """Each scan whose body holds a convolution with the body through `canonical_convolutions`;
+  calls that hold such a scan inlined to reach it."""
+  name = eqn.primitive.name
+  if name == "scan" and _holds(eqn.params["jaxpr"].jaxpr, "conv_general_dilated"):
+    body = eqn.params["jaxpr"]
+    canonical = jax.make_jaxpr(canonical_convolutions(jcore.jaxpr_as_fun(body)))(
+        *(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in body.in_avals))
+    return _bind(eqn, invals, jaxpr=canonical)
+  if name in _CALLS and "jaxpr" in eqn.params and _loop_with_convolution(
+      eqn.params["jaxpr"].jaxpr):
+    sub = eqn.params["jaxpr"]
+    return _evaluate(sub.jaxpr, sub.consts, invals, _loop_rule)
+  return None
 
 
 def train_program(train_step: Callable, enabled: bool = True, grad_accum: int = 1) -> Callable:
@@ -181,7 +179,7 @@ def train_program(train_step: Callable, enabled: bool = True, grad_accum: int = 
     if not _loop_with_convolution(closed.jaxpr):  # the program as traced, not traced again
       outs = jcore.jaxpr_as_fun(closed)(*leaves)
     else:
-      outs = _eval_loops_canonical(closed.jaxpr, closed.consts, *leaves)
+      outs = _evaluate(closed.jaxpr, closed.consts, leaves, _loop_rule)
     return jax.tree.unflatten(jax.tree.structure(out_shape), outs)
 
   return rewritten
