@@ -59,12 +59,14 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
+from jaxdl.schema import ConfigError
+
 
 def check_grad_accum(grad_accum: int, global_batch: int, num_devices: int) -> None:
   """Refuses an N that does not split each device's rows into equal microbatches."""
   per_device = global_batch // num_devices
   if grad_accum < 1 or per_device % grad_accum:
-    raise ValueError(f"train.grad_accum: {grad_accum} does not divide the per-device batch "
+    raise ConfigError(f"train.grad_accum: {grad_accum} does not divide the per-device batch "
                      f"{per_device} (data.batch_size {global_batch} over {num_devices} devices); "
                      f"use a divisor of {per_device}")
 

@@ -124,7 +124,7 @@ def apply_precision(model, policy: precision.Policy, overrides: dict):
   """Clones `model` with the compute dtype and the strategy's overrides it has fields for."""
   fields = {f.name for f in dataclasses.fields(model)}
   if "dtype" not in fields and policy.compute_dtype != jax.numpy.float32:
-    raise ValueError(f"train.precision: model {type(model).__name__!r} has no `dtype` field, so "
+    raise ConfigError(f"train.precision: model {type(model).__name__!r} has no `dtype` field, so "
                      f"it cannot compute in {jax.numpy.dtype(policy.compute_dtype).name}; use "
                      f"train.precision='fp32' or give the model a compute dtype")
   overrides = {**overrides, "dtype": policy.compute_dtype}
@@ -148,7 +148,7 @@ def build(config) -> Run:
   accumulation.check_grad_accum(train.grad_accum, data.batch_size, strategy.batch_shards)
   optim = joptim.parse_optim(config.optim)
   if train.eval_ema and optim.ema_decay is None:
-    raise ValueError("train.eval_ema: the run keeps no parameter average; set optim.ema_decay "
+    raise ConfigError("train.eval_ema: the run keeps no parameter average; set optim.ema_decay "
                      "(e.g. 0.999) or train.eval_ema=False")
   if train.eval_ema and trainable_predicate(model) is not None:
     raise ConfigError("train.eval_ema: a LoRA model (model.lora_rank > 0) averages only its "
@@ -240,5 +240,5 @@ def check_best_metric(run: Run) -> None:
     return
   names = eval_metric_names(run)
   if metric not in names:
-    raise ValueError(f"train.best_metric: task {run.config.task!r} reports no metric "
+    raise ConfigError(f"train.best_metric: task {run.config.task!r} reports no metric "
                      f"{metric!r}; expected one of {', '.join(names)} (or '' for none)")

@@ -33,6 +33,7 @@ import jax
 
 from jaxdl import optim as joptim
 from jaxdl import stop_signals
+from jaxdl.schema import ConfigError
 from jaxdl.train import checkpoint as jckpt
 from jaxdl.train import guards, plots, profiling, resume, step as jstep, throughput, trackers
 from jaxdl.train import watch, workdir as jworkdir, writers, xla_cpu
@@ -89,7 +90,7 @@ def _setup(config, workdir, force: bool, progress: bool, hooks: Sequence[Hook],
   differs = resume.check_same_run(workdir, previous, config_json, force, optim=r.optim)
   hooks = Hooks(hooks)
   if r.train.doctor and not hooks.preflight:
-    raise ValueError("train.doctor: the preflight lives in jaxdl.doctor; pass "
+    raise ConfigError("train.doctor: the preflight lives in jaxdl.doctor; pass "
                      "hooks=[jaxdl.doctor.PreflightHook()] to jaxdl.train.run (the CLI does)")
   abstract = r.abstract_state()
   with jworkdir.lock(workdir, expect_config=previous):

@@ -98,6 +98,17 @@ def mesh_sizes(n: int, fsdp: int = 1, expert: int = 1, tensor: int = 1) -> dict[
   return dict(zip(MESH_AXES, (m // f, f, expert, tensor)))
 
 
+def _per_leaf(train_step: Callable) -> Callable:
+  """`train_step` traced inside `tree_reductions.per_leaf()` (module docstring)."""
+
+  @functools.wraps(train_step)
+  def step(state, batch):
+    with tree_reductions.per_leaf():
+      return train_step(state, batch)
+
+  return step
+
+
 class MeshStrategy:
   """`jit` over the named mesh (module docstring): the 'jit' strategy (F = 1) and the 'fsdp'
   one. Its interface (place_state, shard_batch, compile_train, compile_eval, single_copy, first,
@@ -165,16 +176,9 @@ class MeshStrategy:
     """`train_step` jitted over the mesh, the state donated; `compiler_options`: XLA's, for
     every compile of it (`jaxdl.train.accumulation.compiler_options`). A split state's step is
     traced inside `tree_reductions.per_leaf()` (module docstring)."""
-    if self.splits_state:
-      inner = train_step
-
-      @functools.wraps(inner)
-      def train_step(state, batch):  # pylint: disable=function-redefined
-        with tree_reductions.per_leaf():
-          return inner(state, batch)
-
+    step = _per_leaf(train_step) if self.splits_state else train_step
     shardings = self.state_shardings(state)
-    return jax.jit(train_step, in_shardings=(shardings, self.batch_sharding),
+    return jax.jit(step, in_shardings=(shardings, self.batch_sharding),
                    out_shardings=(shardings, self.replicated), donate_argnums=0,
                    compiler_options=compiler_options)
 
