@@ -62,7 +62,8 @@ def read_run_config(workdir):
   except (OSError, ValueError, TypeError) as e:
     raise ConfigError(f"{path}: unreadable ({type(e).__name__}: {e})".splitlines()[0]) from None
   task = config.get("task")
-  if task not in TASKS or not kind_of(task).is_generative:
+  kind = TASKS.get(task)  # an unknown task (another package's, or none) samples nothing either
+  if kind is None or not kind.is_generative:
     raise ConfigError(f"{workdir}: a {task!r} run has nothing to sample; `jaxdl sample` needs "
                       f"a {' or '.join(task_names(lambda k: k.is_generative))} run")
   return config
