@@ -28,6 +28,7 @@ import numpy as np
 
 from jaxdl.config import parse_root
 from jaxdl.models import lora
+from jaxdl.schema import ConfigError
 
 KEY = "init_from"
 
@@ -38,7 +39,7 @@ def check(config) -> None:
   full = os.path.expanduser(path)
   if path and not (os.path.isdir(os.path.join(full, "checkpoints")) or
                    os.path.isfile(os.path.join(full, "config.json"))):
-    raise ValueError(f"{KEY}: {path!r} is neither a jaxdl workdir (with checkpoints/) nor a "
+    raise ConfigError(f"{KEY}: {path!r} is neither a jaxdl workdir (with checkpoints/) nor a "
                      "Hugging Face model folder (with config.json); train the base there first "
                      f"(e.g. `jaxdl train bpe_gpt --workdir {path}`)")
 
@@ -51,7 +52,7 @@ def base_params(path: str) -> dict:
     try:
       _, state = load_state(full)
     except FileNotFoundError as e:
-      raise ValueError(f"{KEY}: {path!r} has no checkpoint yet ({e})") from None
+      raise ConfigError(f"{KEY}: {path!r} has no checkpoint yet ({e})") from None
     params = jax.device_get(state["params"])
     if lora.split(params)[0]:  # a LoRA run: its adapters folded into the weights they adapt
       import ml_collections  # pylint: disable=g-import-not-at-top
@@ -64,7 +65,7 @@ def base_params(path: str) -> dict:
     from jaxdl.models import hf  # pylint: disable=g-import-not-at-top
     _, params = hf.load_hf(full)
     return jax.device_get(params)
-  raise ValueError(f"{KEY}: {path!r} is neither a jaxdl workdir (with checkpoints/) nor a "
+  raise ConfigError(f"{KEY}: {path!r} is neither a jaxdl workdir (with checkpoints/) nor a "
                    "Hugging Face model folder (with config.json)")
 
 
@@ -78,11 +79,11 @@ def merge_base(fresh, base, path: str):
     if lora.is_adapter(name):
       return x
     if name not in flat_base:
-      raise ValueError(f"{KEY}: {path!r} has no parameter {name!r} (shape {tuple(x.shape)}); "
+      raise ConfigError(f"{KEY}: {path!r} has no parameter {name!r} (shape {tuple(x.shape)}); "
                        "the model section must describe the base's architecture")
     b = flat_base[name]
     if tuple(b.shape) != tuple(x.shape):
-      raise ValueError(f"{KEY}: {path!r}'s {name!r} has shape {tuple(b.shape)}, the model's "
+      raise ConfigError(f"{KEY}: {path!r}'s {name!r} has shape {tuple(b.shape)}, the model's "
                        f"{tuple(x.shape)}; the model section must describe the base's "
                        "architecture")
     used.add(name)
@@ -91,7 +92,7 @@ def merge_base(fresh, base, path: str):
   out = jax.tree_util.tree_map_with_path(take, fresh)
   extra = sorted(set(flat_base) - used)
   if extra:
-    raise ValueError(f"{KEY}: {path!r} has parameters this model has no place for ("
+    raise ConfigError(f"{KEY}: {path!r} has parameters this model has no place for ("
                      f"{', '.join(extra[:3])}{', ...' if len(extra) > 3 else ''}); merge a LoRA "
                      "base's adapters first, or describe the base's architecture")
   return out
