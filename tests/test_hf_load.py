@@ -96,3 +96,25 @@ def test_the_hf_load_bench_checkpoint_loads_in_bf16_at_a_tiny_size(tmp_path):
   r = hf_load.measure_load(str(tmp_path))
   assert r["dtypes"] == ["bfloat16"] and r["param_bytes"] == 2 * n
   assert r["hwm"] >= r["rss_before"] > 0
+
+
+def test_parameters_load_straight_into_their_shardings():
+  """On the suite's 4 CPU devices: the stacked MLP kernel split over its output axis, the
+  embedding over its rows, the rest replicated; values equal the single-device load."""
+  from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+  mesh = Mesh(np.array(jax.devices()[:4]), ("fsdp",))
+  want = {("h", "mlp", "c_fc", "kernel"): P(None, None, "fsdp"),
+          ("wte", "embedding"): P("fsdp", None)}
+  sharding_of = lambda path: NamedSharding(mesh, want.get(path, P()))  # noqa: E731
+  _, sharded = hf.load_hf(LLAMA, shardings=sharding_of)
+  _, plain = hf.load_hf(LLAMA)
+  for path, spec in want.items():
+    leaf = sharded
+    for k in path:
+      leaf = leaf[k]
+    assert leaf.sharding.spec == spec and len(leaf.addressable_shards) == 4
+    assert leaf.addressable_shards[0].data.shape[-1 if path[0] == "h" else 0] == (
+        leaf.shape[-1 if path[0] == "h" else 0] // 4)
+  assert sharded["ln_f"]["scale"].sharding.spec == P()
+  jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
+               sharded, plain)

@@ -247,13 +247,14 @@ def write_safetensors(path: str, tensors: dict[str, np.ndarray],
 
 
 def load_hf(path: str, *, scan_layers: bool = True, dtype=jnp.float32, param_dtype=None,
-            **overrides) -> tuple[GPT, dict]:
+            shardings=None, **overrides) -> tuple[GPT, dict]:
   """A Hugging Face model directory (module docstring) -> (GPT, params).
 
   `dtype` is the compute dtype; `param_dtype` the parameters', by default the checkpoint's own
   (its floating tensors' widest dtype: a bf16 checkpoint stays bf16, nothing is widened on the
   way); `overrides` set other GPT fields (attn_impl, dropout, ...). The weights are read tensor by
-  tensor into their final dtype and placed on the device parameter by parameter
+  tensor into their final dtype and placed on the device parameter by parameter, each straight
+  into its sharding when `shardings` (a tree like the params, or fn(path) -> Sharding) gives one
   (`hf_families.to_params`): the host never holds the whole checkpoint, nor a float32 copy of
   it (`jaxdl bench --only hf_load` measures the peak)."""
   cfg = read_config(path)
@@ -268,7 +269,7 @@ def load_hf(path: str, *, scan_layers: bool = True, dtype=jnp.float32, param_dty
   if "tie_word_embeddings" not in cfg and cfg["model_type"] != "gpt2":
     # Its default moved (transformers 4: tied, 5: untied): a head in the weights says untied.
     model = model.clone(tie_embeddings="lm_head.weight" not in tensors)
-  return model, hf_families.to_params(tensors, model, cfg["model_type"], path)
+  return model, hf_families.to_params(tensors, model, cfg["model_type"], path, shardings)
 
 
 def save_hf(out_dir: str, model: GPT, params: dict, *, model_type: str | None = None,

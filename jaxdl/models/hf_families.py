@@ -47,7 +47,6 @@ differently (an export writes no window: block_size bounds it).
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 
@@ -266,7 +265,8 @@ def _names(names: list[str], most: int = 4) -> str:
   return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
-def to_params(tensors, model: GPT, model_type: str, where: str = "weights") -> dict:
+def to_params(tensors, model: GPT, model_type: str, where: str = "weights",
+              shardings=None) -> dict:
   """A `model_type` state dict (HF names) -> params of `model` (its scan_layers layout), as jax
   arrays in `model.param_dtype`.
 
@@ -275,6 +275,8 @@ def to_params(tensors, model: GPT, model_type: str, where: str = "weights") -> d
   checks pass. Memory: each parameter is assembled alone, largest first, and placed on the
   device before the next is read; a scanned stack is filled layer by layer in place (a donated
   update), so the host holds the finished parameters plus one layer's tensors at a time.
+  `shardings` (a tree like the params, or `fn(path tuple) -> Sharding or None`) places each
+  parameter straight into its sharding (fsdp, tensor) instead of the default device.
   One-line ConfigError naming the missing, misshaped or unexpected tensors."""
   if model_type == "gpt2":
     tensors = {k.removeprefix(GPT2_PREFIX): a for k, a in tensors.items()}
@@ -297,14 +299,16 @@ def to_params(tensors, model: GPT, model_type: str, where: str = "weights") -> d
   size = lambda parts: sum(int(np.prod(want[n])) for _, names, _ in parts for n in names)  # noqa: E731
   params = {}
   for key, parts in sorted(leaves.items(), key=lambda kv: -size(kv[1])):
+    sharding = _sharding_of(shardings, key)
     if parts[0][0] is None:
-      value = jax.device_put(_part(tensors, parts[0][1], parts[0][2], dtype))
+      value = jax.device_put(_part(tensors, parts[0][1], parts[0][2], dtype), sharding)
     else:  # one slice per layer into a stack allocated once (filled in order)
       first = _part(tensors, parts[0][1], parts[0][2], dtype)
-      value = _zeros((len(parts),) + first.shape, dtype)
+      zeros, set_layer = _stack_ops(sharding)
+      value = zeros((len(parts),) + first.shape, dtype)
       for i, names, transposed in parts:
         layer_part = first if i == 0 else _part(tensors, names, transposed, dtype)
-        value = _set_layer(value, layer_part, i)
+        value = set_layer(value, layer_part, i)
         value.block_until_ready()  # bounds the host copies in flight to one layer's
       del first
     value.block_until_ready()
@@ -325,15 +329,35 @@ def _part(tensors, names, transposed: bool, dtype) -> np.ndarray:
   return np.concatenate(arrays, axis=-1, dtype=dtype)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))
+def _sharding_of(shardings, key: tuple):
+  if shardings is None or callable(shardings):
+    return shardings(key) if shardings else None
+  node = shardings
+  for k in key:
+    node = node[k]
+  return node
+
+
 def _zeros(shape, dtype):
   return jnp.zeros(shape, dtype)
 
 
-@functools.partial(jax.jit, donate_argnums=0)
 def _set_layer(stack, part, i):
-  """stack[i] = part in place (the stack is donated)."""
+  """stack[i] = part, in place when the stack is donated."""
   return jax.lax.dynamic_update_index_in_dim(stack, part.astype(stack.dtype), i, 0)
+
+
+_DEFAULT_STACK_OPS = (jax.jit(_zeros, static_argnums=(0, 1)),
+                      jax.jit(_set_layer, donate_argnums=0))
+
+
+def _stack_ops(sharding):
+  """(zeros(shape, dtype), set_layer(stack, part, i), donating the stack) whose results have
+  `sharding` (None: the default device, one compiled program per shape for every load)."""
+  if sharding is None:
+    return _DEFAULT_STACK_OPS
+  return (jax.jit(_zeros, static_argnums=(0, 1), out_shardings=sharding),
+          jax.jit(_set_layer, donate_argnums=0, out_shardings=sharding))
 
 
 def to_tensors(params: dict, model: GPT, model_type: str, dtype=np.float32
