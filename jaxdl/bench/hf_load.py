@@ -14,8 +14,8 @@ JAXDL_BENCH_HF_LOAD=tiny for the registered bench).
 
 Measured on the 2-core CPU (jax's CPU backend, so the parameters themselves live in host
 memory), 1b: peak 2.72 GB while loading 2.47 GB of bf16 shards, 1.10x (the parameters, still
-bf16, are 1.00x of it); load 21 s. Before, `load_hf` read every shard whole and widened to
-float32: 6.5x (issue 50: an 853M checkpoint of 1.7 GB peaked at 11.2 GB).
+bf16, are 1.00x of it); load 8-21 s (two runs). Before, `load_hf` read every shard whole and
+widened to float32: 6.5x (issue 50: an 853M checkpoint of 1.7 GB peaked at 11.2 GB).
 """
 
 from __future__ import annotations
