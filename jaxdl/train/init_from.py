@@ -171,11 +171,11 @@ def _check_data_tokenizer(data_cfg, path: str, base_sha: str | None, vocab: int 
   ids = entry.get("vocab_size")
   if base_sha is not None and entry.get("sha256") != base_sha:
     raise ConfigError(f"{where} was prepared with the tokenizer {entry.get('name')!r} ({ids} ids, "
-                      f"sha256 {str(entry.get('sha256'))[:12]}), not the base {path!r}'s "
-                      f"(sha256 {base_sha[:12]}){fix}")
+                      f"sha256 {str(entry.get('sha256'))[:12]}), not the tokenizer of the base "
+                      f"{path!r} (sha256 {base_sha[:12]}){fix}")
   if vocab and ids and ids > vocab:
-    raise ConfigError(f"{where} has a tokenizer of {ids} ids, more than the base {path!r}'s "
-                      f"vocab_size {vocab}{fix}")
+    raise ConfigError(f"{where} has a tokenizer of {ids} ids, more than the vocab_size {vocab} "
+                      f"of the base {path!r}{fix}")
 
 
 def base_params(path: str) -> dict:
