@@ -132,3 +132,26 @@ def test_data_of_another_tokenizer_or_no_base_is_one_line_and_nothing_written(fi
                              "tokenizer 'bytes' (257 ids, sha256 bytes), not the tokenizer of "
                              f"the base {base!r} (sha256 f0a14d4334f8)"), line
     assert not (tmp / "runs/refused").exists()
+
+
+def test_a_bf16_frozen_base_beside_float32_adapters(finetuned, monkeypatch):
+  """`--set model.param_dtype=bfloat16` (a run's own key, kept over the base's): the initial
+  state holds the Hugging Face weights rounded to bf16, the adapters in float32 (A random, B 0),
+  and the optimizer state only the adapters' float32 moments."""
+  from jaxdl.config import load_config
+  from jaxdl.train import build
+  tmp, _ = finetuned
+  monkeypatch.chdir(tmp)
+  config, _ = load_config("finetune_lora", ["init_from=my_model", "data.path=my_chat",
+                                            "model.param_dtype=bfloat16", *SHORT])
+  state = build(config).init_state()
+  adapters, base = lora.split(jax.device_get(state.params))
+  want = lora.split(jax.device_get(hf.load_hf("my_model")[1]))[1]
+  assert base.keys() == want.keys() and len(adapters) == 12
+  for k in base:
+    assert base[k].dtype == jax.numpy.bfloat16, k
+    np.testing.assert_array_equal(base[k], want[k].astype(jax.numpy.bfloat16), err_msg=k)
+  assert all(v.dtype == np.float32 for v in adapters.values())
+  moments = [x for x in jax.tree.leaves(state.opt_state) if np.ndim(x) > 0]
+  assert moments and all(x.dtype == np.float32 for x in moments)
+  assert sum(x.size for x in moments) == 2 * sum(v.size for v in adapters.values())

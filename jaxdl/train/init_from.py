@@ -13,7 +13,9 @@ config the run trains, with every check done before the workdir is touched:
   model    the base's architecture: a run's config.json model section, or the GPT a Hugging
            Face config.json describes (`jaxdl.models.hf_families.model_from_config`), with the
            run's own RUN_FIELDS (LoRA, dropout, remat, compute dtype, ...) on top; so an
-           experiment's model section never has to describe the base by hand
+           experiment's model section never has to describe the base by hand. With
+           `model.param_dtype=bfloat16` and LoRA the frozen base is held (and saved) in bf16,
+           the adapters in float32 (`jaxdl.models.lora.adapter`): half the base's memory
   data     a source prepared on first use (`data.prepare_with`, e.g. stdlib_instructions) is
            prepared with the base's tokenizer
   refused  (one line, `jaxdl.schema.ConfigError`) a base that is not there or has no
@@ -52,7 +54,7 @@ KEY = "init_from"
 # Model fields that are the fine-tuning run's choices, not the base's architecture: they change
 # what trains and how it computes, never the parameters' paths or shapes.
 RUN_FIELDS = ("lora_rank", "lora_alpha", "lora_targets", "dropout", "attn_dropout", "drop_path",
-              "remat", "scan_unroll", "attn_impl", "dtype")
+              "remat", "scan_unroll", "attn_impl", "dtype", "param_dtype")
 
 
 def _kind(path: str) -> str:
