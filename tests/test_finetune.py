@@ -112,8 +112,8 @@ def test_data_of_another_tokenizer_or_no_base_is_one_line_and_nothing_written(fi
                                                                               monkeypatch,
                                                                               capsys):
   """Bytes-prepared data (257 ids) into the Llama of a 64-id BPE, and into the run fine-tuned
-  from it: the manifest's fingerprint is not the base's, exit 2, no workdir; a base that is not
-  there is refused the same way."""
+  from it: the manifest's fingerprint is not the base's, exit 2, no workdir; into a 96-id Llama
+  without a tokenizer.json: more ids than its vocabulary; a base that is not there: the same."""
   tmp, commands = finetuned
   monkeypatch.chdir(tmp)
   prepare = commands[0]
@@ -121,12 +121,17 @@ def test_data_of_another_tokenizer_or_no_base_is_one_line_and_nothing_written(fi
                    "bytes_chat"]
   assert cli.main(bytes_prepare) == 0
   capsys.readouterr()
-  for base in ("my_model", "runs/finetune_lora", "nowhere"):
+  shutil.copytree(ROOT / "tests/data/hf/llama_tied", tmp / "no_tokenizer")  # 96 ids
+  for base in ("my_model", "runs/finetune_lora", "no_tokenizer", "nowhere"):
     argv = [a.replace("my_chat", "bytes_chat").replace("my_model", base) for a in commands[1]]
     assert cli.main(train([*argv, "--workdir", "runs/refused"])) == 2, base
     line = one_error_line(capsys)
     if base == "nowhere":
       assert line.startswith("jaxdl: error: init_from: 'nowhere' is neither a jaxdl workdir"), line
+    elif base == "no_tokenizer":  # no tokenizer.json to compare: the vocabulary sizes
+      assert line.startswith("jaxdl: error: data.path: 'bytes_chat' was prepared with a "
+                             "tokenizer of 257 ids, more than the vocab_size 96 of the base "
+                             "'no_tokenizer'"), line
     else:
       assert line.startswith("jaxdl: error: data.path: 'bytes_chat' was prepared with the "
                              "tokenizer 'bytes' (257 ids, sha256 bytes), not the tokenizer of "

@@ -122,61 +122,71 @@ def _base_model(path: str) -> dict:
 
 def base_tokenizer(path: str) -> tuple[str, str | None]:
   """(spec for `jaxdl.data.get_tokenizer`, sha256 fingerprint) of the base's tokenizer, or
-  ('', None) when it is not known: a Hugging Face folder's tokenizer.json; a run's data (a
-  prepared folder's manifest, or bytes for a byte-level source)."""
-  from jaxdl.data import tokenize  # pylint: disable=g-import-not-at-top
+  ('', None) when it is not known: a Hugging Face folder's tokenizer.json; a run's data
+  (`data_tokenizer`)."""
+  from jaxdl.data import parse_data, tokenize  # pylint: disable=g-import-not-at-top
   full = os.path.expanduser(path)
   if _kind(path) == "hf":
     if not os.path.isfile(os.path.join(full, "tokenizer.json")):
       return "", None
     return full, tokenize.get_tokenizer(full, key=KEY).fingerprint
-  from jaxdl.data import parse_data  # pylint: disable=g-import-not-at-top
-  from jaxdl.data.sources import ByteLM  # pylint: disable=g-import-not-at-top
   try:
     with open(os.path.join(full, "config.json")) as f:
-      data = parse_data(json.load(f)["data"])
+      entry = data_tokenizer(parse_data(json.load(f)["data"]))
   except (OSError, ValueError, KeyError, TypeError):
     return "", None  # a run of another version's data settings: its tokenizer is not known
+  return ("", None) if entry is None else (entry["spec"], entry.get("sha256"))
+
+
+def data_tokenizer(data) -> dict | None:
+  """{name, vocab_size, sha256, spec, prepared} of the tokenizer a parsed data section reads
+  with, None when that is not known before it is built: a prepared folder's manifest entry
+  (`prepared`: True; spec its tokenizer.json), bytes for a byte-level source, or the
+  `data.tokenizer` (else `data.prepare_with`) it names."""
+  from jaxdl.data import records, tokenize  # pylint: disable=g-import-not-at-top
+  from jaxdl.data.sources import ByteLM  # pylint: disable=g-import-not-at-top
   if isinstance(data, ByteLM):
-    return "bytes", tokenize.bytes_tokenizer().fingerprint
-  entry = _manifest_tokenizer(data)
-  if entry is None:
-    return "", None
-  own = os.path.join(data.directory(), "tokenizer.json")
-  return ("bytes" if entry.get("name") == "bytes" else own), entry.get("sha256")
-
-
-def _manifest_tokenizer(data) -> dict | None:
-  """The tokenizer entry ({name, vocab_size, sha256, ...}) of the prepared folder a parsed data
-  section reads, None when it reads none (or it is not prepared yet)."""
-  from jaxdl.data import records  # pylint: disable=g-import-not-at-top
-  if not hasattr(data, "directory"):
-    return None
+    tok = tokenize.bytes_tokenizer()
+    return dict(name=tok.name, vocab_size=tok.vocab_size, sha256=tok.fingerprint, spec="bytes",
+                prepared=False)
+  directory = data.directory() if hasattr(data, "directory") else ""
   try:
-    with open(os.path.join(data.directory(), records.MANIFEST)) as f:
-      entry = json.load(f).get("tokenizer")
-  except (OSError, ValueError, AttributeError):
-    return None
-  return entry if isinstance(entry, dict) else None
+    with open(os.path.join(directory, records.MANIFEST)) as f:
+      entry = json.load(f)["tokenizer"]
+    own = os.path.join(directory, "tokenizer.json")
+    return {**entry, "prepared": True,
+            "spec": "bytes" if entry.get("name") == "bytes" else own}
+  except (OSError, ValueError, KeyError, TypeError):
+    pass  # not a prepared folder, or not prepared yet
+  # Else the tokenizer it names, or the one it will be prepared with on first use.
+  spec = getattr(data, "tokenizer", "") or getattr(data, "prepare_with", "")
+  if spec and spec != "bpe":
+    tok = tokenize.get_tokenizer(spec, key="data.tokenizer")
+    return dict(name=tok.name, vocab_size=tok.vocab_size, sha256=tok.fingerprint, spec=spec,
+                prepared=False)
+  return None
 
 
 def _check_data_tokenizer(data_cfg, path: str, base_sha: str | None, vocab: int | None) -> None:
-  """One-line ConfigError when the prepared data's tokenizer is not the base's (module
-  docstring); data not prepared yet is made with the base's tokenizer (`resolve`)."""
+  """One-line ConfigError when the data's tokenizer is not the base's (module docstring); data
+  prepared on first use is made with the base's tokenizer (`resolve`)."""
   from jaxdl.data import parse_data  # pylint: disable=g-import-not-at-top
-  entry = _manifest_tokenizer(parse_data(data_cfg))
+  entry = data_tokenizer(parse_data(data_cfg))
   if entry is None:
     return
-  where = f"data.path: {data_cfg.get('path') or 'the data'!r}"
+  if entry["prepared"]:
+    where = f"data.path: {data_cfg.get('path') or 'the data'!r} was prepared with"
+  else:
+    where = f"data: the {data_cfg.get('name')!r} source reads with"
   fix = (f"; prepare the data with the base's tokenizer (`jaxdl data prepare SRC --tokenizer "
          f"{path} --out DIR`)")
   ids = entry.get("vocab_size")
   if base_sha is not None and entry.get("sha256") != base_sha:
-    raise ConfigError(f"{where} was prepared with the tokenizer {entry.get('name')!r} ({ids} ids, "
-                      f"sha256 {str(entry.get('sha256'))[:12]}), not the tokenizer of the base "
+    raise ConfigError(f"{where} the tokenizer {entry.get('name')!r} ({ids} ids, sha256 "
+                      f"{str(entry.get('sha256'))[:12]}), not the tokenizer of the base "
                       f"{path!r} (sha256 {base_sha[:12]}){fix}")
   if vocab and ids and ids > vocab:
-    raise ConfigError(f"{where} has a tokenizer of {ids} ids, more than the vocab_size {vocab} "
+    raise ConfigError(f"{where} a tokenizer of {ids} ids, more than the vocab_size {vocab} "
                       f"of the base {path!r}{fix}")
 
 
