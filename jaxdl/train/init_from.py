@@ -46,8 +46,11 @@ import jax
 import ml_collections
 import numpy as np
 
+from jaxdl import models
 from jaxdl.config import parse_root
-from jaxdl.models import lora
+from jaxdl.data import parse_data, records, tokenize
+from jaxdl.data.sources import ByteLM
+from jaxdl.models import hf, hf_families, lora
 from jaxdl.schema import ConfigError
 
 KEY = "init_from"
@@ -83,7 +86,6 @@ def resolve(config):
   path = parse_root(config).init_from
   if not path:
     return config
-  from jaxdl import models  # pylint: disable=g-import-not-at-top
   base_section, (tok_spec, tok_sha) = _base_model(path), base_tokenizer(path)
   own = config.model.to_dict() if config.get("model") is not None else {}
   fields = models.model_config(base_section["name"])  # every field the base's model has
@@ -124,7 +126,6 @@ def base_tokenizer(path: str) -> tuple[str, str | None]:
   """(spec for `jaxdl.data.get_tokenizer`, sha256 fingerprint) of the base's tokenizer, or
   ('', None) when it is not known: a Hugging Face folder's tokenizer.json; a run's data
   (`data_tokenizer`)."""
-  from jaxdl.data import parse_data, tokenize  # pylint: disable=g-import-not-at-top
   full = os.path.expanduser(path)
   if _kind(path) == "hf":
     if not os.path.isfile(os.path.join(full, "tokenizer.json")):
@@ -143,8 +144,6 @@ def data_tokenizer(data) -> dict | None:
   with, None when that is not known before it is built: a prepared folder's manifest entry
   (`prepared`: True; spec its tokenizer.json), bytes for a byte-level source, or the
   `data.tokenizer` (else `data.prepare_with`) it names."""
-  from jaxdl.data import records, tokenize  # pylint: disable=g-import-not-at-top
-  from jaxdl.data.sources import ByteLM  # pylint: disable=g-import-not-at-top
   if isinstance(data, ByteLM):
     tok = tokenize.bytes_tokenizer()
     return dict(name=tok.name, vocab_size=tok.vocab_size, sha256=tok.fingerprint, spec="bytes",
@@ -170,7 +169,6 @@ def data_tokenizer(data) -> dict | None:
 def _check_data_tokenizer(data_cfg, path: str, base_sha: str | None, vocab: int | None) -> None:
   """One-line ConfigError when the data's tokenizer is not the base's (module docstring); data
   prepared on first use is made with the base's tokenizer (`resolve`)."""
-  from jaxdl.data import parse_data  # pylint: disable=g-import-not-at-top
   entry = data_tokenizer(parse_data(data_cfg))
   if entry is None:
     return
@@ -201,13 +199,12 @@ def base_params(path: str) -> dict:
       raise ValueError(f"{KEY}: {path!r} has no checkpoint yet ({e})") from None
     params = jax.device_get(state["params"])
     if lora.split(params)[0]:  # a LoRA run: its adapters folded into the weights they adapt
-      from jaxdl.models import build_model  # pylint: disable=g-import-not-at-top
       with open(os.path.join(full, "config.json")) as f:
         config = ml_collections.ConfigDict(json.load(f))
-      _, params = lora.merge(build_model(config.model), jax.tree.map(jax.numpy.asarray, params))
+      _, params = lora.merge(models.build_model(config.model),
+                             jax.tree.map(jax.numpy.asarray, params))
     return jax.device_get(params)
   _kind(path)  # neither a run nor a Hugging Face folder: one line
-  from jaxdl.models import hf  # pylint: disable=g-import-not-at-top
   _, params = hf.load_hf(full)
   return jax.device_get(params)
 
@@ -256,7 +253,6 @@ def model_section_of_hf(path: str) -> dict:
   model at `path`, from its config.json (`hf_families.model_from_config`: a field the GPT cannot
   represent is refused in one line); only a config that leaves tie_word_embeddings out needs
   the weights, whose lm_head says (`hf.load_hf`)."""
-  from jaxdl.models import hf, hf_families  # pylint: disable=g-import-not-at-top
   full = os.path.expanduser(path)
   cfg = hf.read_config(full)
   if "tie_word_embeddings" in cfg or cfg["model_type"] == "gpt2":
