@@ -113,7 +113,8 @@ def test_data_of_another_tokenizer_or_no_base_is_one_line_and_nothing_written(fi
                                                                               capsys):
   """Bytes-prepared data (257 ids) into the Llama of a 64-id BPE, and into the run fine-tuned
   from it: the manifest's fingerprint is not the base's, exit 2, no workdir; into a 96-id Llama
-  without a tokenizer.json: more ids than its vocabulary; a base that is not there: the same."""
+  without a tokenizer.json: more ids than its vocabulary; a base that is not there, or one
+  missing a weight shard: the same."""
   tmp, commands = finetuned
   monkeypatch.chdir(tmp)
   prepare = commands[0]
@@ -122,11 +123,16 @@ def test_data_of_another_tokenizer_or_no_base_is_one_line_and_nothing_written(fi
   assert cli.main(bytes_prepare) == 0
   capsys.readouterr()
   shutil.copytree(ROOT / "tests/data/hf/llama_tied", tmp / "no_tokenizer")  # 96 ids
-  for base in ("my_model", "runs/finetune_lora", "no_tokenizer", "nowhere"):
+  shutil.copytree(tmp / "my_model", tmp / "damaged")
+  (tmp / "damaged/model-00003-of-00005.safetensors").unlink()
+  for base in ("my_model", "runs/finetune_lora", "no_tokenizer", "nowhere", "damaged"):
     argv = [a.replace("my_chat", "bytes_chat").replace("my_model", base) for a in commands[1]]
     assert cli.main(train([*argv, "--workdir", "runs/refused"])) == 2, base
     line = one_error_line(capsys)
-    if base == "nowhere":
+    if base == "damaged":  # a shard its index names is missing: found before the run writes
+      assert line == ("jaxdl: error: damaged/model.safetensors.index.json: shard "
+                      "model-00003-of-00005.safetensors is missing from damaged"), line
+    elif base == "nowhere":
       assert line.startswith("jaxdl: error: init_from: 'nowhere' is neither a jaxdl workdir"), line
     elif base == "no_tokenizer":  # no tokenizer.json to compare: the vocabulary sizes
       assert line.startswith("jaxdl: error: data.path: 'bytes_chat' was prepared with a "

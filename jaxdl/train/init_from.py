@@ -255,6 +255,7 @@ def model_section_of_hf(path: str) -> dict:
   the weights, whose lm_head says (`hf.load_hf`)."""
   full = os.path.expanduser(path)
   cfg = hf.read_config(full)
+  hf.weight_files(full)  # every shard there: a damaged base is refused before the run writes
   if "tie_word_embeddings" in cfg or cfg["model_type"] == "gpt2":
     model = hf_families.model_from_config(cfg, os.path.join(full, "config.json"))
   else:
