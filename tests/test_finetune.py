@@ -143,6 +143,10 @@ def test_data_of_another_tokenizer_or_no_base_is_one_line_and_nothing_written(fi
                              "tokenizer 'bytes' (257 ids, sha256 bytes), not the tokenizer of "
                              f"the base {base!r} (sha256 f0a14d4334f8)"), line
     assert not (tmp / "runs/refused").exists()
+  # One spelling: the experiment's old `base=` arg is refused, not ignored.
+  assert cli.main(["train", "finetune_lora:smoke,base=my_model", "--workdir", "runs/refused"]) == 2
+  assert "unknown arg 'base'" in one_error_line(capsys)
+  assert not (tmp / "runs/refused").exists()
 
 
 def test_a_bf16_frozen_base_beside_float32_adapters(finetuned, monkeypatch):
