@@ -95,5 +95,6 @@ def test_a_full_disk_is_one_line_exit_1_and_leaves_nothing(lora_run, tmp_path, c
     capsys.readouterr()
     assert cli.main(["export", str(lora_run), "--out", str(out)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("jaxdl: error: export: no space left on device: "), err
+    assert len(err) == 1, err
+    assert err[0].startswith("jaxdl: error: export: no space left on device: "), err
   assert list(tmp_path.iterdir()) == []

@@ -32,7 +32,7 @@ is replaced by the base's leaf at the same path, which must exist with the same 
 keep their fresh initialization (B = 0, so step 0 computes the base model exactly), and the
 optimizer state is initialized again from the new parameters (a parameter average starts at the
 base). A missing path, a shape that differs, or base parameters the model has no place for are
-one-line ValueErrors naming `init_from` (with the architecture taken from the base, a damaged
+one-line ConfigErrors naming `init_from` (with the architecture taken from the base, a damaged
 base only).
 """
 
@@ -196,7 +196,7 @@ def base_params(path: str) -> dict:
     try:
       _, state = load_state(full)
     except FileNotFoundError as e:
-      raise ValueError(f"{KEY}: {path!r} has no checkpoint yet ({e})") from None
+      raise ConfigError(f"{KEY}: {path!r} has no checkpoint yet ({e})") from None
     params = jax.device_get(state["params"])
     if lora.split(params)[0]:  # a LoRA run: its adapters folded into the weights they adapt
       with open(os.path.join(full, "config.json")) as f:
@@ -219,11 +219,11 @@ def merge_base(fresh, base, path: str):
     if lora.is_adapter(name):
       return x
     if name not in flat_base:
-      raise ValueError(f"{KEY}: {path!r} has no parameter {name!r} (shape {tuple(x.shape)}); "
+      raise ConfigError(f"{KEY}: {path!r} has no parameter {name!r} (shape {tuple(x.shape)}); "
                        "the model section must describe the base's architecture")
     b = flat_base[name]
     if tuple(b.shape) != tuple(x.shape):
-      raise ValueError(f"{KEY}: {path!r}'s {name!r} has shape {tuple(b.shape)}, the model's "
+      raise ConfigError(f"{KEY}: {path!r}'s {name!r} has shape {tuple(b.shape)}, the model's "
                        f"{tuple(x.shape)}; the model section must describe the base's "
                        "architecture")
     used.add(name)
@@ -232,7 +232,7 @@ def merge_base(fresh, base, path: str):
   out = jax.tree_util.tree_map_with_path(take, fresh)
   extra = sorted(set(flat_base) - used)
   if extra:
-    raise ValueError(f"{KEY}: {path!r} has parameters this model has no place for ("
+    raise ConfigError(f"{KEY}: {path!r} has parameters this model has no place for ("
                      f"{', '.join(extra[:3])}{', ...' if len(extra) > 3 else ''}); merge a LoRA "
                      "base's adapters first, or describe the base's architecture")
   return out
