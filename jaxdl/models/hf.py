@@ -54,10 +54,15 @@ def read_config(directory: str) -> dict:
 
 
 def weight_files(directory: str) -> list[str]:
-  """The safetensors files of a model directory: the shards its index names, else
-  model.safetensors. A directory of PyTorch pickles only is refused (`_refuse_bin`) unless
-  torch reads them (`read_bin`)."""
+  """The weight files of a directory: model.safetensors, or the shards
+  model.safetensors.index.json names, or with neither pytorch_model.bin or the shards its index
+  names (`read_bin`: refused here in one line, saying how to convert, when torch is not
+  installed); a missing one is a one-line ConfigError (checked before anything is read, so a
+  run refuses a damaged base before it writes)."""
   index = os.path.join(directory, INDEX)
+  if _bin_only(directory):
+    _import_torch(directory)
+    index = os.path.join(directory, BIN_FILES[1])
   if os.path.isfile(index):
     with open(index, encoding="utf-8") as f:
       weight_map = json.load(f).get("weight_map")
@@ -66,6 +71,8 @@ def weight_files(directory: str) -> list[str]:
     files = sorted(set(weight_map.values()))
   elif os.path.isfile(os.path.join(directory, "model.safetensors")):
     files = ["model.safetensors"]
+  elif _bin_only(directory):
+    files = [BIN_FILES[0]]
   else:
     raise ConfigError(f"{directory}: no model.safetensors or {INDEX}")
   for name in files:
@@ -156,10 +163,8 @@ def _bin_only(directory: str) -> bool:
           any(os.path.isfile(os.path.join(directory, f)) for f in BIN_FILES))
 
 
-def read_bin(directory: str) -> dict[str, np.ndarray]:
-  """The tensors of pytorch_model.bin (or its shards), through torch when it is installed (each
-  file memory-mapped, dtype kept); without torch a one-line ConfigError saying how to convert
-  the directory to safetensors."""
+def _import_torch(directory: str):
+  """torch, or the one-line ConfigError saying how to convert a PyTorch-only directory."""
   try:
     import torch  # pylint: disable=g-import-not-at-top
   except ImportError:
@@ -168,14 +173,16 @@ def read_bin(directory: str) -> dict[str, np.ndarray]:
         "pip install torch, or convert once where transformers is installed: python -c \"import "
         "transformers as t; t.AutoModelForCausalLM.from_pretrained('DIR').save_pretrained('OUT')"
         "\" (writes safetensors)") from None
-  index = os.path.join(directory, BIN_FILES[1])
-  if os.path.isfile(index):
-    with open(index, encoding="utf-8") as f:
-      files = sorted(set(json.load(f)["weight_map"].values()))
-  else:
-    files = [BIN_FILES[0]]
+  return torch
+
+
+def read_bin(directory: str) -> dict[str, np.ndarray]:
+  """The tensors of pytorch_model.bin (or its shards), through torch when it is installed (each
+  file memory-mapped, dtype kept); without torch a one-line ConfigError saying how to convert
+  the directory to safetensors."""
+  torch = _import_torch(directory)
   out = {}
-  for name in files:
+  for name in weight_files(directory):
     state = torch.load(os.path.join(directory, name), map_location="cpu", weights_only=True,
                        mmap=True)
     for k, t in state.items():

@@ -136,7 +136,7 @@ def build(config) -> Run:
   """Parses every section once, then builds data, task, strategy, optimizer, precision policy
   and model from the parsed objects; raises on bad config."""
   train, parallel = parse_train(config), parse_parallel(config)
-  init_from.check(config)
+  config = init_from.resolve(config)  # the base's architecture and checks, before anything
   data = jdata.parse_data(config.data)
   ds = jdata.make_dataset(config, data)
   task = tasks.make_task(config, train)
