@@ -261,10 +261,10 @@ def _dataloader_rows(bench, r):
   return rows
 
 
-@register_bench("accum")
+@register_bench("accum", experiments=("char_gpt", "digits_cnn", "digits_mlp", "fm_digits_cfg"))
 def _accum(ctx):
   from jaxdl.bench import cnn
-  r = cnn.bench_accum_families()
+  r = cnn.bench_accum_families(ctx["configs"])
   rows = []
   for name, x in r.items():
     n, m = x["n"], x["micro_rows"]
@@ -279,21 +279,20 @@ def _accum(ctx):
   return r, rows
 
 
-@register_bench("xla_cpu")
+@register_bench("xla_cpu", experiments=("digits_cnn",))
 def _xla_cpu(ctx):
   from jaxdl.bench import cnn
-  del ctx
-  x = cnn.bench_xla_cpu()
+  x = cnn.bench_xla_cpu(ctx["configs"]["digits_cnn"])
   n = x["grad_accum"]
   return x, [_row("xla_cpu", f"{x['experiment']} step at grad_accum={n}, XLA:CPU workarounds "
                   "on vs off", x["step_s_with"], x["step_s_without"], x["ratio"], "< 0.9",
                   x["ratio"] < 0.9, "s")]
 
 
-@register_bench("augment")
+@register_bench("augment", experiments=("digits_cnn",))
 def _augment(ctx):
   from jaxdl.bench import cnn
-  r = {"digits": cnn.bench_augment(), "rgb32": cnn.bench_augment_rgb()}
+  r = {"digits": cnn.bench_augment(ctx["configs"]["digits_cnn"]), "rgb32": cnn.bench_augment_rgb()}
   rows = []
   for name, x in r.items():
     what = "digits" if name == "digits" else "32x32 RGB"

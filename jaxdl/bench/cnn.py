@@ -46,17 +46,18 @@ from jaxdl.bench.timing import Clock, interleaved
 MICRO = 128  # M, the rows of one microbatch (the digits experiments' batch)
 
 
-def _built(batch: int, grad_accum: int, overrides: tuple = (), experiment: str = "digits_cnn",
+def _built(config, batch: int, grad_accum: int, overrides: tuple = (),
            workarounds: bool = True):
-  """(run, jitted step, state, one device batch) of `experiment` at `batch` rows, N =
-  grad_accum, compiled as the loop compiles it (`jaxdl.train.xla_cpu.train_program`, switched
-  by `workarounds`)."""
-  from jaxdl.config import load_config
+  """(run, jitted step, state, one device batch) of the experiment `config` at `batch` rows,
+  N = grad_accum, with `overrides` applied to a copy, compiled as the loop compiles it
+  (`jaxdl.train.xla_cpu.train_program`, switched by `workarounds`)."""
+  from jaxdl.config import apply_overrides
   from jaxdl.train import build, make_train_step, xla_cpu
   from jaxdl.train.accumulation import compiler_options
-  config, _ = load_config(experiment, [
-      f"data.batch_size={batch}", f"train.grad_accum={grad_accum}", "parallel.devices=1",
-      *overrides])
+  config = config.copy_and_resolve_references()
+  with config.unlocked():
+    apply_overrides(config, [f"data.batch_size={batch}", f"train.grad_accum={grad_accum}",
+                             "parallel.devices=1", *overrides])
   r = build(config)
   step = make_train_step(r.model.apply, r.task.loss_fn, r.tx, r.schedule, r.base_key,
                          grad_accum=grad_accum)
@@ -99,13 +100,13 @@ def temp_bytes(step, state, batch) -> int:
   return int(step.lower(state, batch).compile().memory_analysis().temp_size_in_bytes)
 
 
-def bench_grad_accum(n: int = 4, steps: int = 5, rounds: int = 5, micro: int = MICRO,
-                     overrides: tuple = (), experiment: str = "digits_cnn") -> dict:
-  """Seconds per step at N = n on n M rows and at N = 1 on M rows, ratio t_n / (n t_1); and
-  the two compiled steps' temporary memory, ratio m_n / m_1."""
+def bench_grad_accum(config, n: int = 4, steps: int = 5, rounds: int = 5, micro: int = MICRO,
+                     overrides: tuple = ()) -> dict:
+  """Seconds per step of the experiment `config` at N = n on n M rows and at N = 1 on M rows,
+  ratio t_n / (n t_1); and the two compiled steps' temporary memory, ratio m_n / m_1."""
   from jaxdl.train import xla_cpu
-  _, step_n, state_n, batch_n = _built(n * micro, n, overrides, experiment)
-  _, step_1, state_1, batch_1 = _built(micro, 1, overrides, experiment)
+  _, step_n, state_n, batch_n = _built(config, n * micro, n, overrides)
+  _, step_1, state_1, batch_1 = _built(config, micro, 1, overrides)
   mem_n, mem_1 = temp_bytes(step_n, state_n, batch_n), temp_bytes(step_1, state_1, batch_1)
   loop = "scan+xla_cpu" if xla_cpu.applies(True) else "scan"
   t = interleaved({"accum": _runner(step_n, state_n, batch_n),
@@ -117,20 +118,18 @@ def bench_grad_accum(n: int = 4, steps: int = 5, rounds: int = 5, micro: int = M
           "temp_bytes": mem_n, "micro_temp_bytes": mem_1, "memory_ratio": mem_n / mem_1}
 
 
-def bench_xla_cpu(experiment: str = "digits_cnn", grad_accum: int = 4, steps: int = 5,
-                  rounds: int = 3) -> dict:
-  """A user's run with and without `train.xla_cpu_workarounds` (`jaxdl.train.xla_cpu`):
-  `experiment` at its own batch with train.grad_accum = N, compiled as the loop compiles it.
+def bench_xla_cpu(config, grad_accum: int = 4, steps: int = 5, rounds: int = 3) -> dict:
+  """A user's run with and without `train.xla_cpu_workarounds` (`jaxdl.train.xla_cpu`): the
+  experiment `config` at its own batch with train.grad_accum = N, compiled as the loop compiles it.
   Compile seconds of each, and seconds per step: the median over `rounds` alternations of
   `steps` steps; ratio = with / without (< 0.9: the seam's bar)."""
   import statistics
   import time
-  from jaxdl.config import load_config
-  batch = int(load_config(experiment, [])[0].data.batch_size)
-  out = {"experiment": experiment, "grad_accum": grad_accum, "batch": batch}
+  batch = int(config.data.batch_size)
+  out = {"experiment": config.name, "grad_accum": grad_accum, "batch": batch}
   runners = {}
   for name, on in (("with", True), ("without", False)):
-    _, step, state, batch_ = _built(batch, grad_accum, (), experiment, workarounds=on)
+    _, step, state, batch_ = _built(config, batch, grad_accum, (), workarounds=on)
     t = time.perf_counter()
     step = step.lower(state, batch_).compile()
     out[f"compile_s_{name}"] = time.perf_counter() - t
@@ -145,11 +144,11 @@ def bench_xla_cpu(experiment: str = "digits_cnn", grad_accum: int = 4, steps: in
   return out
 
 
-def bench_accum_families(n: int = 4, families=tuple(ACCUM_FAMILIES)) -> dict:
-  """`bench_grad_accum` for each family of `ACCUM_FAMILIES`."""
-  return {name: bench_grad_accum(n, micro=ACCUM_FAMILIES[name][1],
-                                 overrides=ACCUM_FAMILIES[name][2],
-                                 experiment=ACCUM_FAMILIES[name][0]) for name in families}
+def bench_accum_families(configs: dict, n: int = 4, families=tuple(ACCUM_FAMILIES)) -> dict:
+  """`bench_grad_accum` for each family of `ACCUM_FAMILIES`; `configs`: {experiment: config}."""
+  return {name: bench_grad_accum(configs[ACCUM_FAMILIES[name][0]], n,
+                                 micro=ACCUM_FAMILIES[name][1],
+                                 overrides=ACCUM_FAMILIES[name][2]) for name in families}
 
 
 def _pipeline_vs_step(it, step, state, batch, steps: int, rounds: int) -> dict:
@@ -167,9 +166,11 @@ def _pipeline_vs_step(it, step, state, batch, steps: int, rounds: int) -> dict:
           "ratio_cpu": t["step"]["cpu"] / t["pipeline"]["cpu"]}
 
 
-def bench_augment(ops: tuple = ("crop=1", "mixup"), steps: int = 20, rounds: int = 5) -> dict:
-  """Augmented digits batches/s vs the CNN's train steps/s, both at M rows."""
-  r, step, state, batch = _built(MICRO, 1, (f"data.augment={tuple(ops)!r}",))
+def bench_augment(config, ops: tuple = ("crop=1", "mixup"), steps: int = 20,
+                  rounds: int = 5) -> dict:
+  """Augmented digits batches/s vs the CNN's train steps/s (the digits CNN experiment
+  `config`), both at M rows."""
+  r, step, state, batch = _built(config, MICRO, 1, (f"data.augment={tuple(ops)!r}",))
   it = r.ds.train_iter()
 
   return {"ops": list(ops), "rows": MICRO,
