@@ -13,7 +13,7 @@ import pytest
 
 from jaxdl import cli
 from jaxdl.config import ConfigError
-from jaxdl.course.sweeps import grid, index, report, runner, slots
+from jaxdl.sweep import grid, index, report, scheduler, slots
 
 import warm_python
 
@@ -112,7 +112,7 @@ def test_slots_split_cpus_and_give_one_gpu_each():
 # gets when its parent dies (prctl PR_GET_PDEATHSIG) and whether the variables are gone.
 _ENTER = """
 import ctypes, json, os
-from jaxdl.course.sweeps import slots
+from jaxdl.sweep import slots
 slots.enter_slot()
 sig = ctypes.c_int()
 ctypes.CDLL(None).prctl(2, ctypes.byref(sig))
@@ -143,20 +143,94 @@ def test_a_run_takes_its_slot_at_startup_and_stops_if_the_sweep_is_gone():
 
 
 def test_exit_codes_become_statuses(tmp_path):
+  """Only an exit the run chose (1, 2) fails it; a signal leaves it resumable; a kill by any
+  other signal is a vanished run (the scheduler starts it once more)."""
   (tmp_path / "logs").mkdir()
   record = {"workdir": "runs/r", "log": "logs/r.log"}
   log = tmp_path / "logs" / "r.log"
   log.write_text("jaxdl: stopped by SIGTERM at step 1\n# jaxdl sweep: 2026 attempt 2: cmd\n"
                  "Traceback ...\njaxdl: non-finite loss at step 3\nmore\n")
-  assert runner.outcome(tmp_path, record, 1) == (
+  assert scheduler.outcome(tmp_path, record, 1) == (
       index.FAILED, "jaxdl: non-finite loss at step 3")
-  assert runner.outcome(tmp_path, record, -9)[0] == index.PENDING
+  for code, how in ((130, "SIGINT"), (143, "SIGTERM"), (-signal.SIGTERM, "SIGTERM"),
+                    (-signal.SIGINT, "SIGINT")):
+    assert scheduler.outcome(tmp_path, record, code) == (
+        index.PENDING, f"stopped ({how}); a rerun resumes it"), code
+  # Stopped by the sweep in its first second (exit 1 before it could say so): resumable.
+  assert scheduler.outcome(tmp_path, record, 1, signalled="SIGINT")[0] == index.PENDING
+  assert scheduler.outcome(tmp_path, record, -9) == (
+      index.PENDING, "vanished (killed by SIGKILL); a rerun resumes it")
+  assert scheduler.vanished(-9) == "SIGKILL" and scheduler.vanished(-9, "SIGTERM") is None
+  assert scheduler.vanished(-signal.SIGTERM) is None and scheduler.vanished(1) is None
   log.write_text("jaxdl: stopped by SIGTERM at step 10; its checkpoint is saved\n")
-  status, error = runner.outcome(tmp_path, record, 0)
+  status, error = scheduler.outcome(tmp_path, record, 0)
   assert status == index.PENDING and error.startswith("stopped (stopped by SIGTERM")
   with log.open("a") as f:  # the next attempt finishes: the previous one's line is history
     f.write("# jaxdl sweep: 2026 attempt 3: cmd\n{}\n")
-  assert runner.outcome(tmp_path, record, 0) == (index.FINISHED, None)
+  assert scheduler.outcome(tmp_path, record, 0) == (index.FINISHED, None)
+
+
+# A stand-in for `jaxdl train` (a bare interpreter, no jax): what it does is the point's
+# `train.steps` value, counted per attempt in its workdir.
+_FAKE_RUN = """
+import json, os, pathlib, signal, sys
+workdir, how = pathlib.Path(sys.argv[1]), sys.argv[2]
+workdir.mkdir(parents=True, exist_ok=True)
+attempt = len(list(workdir.glob("attempt-*"))) + 1
+(workdir / f"attempt-{attempt}").touch()
+if how == "fails":
+  print("jaxdl: loss became non-finite at step 3"); sys.exit(1)
+if how == "stopped":  # SIGTERM from someone else than the sweep: saved, said so, exit 0
+  print("jaxdl: stopped by SIGTERM at step 2; its checkpoint is saved"); sys.exit(0)
+if how == "vanishes" or (how == "vanishes-once" and attempt == 1):
+  os.kill(os.getpid(), signal.SIGKILL)
+if how == "stops-the-sweep":  # the sweep's own process group gets SIGTERM while it runs
+  signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+  os.kill(os.getppid(), signal.SIGTERM)
+  signal.sigwait([signal.SIGTERM])
+  print("jaxdl: stopped by SIGTERM at step 1; its checkpoint is saved"); sys.exit(0)
+(workdir / "summary.json").write_text(json.dumps({"step": 1, "eval": {"loss": 0.5}}))
+"""
+_HOW = {"1": "finishes", "2": "fails", "3": "stopped", "4": "vanishes-once", "5": "vanishes",
+        "6": "stops-the-sweep"}
+
+
+@pytest.mark.parametrize("steps, code, says", [
+    ("1,4", 0, None),  # finished, and vanished once (started again: finished)
+    ("1,2", 1, "1 run failed: train.steps=2,seed=0"),
+    ("1,3", 1, "1 run left unfinished (rerun the same command to resume): train.steps=3"),
+    ("5", 1, "1 run left unfinished (rerun the same command to resume): train.steps=5"),
+    ("6", 0, "jaxdl: sweep stopped by SIGTERM; its runs saved their current step"),
+])
+def test_the_exit_code_says_how_the_runs_ended(steps, code, says, tmp_path, capsys,
+                                               monkeypatch):
+  """0 only when every run finished (or the sweep was stopped by SIGTERM, its runs saved); a
+  run that failed, stopped or vanished twice is named, exit 1. The scheduler runs a stand-in
+  for `jaxdl train` (through the same subprocess start, session and signals)."""
+
+  def fake(plan, record, workdir):
+    how = _HOW[record["overrides"][0].split("=")[1]]
+    return [sys.executable, "-c", _FAKE_RUN, str(workdir), how]
+
+  monkeypatch.setattr(scheduler, "train_command", fake)
+  monkeypatch.setattr(scheduler, "child_command", lambda command: command)
+  out = tmp_path / "s"
+  assert cli.main(["sweep", EXP, "--grid", f"train.steps={steps}", "--out", str(out)]) == code
+  err = capsys.readouterr().err
+  assert says is None or says in err, err
+  idx = json.loads((out / "sweep.json").read_text())
+  runs = idx["runs"]
+  if steps == "1,4":
+    assert runs["train.steps=4,seed=0"]["attempts"] == 2 and "retry    train.steps=4" in err
+    assert all(r["status"] == index.FINISHED for r in runs.values())
+  if steps == "5":
+    assert runs["train.steps=5,seed=0"]["attempts"] == 2
+    assert runs["train.steps=5,seed=0"]["error"].startswith("vanished (killed by SIGKILL)")
+  if steps == "6":  # stopped once, by the sweep (its own session: not by the group signal too)
+    assert runs["train.steps=6,seed=0"]["status"] == index.PENDING
+  # The report marks no best point on unfinished seeds.
+  assert not any(r["best_point"] and r["finished"] < r["seeds"]
+                 for r in report.summarize(out)["rows"])
 
 
 # --- the report, on hand-written workdirs ---
@@ -210,12 +284,14 @@ def test_the_report_gives_mean_and_t_interval_per_point(hand_written_sweep):
   assert a["best_mean"] == pytest.approx((0.4 + 0.45 + 0.47) / 3)  # 0.6 replaced 0.9 at step 10
   assert (a["finished"], b["finished"], b["running"]) == (3, 2, 1)
   assert b["final_mean"] == pytest.approx(0.33) and b["best_mean"] == pytest.approx(0.3)
-  assert b["best_point"] and not a["best_point"] and not c["best_point"]
+  # b's mean is better, but one of its seeds is still running: only a point whose every seed
+  # finished is marked best.
+  assert a["best_point"] and not b["best_point"] and not c["best_point"]
   assert (c["failed"], c["pending"], c["final_mean"]) == (2, 1, None)
   assert "seed 0: non-finite train/loss at step 10" in c["error"]
   assert "seed 1: jaxdl: error: data.n: must be > 0" in c["error"]
   table = report.format_table(rep)
-  assert table.splitlines()[2].startswith("*  optim.lr=0.01") and "3/0/0/0" in table
+  assert table.splitlines()[1].startswith("*  optim.lr=0.001") and "3/0/0/0" in table
 
 
 def test_report_command_writes_csv_json_and_figures(hand_written_sweep, tmp_path, capsys):
@@ -279,7 +355,7 @@ def test_a_killed_sweep_reruns_to_the_results_of_uninterrupted_runs(tmp_path):
   os.kill(parent.pid, signal.SIGKILL)
   os.kill(child, signal.SIGKILL)
   parent.wait()
-  _wait_for(lambda: all(runner.lock_holder(w) is None for w in runs))  # the other one stops
+  _wait_for(lambda: all(scheduler.lock_holder(w) is None for w in runs))  # the other one stops
   interrupted = [not (w / "summary.json").exists() for w in runs]
   rerun = warm_python.run(_sweep_cmd(out), timeout=600)
   assert rerun.returncode == 0, rerun.stderr[-2000:]

@@ -13,8 +13,8 @@ import pytest
 
 from jaxdl import cli
 from jaxdl.config import ConfigError
-from jaxdl.course.sweeps import index as jindex
-from jaxdl.course.sweeps import report, search, space
+from jaxdl.sweep import index as jindex
+from jaxdl.sweep import report, search, space
 
 pytest.importorskip("optuna")
 optuna = space.import_optuna()  # its INFO lines silenced, as the command does

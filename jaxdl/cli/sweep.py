@@ -1,6 +1,6 @@
 """`jaxdl sweep EXPERIMENT[:ARG] --grid KEY=V1,V2,... [--seeds N] [--jobs J] [--out DIR]`: run
 every point of a grid over seeds, each run a `jaxdl train` subprocess in its own workdir under
-DIR (`jaxdl.course.sweeps`); rerunning the command resumes it. `jaxdl sweep report DIR`: the
+DIR (`jaxdl.sweep`); rerunning the command resumes it. `jaxdl sweep report DIR`: the
 table of a metric per point (mean and 95% t interval over seeds), CSV / JSON, figures.
 
 `jaxdl sweep EXPERIMENT[:ARG] --search random|tpe[:STARTUP] --space KEY=DIST ... --trials N
@@ -9,7 +9,7 @@ table of a metric per point (mean and 95% t interval over seeds), CSV / JSON, fi
 per trial, its study in DIR/study.log (default DIR runs/<experiment>[-<arg>]-search); rerunning
 the command resumes it, and a larger --trials extends it. DIST is uniform:LOW:HIGH,
 loguniform:LOW:HIGH, int:LOW:HIGH, logint:LOW:HIGH or choice:V1,V2,...
-(`jaxdl.course.sweeps.space`; running and pruning: `jaxdl.course.sweeps.search`).
+(`jaxdl.sweep.space`; running and pruning: `jaxdl.sweep.search`).
 
 `jaxdl sweep ... --executor slurm [--partition P] [--time T] [--gpus-per-run G] [--cpus-per-run
 C] [--account A] [--nodes N] [--tasks-per-run K] [--sbatch KEY=VALUE ...] [--executor-config
@@ -17,7 +17,7 @@ FILE] [--no-wait]`: the grid's runs as a SLURM job array through submitit (needs
 extra), each the same `jaxdl train` in its workdir; a run of several processes is started by
 `srun` with `--distributed`. It waits for the jobs unless --no-wait; rerunning the command waits
 for the queued ones and submits again the cancelled or unfinished ones, which resume
-(`jaxdl.course.sweeps.slurm`; a one-node cluster for trying it: scripts/slurm_cluster.sh).
+(`jaxdl.sweep.slurm`; a one-node cluster for trying it: scripts/slurm_cluster.sh).
 
 Exit codes: 0 every run finished (a search: it holds N trials, one or more finished; also after
 SIGTERM, which stops the runs cleanly: rerun to resume; with --executor slurm also after a job
@@ -116,55 +116,70 @@ def add_arguments(p) -> None:
                    help="where the figures go (default DIR/report; 'none' for none)")
 
 
-def _error(line: str) -> int:
-  print(f"jaxdl: error: {line}", file=sys.stderr)
-  return 2
-
-
 def _echo(line: str) -> None:
   print(line, file=sys.stderr, flush=True)
 
 
 def main(args) -> int:
+  """The command; bad input raises ConfigError (exit 2), unfinished runs RunError (exit 1)."""
+  try:
+    return _main(args)
+  except ValueError as e:
+    # A bridge until `jaxdl.cli.main` maps exception types to exit codes for every command (it
+    # then catches these first, and this goes).
+    print(f"jaxdl: error: {str(e).splitlines()[0]}", file=sys.stderr)
+    return 2
+  except Exception as e:  # noqa: BLE001 -- the same bridge: only a RunError is caught here
+    from jaxdl.train import RunError
+    if not isinstance(e, RunError):
+      raise
+    print(f"jaxdl: {e}", file=sys.stderr)
+    return 1
+
+
+def _main(args) -> int:
+  from jaxdl.schema import ConfigError
   if args.experiment == "report":
     if args.dir is None:
-      return _error("sweep report: give the sweep directory (jaxdl sweep report DIR)")
+      raise ConfigError("sweep report: give the sweep directory (jaxdl sweep report DIR)")
     if args.grid or args.overrides:
-      return _error("sweep report: --grid and --set belong to running a sweep")
+      raise ConfigError("sweep report: --grid and --set belong to running a sweep")
     given = _slurm_flags(args) + (["--executor"] if args.executor != "local" else [])
     if given:
-      return _error(f"sweep report: {given[0]} belongs to running a sweep")
+      raise ConfigError(f"sweep report: {given[0]} belongs to running a sweep")
     given = [f"--{k.replace('_', '-')}" for k in ("search", *_SEARCH_ONLY) if getattr(args, k)]
     if given:
-      return _error(f"sweep report: {given[0]} belongs to running a search")
+      raise ConfigError(f"sweep report: {given[0]} belongs to running a search")
     if args.mode not in (None, "min", "max"):
-      return _error(f"--mode {args.mode!r}: expected min or max")
+      raise ConfigError(f"--mode {args.mode!r}: expected min or max")
     return _report(args)
   if args.dir is not None:
-    return _error(f"sweep: unexpected argument {args.dir!r} (`jaxdl sweep report DIR` reports)")
+    raise ConfigError(f"sweep: unexpected argument {args.dir!r} (`jaxdl sweep report DIR` "
+                      f"reports)")
   given = [f"--{k}" for k in _REPORT_ONLY if getattr(args, k) is not None]
   if given:
-    return _error(f"sweep: {given[0]} belongs to `jaxdl sweep report DIR`")
-  if args.jobs is not None and args.jobs < 1:
-    return _error(f"--jobs: expected a count >= 1, got {args.jobs}")
+    raise ConfigError(f"sweep: {given[0]} belongs to `jaxdl sweep report DIR`")
+  for flag, count in (("--jobs", args.jobs), ("--seeds", args.seeds), ("--trials", args.trials)):
+    if count is not None and count < 1:
+      raise ConfigError(f"{flag}: expected a count >= 1, got {count}")
   given = _slurm_flags(args)
   if given and args.executor != "slurm":
-    return _error(f"sweep: {given[0]} belongs to --executor slurm")
+    raise ConfigError(f"sweep: {given[0]} belongs to --executor slurm")
   if args.search is not None:
     if args.executor == "slurm":
-      return _error("sweep: --executor slurm runs a grid; a search runs on this machine "
-                    "(--executor local)")
+      raise ConfigError("sweep: --executor slurm runs a grid; a search runs on this machine "
+                        "(--executor local)")
     return _search(args)
   given = [f"--{k.replace('_', '-')}" for k in (*_SEARCH_ONLY, "metric", "mode")
            if getattr(args, k) not in (None, [])]
   if given:
-    return _error(f"sweep: {given[0]} belongs to a search (--search random|tpe)")
-  from jaxdl.course.sweeps import grid, runner
+    raise ConfigError(f"sweep: {given[0]} belongs to a search (--search random|tpe)")
+  from jaxdl.sweep import grid, runner, scheduler
 
   def run(out):
     plan = grid.plan(args.experiment, args.grid, args.overrides, args.seeds or 1, args.seed_key)
     if args.executor == "slurm":
-      from jaxdl.course.sweeps import resources, slurm
+      from jaxdl.sweep import resources, slurm
       res = resources.parse({k: getattr(args, k) for k in resources.FIELDS},
                             args.executor_config)
       slurm.check_cluster(res.partition)
@@ -174,9 +189,11 @@ def main(args) -> int:
     return plan, lambda: runner.run(out, plan, jobs=args.jobs or 1,
                                     retry_failed=args.retry_failed, echo=_echo)
 
-  def outcome(plan, index):
-    failed = [r.name for r in plan.runs if index["runs"][r.name]["status"] == "failed"]
-    return 1 if failed else 0
+  def judge(plan, index):
+    names = [r.name for r in plan.runs]
+    failed = [n for n in names if index["runs"][n]["status"] == "failed"]
+    return _name_runs(failed, "failed") or _name_runs(
+        scheduler.unfinished(index, names), "left unfinished (rerun the same command to resume)")
 
   if args.executor == "slurm":
     def hint(ended):
@@ -188,11 +205,12 @@ def main(args) -> int:
     def hint(ended):
       del ended
       return "its runs saved their current step (rerun the same command to resume)"
-  return _launch(args, "-sweep", run, outcome, "sweep", hint)
+  return _launch(args, "-sweep", run, judge, "sweep", hint)
 
 
 def _search(args) -> int:
   """`jaxdl sweep EXPERIMENT --search ...`: every flag checked, then the study run."""
+  from jaxdl.schema import ConfigError
   for bad, why in ((args.grid, "--grid and --search exclude each other (a search samples "
                                "--space)"),
                    (args.seeds is not None, "--seeds does not apply to a search (one run per "
@@ -200,8 +218,8 @@ def _search(args) -> int:
                    (args.retry_failed, "--retry-failed does not apply to a search (a failed "
                                        "trial is final in its study)")):
     if bad:
-      return _error(f"sweep: {why}")
-  from jaxdl.course.sweeps import index, search, space
+      raise ConfigError(f"sweep: {why}")
+  from jaxdl.sweep import index, scheduler, search, space
 
   def run(out):
     plan = space.plan(args.experiment, args.space, search=args.search, trials=args.trials,
@@ -211,39 +229,49 @@ def _search(args) -> int:
     space.import_optuna()
     return plan, lambda: search.run(out, plan, args.trials, jobs=args.jobs or 1, echo=_echo)
 
-  def outcome(plan, idx):
-    return 0 if any(r["status"] == index.FINISHED for r in idx["runs"].values()) else 1
+  def judge(plan, idx):
+    if not any(r["status"] == index.FINISHED for r in idx["runs"].values()):
+      return "no trial finished (the errors are in the table and in sweep.json)"
+    return _name_runs(scheduler.unfinished(idx, idx["runs"]),
+                      "left unfinished (rerun the same command to resume)")
 
-  return _launch(args, "-search", run, outcome, "search", lambda ended: "its running trials "
+  return _launch(args, "-search", run, judge, "search", lambda ended: "its running trials "
                  "saved their current step (rerun the same command to resume them)")
 
 
-def _launch(args, suffix, prepare, outcome, what, resume_hint) -> int:
+def _launch(args, suffix, prepare, judge, what, resume_hint) -> int:
   """The grid's and the search's common course: `prepare(out) -> (plan, start)` checks every
   flag (ConfigError: one line, exit 2), the output folder is checked before anything starts,
-  `start()` runs it (a ValueError: another sweep's folder or one in use), then the table, and
-  the exit code: 130 after SIGINT, 0 after SIGTERM (or SLURM jobs that left unfinished; what to
-  do next: `resume_hint(ended)`), else `outcome(plan, index)`."""
+  `start()` runs it (a ValueError: another sweep's folder or one in use), then the table. After
+  a stop signal: one line, exit 130 after SIGINT, 0 after SIGTERM (or SLURM jobs that left
+  unfinished; what to do next: `resume_hint(ended)`). Else `judge(plan, index)` names what
+  broke the promise of exit 0 (runs failed or left unfinished), raised as a RunError (exit 1)."""
   from jaxdl.config import ConfigError, default_workdir, load_config
-  from jaxdl.course.sweeps import report
-  try:
-    out = args.out or default_workdir(args.experiment,
-                                       load_config(args.experiment, args.overrides)[0]) + suffix
-    plan, start = prepare(out)
-  except ConfigError as e:
-    return _error(str(e).splitlines()[0])
+  from jaxdl.sweep import report
+  out = args.out or default_workdir(args.experiment,
+                                     load_config(args.experiment, args.overrides)[0]) + suffix
+  plan, start = prepare(out)
   problem = disk_errors.unwritable_dir(out, "--out")
   if problem:
-    return _error(problem)
-  try:
-    index, ended = start()
-  except ValueError as e:
-    return _error(str(e).splitlines()[0])
+    raise ConfigError(problem)
+  index, ended = start()
   print(report.format_table(report.summarize(out)))
   if ended != "done":
     _echo(f"jaxdl: {what} stopped by {ended}; {resume_hint(ended)}")
     return 130 if ended == "SIGINT" else 0
-  return outcome(plan, index)
+  problem = judge(plan, index)
+  if problem:
+    from jaxdl.train import RunError
+    raise RunError(f"{what} {out}: {problem}")
+  return 0
+
+
+def _name_runs(names: list[str], how: str) -> str | None:
+  """'N run(s) HOW: a, b, ...' (five names at most), or None for none."""
+  if not names:
+    return None
+  more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+  return f"{len(names)} run{'s' * (len(names) != 1)} {how}: {', '.join(names[:5])}{more}"
 
 
 def _slurm_flags(args) -> list[str]:
@@ -253,11 +281,11 @@ def _slurm_flags(args) -> list[str]:
 
 def _report(args) -> int:
   from jaxdl.config import ConfigError
-  from jaxdl.course.sweeps import report
+  from jaxdl.sweep import report
   try:
     table = report.summarize(args.dir, args.metric, args.mode)
-  except (FileNotFoundError, ConfigError) as e:
-    return _error(str(e).splitlines()[0])
+  except FileNotFoundError as e:
+    raise ConfigError(str(e).splitlines()[0]) from None
   print(report.format_table(table))
   if args.csv:
     print(f"csv: {report.write_csv(table, args.csv)}")

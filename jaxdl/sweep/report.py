@@ -8,8 +8,8 @@ For each point, over its finished runs' values x_1..x_n:
   mean  m = (1/n) sum x_i,   95% t interval  m +- t_{0.975, n-1} s / sqrt(n),
   s^2 = (1/(n-1)) sum (x_i - m)^2   (no interval for n = 1),
 
-and the counts of finished / failed / running / pending runs; the point with the best mean final
-value is marked '*'. A run's status comes from its workdir, not only from sweep.json (a killed
+and the counts of finished / failed / running / pending runs; of the points whose every seed
+finished, the one with the best mean final value is marked '*' (none while seeds are missing). A run's status comes from its workdir, not only from sweep.json (a killed
 sweep leaves `running` behind): `running` while a live process holds its lock, `finished` with
 summary.json, `failed` as recorded (exit code and error) or when its loss or metric is
 non-finite, else `pending`. A failed run is a row with its error; nothing in a run makes the
@@ -28,8 +28,8 @@ import json
 import math
 import pathlib
 
-from jaxdl.course.sweeps import index as jindex
-from jaxdl.course.sweeps.runner import lock_holder
+from jaxdl.sweep import index as jindex
+from jaxdl.sweep.scheduler import lock_holder
 from jaxdl.train import plots
 from jaxdl.train.workdir import read_summary
 from jaxdl.train.writers import read_metrics, read_records
@@ -130,7 +130,9 @@ def summarize(sweep_dir, metric: str | None = None, mode: str | None = None) -> 
   for r in runs:
     points.setdefault(r["point"], []).append(r)
   rows = [_row(point, results) for point, results in points.items()]
-  scored = [r for r in rows if r["final_mean"] is not None]
+  # A point is a candidate only when every seed of it finished: a mean over the seeds that
+  # happened to finish (a vanished run's point, 1/0/0/1) is not that point's result.
+  scored = [r for r in rows if r["final_mean"] is not None and r[jindex.FINISHED] == r["seeds"]]
   if scored:
     pick = min if mode == "min" else max
     pick(scored, key=lambda r: r["final_mean"])["best_point"] = True
@@ -174,7 +176,7 @@ def format_table(report: dict) -> str:
   out = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)) + "  " + line[-1]
          for line in lines]
   out.append(f"mean ± 95% t interval over finished seeds; * the best mean final "
-             f"{report['metric']} ({report['mode']})")
+             f"{report['metric']} ({report['mode']}) of the points whose every seed finished")
   return "\n".join(line.rstrip() for line in out)
 
 

@@ -1,6 +1,7 @@
 """Running a sweep on a SLURM cluster through submitit: one array task per run.
 
-Each run is the `jaxdl train` command line the local runner would start (`runner.train_command`),
+Each run is the `jaxdl train` command line the local scheduler would start
+(`scheduler.train_command`),
 run by an array task in the directory the sweep was submitted from, its output appended to the
 run's log; so a run on the cluster is the same workdir, the same bit-exact resume, the same
 statuses as on this machine. A run with several processes (`tasks_per_run` > 1 or `nodes` > 1)
@@ -25,7 +26,7 @@ rerun submits it again. SLURM sends SIGTERM 90 s before a run's time limit (and 
 (SIGINT, SIGTERM) stops only the waiting: the jobs keep running, and a rerun waits for them.
 
 What a run asks for (partition, time, GPUs, CPUs, nodes, processes, other sbatch options) is
-`jaxdl.course.sweeps.resources`. The submitting process must see the sweep directory at the same
+`jaxdl.sweep.resources`. The submitting process must see the sweep directory at the same
 path as the nodes (a shared filesystem) and the nodes the same Python environment
 (`sys.executable`). This module's own imports are light: every array task unpickles `run_task`
 from it, and the sweep's other modules import jax (1.9 CPU-s a task); they are imported inside
@@ -43,7 +44,7 @@ import sys
 import time
 
 from jaxdl.config import ConfigError
-from jaxdl.course.sweeps.resources import Resources
+from jaxdl.sweep.resources import Resources
 
 # Job states after which nothing of the job runs any more (squeue's long names).
 FINAL = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
@@ -123,8 +124,8 @@ def run_task(command: list, log: str) -> dict:
 def task_command(plan, record: dict, workdir, res: Resources) -> list:
   """The run's command in its array task: the local runner's, `--distributed` for a run of
   several processes (each of them finds the others from SLURM's variables)."""
-  from jaxdl.course.sweeps import runner
-  command = runner.train_command(plan, record, workdir)
+  from jaxdl.sweep import scheduler
+  command = scheduler.train_command(plan, record, workdir)
   return [*command, "--distributed"] if res.distributed else command
 
 
@@ -180,13 +181,13 @@ def run(sweep_dir, plan, res: Resources, jobs: int | None = None, retry_failed: 
   """Submits `plan`'s unfinished runs from `sweep_dir` and (when `wait`) waits for every job;
   returns (the index, how it ended: 'done', the signal that stopped the waiting, or 'SLURM'
   when some job left the queue unfinished). ValueError (one line) when sbatch refuses."""
-  from jaxdl.course.sweeps import index as jindex
-  from jaxdl.course.sweeps import runner
+  from jaxdl.sweep import index as jindex
   from jaxdl.stop_signals import Preemption
+  from jaxdl.sweep import runner, scheduler
   sweep_dir = pathlib.Path(sweep_dir).resolve()
   for sub in ("logs", "runs", "slurm"):
     (sweep_dir / sub).mkdir(parents=True, exist_ok=True)
-  with runner.sweep_lock(sweep_dir), Preemption() as preempt, preempt.polled():
+  with scheduler.sweep_lock(sweep_dir), Preemption() as preempt, preempt.polled():
     index = jindex.merge(jindex.read(sweep_dir), plan)
     states = queue_states()
     if states is None:
@@ -254,8 +255,8 @@ def _ending(states: dict, job: str) -> bool:
 
 def _ready(sweep_dir, index, name, waiting, echo) -> bool:
   """Whether no live process holds the run's workdir (one left from an earlier job, saving)."""
-  from jaxdl.course.sweeps import runner
-  holder = runner.lock_holder(sweep_dir / index["runs"][name]["workdir"])
+  from jaxdl.sweep import scheduler
+  holder = scheduler.lock_holder(sweep_dir / index["runs"][name]["workdir"])
   if holder and name not in waiting:
     waiting.add(name)
     echo(f"  waiting  {name}: {holder}")
@@ -267,15 +268,15 @@ def _submit(sweep_dir, plan, index, executor, res, names, echo) -> None:
   import datetime
   import shlex
 
-  from jaxdl.course.sweeps import index as jindex
-  from jaxdl.course.sweeps import runner
+  from jaxdl.sweep import index as jindex
+  from jaxdl.sweep import scheduler
   commands = {}
   for name in names:
     record = index["runs"][name]
     commands[name] = task_command(plan, record, sweep_dir / record["workdir"], res)
     now = datetime.datetime.now().isoformat(timespec="seconds")
     with open(sweep_dir / record["log"], "a") as log:  # before the job can write to it
-      log.write(f"{runner._HEADER}{now} "  # the runner's header: its errors read after it
+      log.write(f"{scheduler.HEADER}{now} "  # the scheduler's header: its errors read after it
                 f"attempt {record['attempts'] + 1} (SLURM): {shlex.join(commands[name])}\n")
   try:
     with executor.batch():
@@ -297,8 +298,8 @@ def _submit(sweep_dir, plan, index, executor, res, names, echo) -> None:
 def _collect(sweep_dir, index, name, states, watched, echo) -> str | None:
   """None while the run's job is queued or running (its state recorded); else its status into
   the index, returning '' or, for a job that left without a result, 'JOB STATE'."""
-  from jaxdl.course.sweeps import index as jindex
-  from jaxdl.course.sweeps import runner
+  from jaxdl.sweep import index as jindex
+  from jaxdl.sweep import runner, scheduler
   submitit = import_submitit()
   record = index["runs"][name]
   slurm = record["slurm"]
@@ -317,7 +318,7 @@ def _collect(sweep_dir, index, name, states, watched, echo) -> str | None:
     # when no live process holds the workdir, or after a grace period (another host's lock).
     watched[name] = watched[name] or time.monotonic()
     workdir = sweep_dir / record["workdir"]
-    if runner.lock_holder(workdir) and time.monotonic() - watched[name] < _LOCK_GRACE_S:
+    if scheduler.lock_holder(workdir) and time.monotonic() - watched[name] < _LOCK_GRACE_S:
       return None
     done = all(p.exists() for p in results)
   gone = state == "gone"
@@ -329,7 +330,7 @@ def _collect(sweep_dir, index, name, states, watched, echo) -> str | None:
       returncode = next((o["returncode"] for o in outs if o["returncode"]), 0)
       record["seconds"] = round(record["seconds"] + max(o["seconds"] for o in outs), 2)
       record["cpu_s"] = round(record.get("cpu_s", 0.0) + sum(o["cpu_s"] for o in outs), 2)
-      status, error = runner.outcome(sweep_dir, record, returncode)
+      status, error = scheduler.outcome(sweep_dir, record, returncode)
     except Exception as e:  # noqa: BLE001 -- the task itself raised (it could not start the run)
       returncode, status = None, jindex.FAILED
       error = f"SLURM job {slurm['job']}: {_raised(e)}"

@@ -1,0 +1,273 @@
+"""The one scheduler of a local sweep: `jaxdl train` subprocesses, J at a time, and how each ended.
+
+A grid (`runner`) and a search (`search`) differ only in where their runs come from, a `Source`:
+a queue of grid points, or an Optuna study asked for trials and told their results. This module
+keeps every slot busy with the source's runs, watches them, stops them, and decides what each
+exit means; the course's studies and the SLURM executor classify runs with the same `outcome`.
+
+A run is an ordinary workdir trained by the ordinary command (`train_command`), so a crash of
+one run is its exit code and log, never the sweep's, and a rerun resumes each unfinished run from
+its checkpoints as `jaxdl train` always does (bit-exact). How a run ended (`outcome`):
+
+  finished  exit 0 (its summary.json written);
+  stopped   by a signal: exit 0 after its "jaxdl: stopped by" line, 130 or 128 + N, killed by
+            SIGTERM or SIGINT, or any exit after the sweep signalled it: `pending`, a rerun
+            resumes it; never `failed`;
+  vanished  killed by another signal (SIGKILL from the OOM killer): started once more at once
+            (`jaxdl train` resumes it); vanished twice, it stays `pending` with the signal as its
+            error, and `jaxdl sweep` exits 1 naming it;
+  failed    exit 1 (a failed run) or 2 (bad input): the same again would fail the same way.
+
+Signals: each run is started in a session of its own (`start_new_session`), so a signal to the
+sweep's process group (Ctrl-C in a terminal, systemd's stop, `kill -TERM -PGID`) reaches the
+sweep only, and the sweep stops each run once, with the signal it got; a second signal landing
+while a run saves its stop step would cut the save short. A SIGKILLed sweep cannot forward
+anything: each run asked the kernel for SIGTERM when the sweep dies (`slots.enter_slot`, run by
+`python -m jaxdl.sweep.child` before jax loads), so it saves its step and exits, never orphaned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import json
+import os
+import pathlib
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Callable, Protocol
+
+from jaxdl.stop_signals import Preemption
+from jaxdl.sweep import index as jindex
+from jaxdl.sweep.slots import Slot, child_env
+from jaxdl.train import workdir as jworkdir
+
+POLL_S = 0.05
+HEADER = "# jaxdl sweep: "  # starts the lines the sweep writes into a run's log
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def train_command(plan, record: dict, workdir: pathlib.Path) -> list[str]:
+  """The run's `jaxdl train` command line: the experiment, its workdir, the shared overrides,
+  then the run's own (what a user types to train the run alone)."""
+  sets = [a for o in (*plan.shared, *record["overrides"]) for a in ("--set", o)]
+  return [sys.executable, "-m", "jaxdl", "train", plan.experiment, "--workdir", str(workdir),
+          "--no-progress", *sets]
+
+
+def child_command(command: list[str]) -> list[str]:
+  """`command` (a `python -m jaxdl ...` line) started through `jaxdl.sweep.child`, which takes
+  the run's slot before the program starts."""
+  assert command[1:3] == ["-m", "jaxdl"], command
+  return [command[0], "-m", "jaxdl.sweep.child", *command[3:]]
+
+
+def lock_holder(workdir: pathlib.Path) -> str | None:
+  """Who holds `workdir`'s lock (one line), or None when no live process does."""
+  try:
+    jworkdir.check_unlocked(workdir)
+  except jworkdir.WorkdirLockedError as e:
+    return str(e).split(" (", 1)[0]
+  return None
+
+
+@contextlib.contextmanager
+def sweep_lock(sweep_dir: pathlib.Path):
+  """The sweep directory's lock, in the workdir lock's format (so `check_unlocked` reads it):
+  two sweeps never drive one directory. Taken without jax, which would claim a GPU here."""
+  path = sweep_dir / jworkdir.LOCK
+  for _ in range(3):
+    try:
+      fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+      break
+    except FileExistsError:
+      holder = lock_holder(sweep_dir)
+      if holder:
+        raise jworkdir.WorkdirLockedError(f"--out {sweep_dir}: {holder.split(' is ', 1)[1]}; "
+                                          f"another sweep runs there") from None
+      with contextlib.suppress(FileNotFoundError):
+        path.unlink()  # stale: the sweep that took it is gone
+  else:
+    raise jworkdir.WorkdirLockedError(f"--out {sweep_dir}: cannot take its lock {path}")
+  with os.fdopen(fd, "w") as f:
+    f.write(json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
+                        "started": datetime.datetime.now().isoformat(timespec="seconds")}))
+  try:
+    yield
+  finally:
+    with contextlib.suppress(FileNotFoundError):
+      path.unlink()
+
+
+def last_error(log_path: pathlib.Path) -> str | None:
+  """The last attempt's error as one line: its last `jaxdl:` line (the CLI's), else its last
+  line."""
+  try:
+    with open(log_path, "rb") as f:
+      f.seek(max(0, f.seek(0, os.SEEK_END) - 8192))
+      lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
+  except OSError:
+    return None
+  headers = [i for i, ln in enumerate(lines) if ln.startswith(HEADER)]
+  lines = lines[headers[-1] + 1:] if headers else lines  # this attempt's lines only
+  said = [ln for ln in lines if ln.startswith("jaxdl:")]
+  return ((said or lines or [None])[-1] or "")[:300] or None
+
+
+def _signal_name(number: int) -> str:
+  try:
+    return signal.Signals(number).name
+  except ValueError:
+    return f"signal {number}"
+
+
+def vanished(returncode: int | None, signalled: str | None = None) -> str | None:
+  """The signal that killed a run no one here stopped (SIGKILL: the OOM killer), else None."""
+  if returncode is None or returncode >= 0 or signalled or -returncode in STOP_SIGNALS:
+    return None
+  return _signal_name(-returncode)
+
+
+def outcome(sweep_dir: pathlib.Path, record: dict, returncode: int,
+            signalled: str | None = None) -> tuple[str, str | None]:
+  """(status, error) of a run that exited with `returncode` (negative: killed by that signal)
+  after the sweep sent it `signalled` (None: nothing). A run stopped by a signal, or gone, is
+  `pending` (a rerun resumes it); only an exit the run chose, 1 or 2, is `failed`."""
+  error = last_error(sweep_dir / record["log"])
+  gone = vanished(returncode, signalled)
+  if gone:
+    return jindex.PENDING, f"vanished (killed by {gone}); a rerun resumes it"
+  said_stop = (error or "").startswith("jaxdl: stopped by")
+  if returncode == 0 and not said_stop:
+    return jindex.FINISHED, None
+  by_signal = returncode < 0 or returncode == 130 or returncode - 128 in STOP_SIGNALS
+  if said_stop or by_signal or signalled:
+    how = (error or "").removeprefix("jaxdl: ") if said_stop else (
+        _signal_name(-returncode) if returncode < 0 else
+        _signal_name(returncode - 128) if returncode > 128 else signalled or "a signal")
+    return jindex.PENDING, f"stopped ({how}); a rerun resumes it"
+  return jindex.FAILED, error or f"exit code {returncode}"
+
+
+@dataclasses.dataclass
+class Active:
+  """A run this sweep started: its process, its log, its slot, the signal it was sent."""
+  name: str
+  proc: subprocess.Popen
+  log: object
+  started: float
+  signalled: str | None = None
+
+  def stop(self, signal_name: str) -> None:
+    """Sends the run `signal_name` once (a second would cut its stop-step save short)."""
+    if self.signalled is None and self.proc.poll() is None:
+      self.signalled = signal_name
+      with contextlib.suppress(ProcessLookupError):
+        self.proc.send_signal(getattr(signal, signal_name))
+
+
+class Source(Protocol):
+  """Where a sweep's runs come from (a grid's queue, a search's study)."""
+
+  def take(self) -> str | None:
+    """The name of a run to start now (its record in the index), or None: none ready now."""
+
+  def done(self) -> bool:
+    """Whether no run will come any more (one waiting for its workdir still will)."""
+
+  def started(self, run: Active) -> None:
+    """`run` started (echo it)."""
+
+  def watch(self, run: Active) -> bool:
+    """Reads a running run's progress; True stops it (a search's pruner)."""
+
+  def retry(self, name: str) -> None:
+    """Queues `name` again (it vanished)."""
+
+  def ended(self, run: Active, status: str, error: str | None) -> None:
+    """`run` exited: `status` and `error` by `outcome` (record them, echo)."""
+
+
+def start(sweep_dir: pathlib.Path, plan, index: dict, name: str, slot: Slot) -> Active:
+  """Starts run `name` of `index` in `slot`, in a session of its own; its record says running,
+  its log gets a header line with the command."""
+  record = index["runs"][name]
+  record.update(status=jindex.RUNNING, attempts=record["attempts"] + 1, returncode=None,
+                error=None, git=index["provenance"]["git"], slot=slot.describe())
+  jindex.write(sweep_dir, index)
+  cmd = train_command(plan, record, sweep_dir / record["workdir"])
+  log = open(sweep_dir / record["log"], "a")  # noqa: SIM115 -- closed by `execute`
+  log.write(f"{HEADER}{datetime.datetime.now().isoformat(timespec='seconds')} attempt "
+            f"{record['attempts']}: {shlex.join(cmd)}\n")
+  log.flush()
+  proc = subprocess.Popen(child_command(cmd), stdin=subprocess.DEVNULL, stdout=log,
+                          stderr=subprocess.STDOUT, env=child_env(slot), start_new_session=True)
+  return Active(name, proc, log, time.monotonic())
+
+
+def execute(sweep_dir: pathlib.Path, plan, index: dict, source: Source, slots: list[Slot],
+            preempt: Preemption, echo: Callable[[str], None]) -> str:
+  """Keeps every slot busy with `source`'s runs until it has none left; on a stop signal to the
+  sweep, stops each run once with it and waits for them. Returns 'done' or the signal's name."""
+  active: dict[int, Active] = {}
+  retried: set[str] = set()
+  try:
+    while True:
+      if preempt.requested:
+        for a in active.values():
+          a.stop(preempt.requested)
+      else:
+        for i, slot in enumerate(slots):
+          if i not in active:
+            name = source.take()
+            if name is None:
+              break
+            active[i] = start(sweep_dir, plan, index, name, slot)
+            source.started(active[i])
+      for i, a in list(active.items()):
+        if a.proc.poll() is None:
+          if a.signalled is None and source.watch(a):
+            a.stop("SIGTERM")
+          continue
+        del active[i]
+        _end(sweep_dir, index, source, a, retried, echo, retry=not preempt.requested)
+      if not active and (preempt.requested or source.done()):
+        break
+      time.sleep(POLL_S)
+  finally:
+    for a in active.values():  # an exception here: stop the runs, keep what they saved
+      a.stop("SIGTERM")
+    for a in active.values():
+      a.proc.wait()
+      _end(sweep_dir, index, source, a, retried, echo, retry=False)
+  return preempt.requested or "done"
+
+
+def _end(sweep_dir, index, source: Source, a: Active, retried: set, echo, retry: bool) -> None:
+  """Records how `a` ended; a run that vanished the first time is queued again."""
+  a.log.close()
+  record = index["runs"][a.name]
+  returncode = a.proc.returncode
+  record.update(returncode=returncode,
+                seconds=round(record["seconds"] + time.monotonic() - a.started, 2))
+  status, error = outcome(sweep_dir, record, returncode, a.signalled)
+  gone = vanished(returncode, a.signalled)
+  if gone and retry and a.name not in retried:
+    retried.add(a.name)
+    record.update(status=jindex.PENDING, error=error)
+    jindex.write(sweep_dir, index)
+    echo(f"  retry    {a.name}: vanished (killed by {gone}); starting it again")
+    source.retry(a.name)
+    return
+  source.ended(a, status, error)
+
+
+def unfinished(index: dict, names) -> list[str]:
+  """The runs among `names` left neither finished, failed nor pruned (stopped, vanished)."""
+  ended = (jindex.FINISHED, jindex.FAILED, jindex.PRUNED)
+  return [n for n in names if index["runs"][n]["status"] not in ended]
