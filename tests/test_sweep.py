@@ -4,6 +4,7 @@ the report on hand-written workdirs, and one real sweep killed and rerun (slow).
 import json
 import math
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -61,12 +62,34 @@ def test_a_bad_grid_is_one_config_error(flags, kwargs, message):
     grid.plan(EXP, flags, **kwargs)
 
 
-def test_a_bad_grid_exits_2_with_one_line_and_creates_nothing(tmp_path, capsys):
+@pytest.mark.parametrize("flags, line", [
+    (["--grid", "optim.lr=1e-3,oops"], "optim.lr: expected float, got 'oops'"),
+    (["--grid", "optim.lr=1e-3", "--seeds", "0"], "--seeds: expected a count >= 1, got 0"),
+    (["--seeds", "-2"], "--seeds: expected a count >= 1, got -2"),
+    (["--jobs", "0"], "--jobs: expected a count >= 1, got 0"),
+])
+def test_a_bad_sweep_exits_2_with_one_line_and_creates_nothing(flags, line, tmp_path, capsys):
   out = tmp_path / "sweep"
-  assert cli.main(["sweep", EXP, "--grid", "optim.lr=1e-3,oops", "--out", str(out)]) == 2
-  err = capsys.readouterr().err.strip().splitlines()
-  assert err == ["jaxdl: error: optim.lr: expected float, got 'oops'"]
+  assert cli.main(["sweep", EXP, *flags, "--out", str(out)]) == 2
+  assert capsys.readouterr().err.strip().splitlines() == [f"jaxdl: error: {line}"]
   assert not out.exists()
+
+
+def test_train_and_help_import_no_sweep_module():
+  """The sweep package is loaded by `jaxdl sweep` only: a run a sweep starts takes its slot
+  through `python -m jaxdl.sweep.child`, not through the program's entry."""
+  code = ("import runpy, sys\n"
+          "for argv in (['jaxdl', '--help'], ['jaxdl', 'train', '--help']):\n"
+          "  sys.argv = argv\n"
+          "  try:\n"
+          "    runpy.run_module('jaxdl', run_name='__main__', alter_sys=True)\n"
+          "  except SystemExit:\n"
+          "    pass\n"
+          "print('LOADED', sorted(m for m in sys.modules\n"
+          "                       if m.startswith(('jaxdl.sweep', 'jaxdl.course.sweeps'))))\n")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+  assert out.returncode == 0, out.stderr
+  assert "usage: jaxdl train" in out.stdout and out.stdout.splitlines()[-1] == "LOADED []"
 
 
 def test_the_index_grows_with_the_grid_and_refuses_another_sweep():
@@ -310,10 +333,11 @@ def test_report_command_writes_csv_json_and_figures(hand_written_sweep, tmp_path
   assert cli.main(["sweep", "report", str(tmp_path / "nothing")]) == 2
 
 
-# --- one real sweep, killed and rerun ---
+# --- real sweeps, killed and stopped, then rerun; against the same commands run alone (slow) ---
 
 SHARED = ["train.steps=40", "train.ckpt_every=10", "train.eval_every=10", "train.plot=False",
           "train.loggers=()", "train.count_flops=False"]
+SEEDS = (0, 1)
 
 
 def _sweep_cmd(out):
@@ -330,28 +354,79 @@ def _wait_for(condition, timeout=240.0):
 
 
 def _final(workdir):
-  """What a run ends with: its summary's metrics and its eval curve (a step once)."""
+  """What a run ends with: its summary's metrics, its eval curve (a step once), its params."""
+  import numpy as np
+  from jaxdl.train import load_state
   summary = json.loads((workdir / "summary.json").read_text())
   evals = {r["step"]: r["loss"] for r in map(json.loads, (workdir / "metrics.jsonl").open())
            if r.get("split") == "eval"}
-  return summary["train"], summary["eval"], evals
+  step, state = load_state(workdir)
+  params = {"/".join(map(str, k)): np.asarray(v).tobytes()
+            for k, v in _flat(state["params"]).items()}
+  return summary["train"], summary["eval"], evals, step, params
+
+
+def _flat(tree, prefix=()):
+  if isinstance(tree, dict):
+    return {k: v for key, sub in tree.items() for k, v in _flat(sub, (*prefix, key)).items()}
+  return {prefix: tree}
+
+
+def _runs(out):
+  return [out / "runs" / f"optim.lr=0.01,seed={s}" for s in SEEDS]
+
+
+def _logged_command(sweep, run):
+  """The `jaxdl train` command line the sweep's log says it ran for `run` (its first attempt)."""
+  header = next(ln for ln in (sweep / "logs" / f"{run}.log").open()
+                if ln.startswith(scheduler.HEADER))
+  return shlex.split(header.split(": ", 2)[2])
+
+
+@pytest.fixture(scope="module")
+def alone(tmp_path_factory):
+  """Each run of the sweep trained by its own `jaxdl train` command, run alone (the command the
+  sweep's log records, another workdir): {seed: what it ended with}."""
+  root = tmp_path_factory.mktemp("alone")
+  plan = grid.plan(EXP, ["optim.lr=1e-2"], shared=SHARED, seeds=len(SEEDS))
+  finals = {}
+  for r in plan.runs:
+    command = scheduler.train_command(plan, {"overrides": r.overrides}, root / r.name)
+    done = warm_python.run(command, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    finals[r.seed] = _final(root / r.name)
+  return finals
+
+
+def _assert_as_alone(out, alone):
+  """Every run of the sweep in `out` finished, bit-identical to its command run alone, the
+  command its log records being that command; no attempt's log holds a traceback."""
+  idx = json.loads((out / "sweep.json").read_text())
+  assert all(r["status"] == "finished" for r in idx["runs"].values())
+  plan = grid.plan(EXP, ["optim.lr=1e-2"], shared=SHARED, seeds=len(SEEDS))
+  for r, w in zip(plan.runs, _runs(out)):
+    assert _logged_command(out, w.name) == scheduler.train_command(plan, idx["runs"][w.name], w)
+    assert _final(w) == alone[r.seed], w.name
+    log = (out / "logs" / f"{w.name}.log").read_text()
+    assert "Traceback" not in log and "ERROR" not in log, log[-3000:]
 
 
 @pytest.mark.slow
-def test_a_killed_sweep_reruns_to_the_results_of_uninterrupted_runs(tmp_path):
+def test_a_killed_sweep_reruns_to_the_results_of_its_runs_alone(tmp_path, alone):
   """SIGKILL of the sweep and of one of its two runs after that run's first checkpoint; the
-  other run is stopped by the sweep's death (PR_SET_PDEATHSIG) and saves; the rerun resumes
-  both and ends bit-identical to each run trained in one go."""
-  from jaxdl.config import load_config
-  from jaxdl.train import run
+  other run is stopped by the sweep's death (PR_SET_PDEATHSIG, once: it is in a session of its
+  own) and saves; the rerun resumes both and ends bit-identical to each run's command alone."""
   out = tmp_path / "sweep"
   # The sweep processes fork from the warm interpreter (tests/warm_python.py); their runs are
-  # started by the sweep as always (a fresh `python -m jaxdl train` each).
+  # started by the sweep as always (a fresh `python -m jaxdl.sweep.child train` each).
   parent = warm_python.Popen(_sweep_cmd(out))
-  runs = [out / "runs" / f"optim.lr=0.01,seed={s}" for s in (0, 1)]
+  runs = _runs(out)
   _wait_for(lambda: any((w / "checkpoints" / "10").is_dir() for w in runs))
   victim = next(w for w in runs if (w / "checkpoints" / "10").is_dir())
   child = json.loads((victim / ".lock").read_text())["pid"]
+  os.kill(child, signal.SIGSTOP)  # held before its last step until the other run trains too
+  other = runs[1 - runs.index(victim)]
+  _wait_for(lambda: (other / "checkpoints" / "10").is_dir())
   os.kill(parent.pid, signal.SIGKILL)
   os.kill(child, signal.SIGKILL)
   parent.wait()
@@ -361,11 +436,58 @@ def test_a_killed_sweep_reruns_to_the_results_of_uninterrupted_runs(tmp_path):
   assert rerun.returncode == 0, rerun.stderr[-2000:]
   assert "2/0/0/0" in rerun.stdout
   assert interrupted[runs.index(victim)]
-  for seed, w in zip((0, 1), runs):
-    config, _ = load_config(EXP, [*SHARED, "optim.lr=0.01", f"seed={seed}"])
-    reference = tmp_path / f"reference-{seed}"
-    run(config, reference, progress=False)
-    assert _final(w) == _final(reference), w.name
+  _assert_as_alone(out, alone)
   idx = json.loads((out / "sweep.json").read_text())
-  assert all(r["status"] == "finished" for r in idx["runs"].values())
   assert idx["runs"][victim.name]["attempts"] == 2
+
+
+def _pending_signals(pid: int) -> int:
+  """The process's pending-signal mask (its own and its thread group's), from /proc."""
+  fields = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status"))
+  return int(fields["SigPnd"], 16) | int(fields["ShdPnd"], 16)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc, sessions: Linux")
+def test_a_vanished_run_is_retried_and_a_group_sigterm_reaches_each_run_once(tmp_path, alone):
+  """One run SIGKILLed (the OOM killer): the sweep starts it again, and it resumes. Then the
+  sweep's whole process group gets SIGTERM (systemd's stop, `kill -TERM -PGID`) while the
+  retried run trains (held there by SIGSTOP, so the moment is forced): the run, in a session
+  of its own, gets it once, from the sweep, saves and says so; the sweep exits 0. The rerun ends
+  bit-identical to each run's command alone, no log holding a traceback."""
+  out = tmp_path / "sweep"
+  own_group = ("import os, runpy, sys\nos.setpgid(0, 0)\n"
+               "runpy.run_module('jaxdl', run_name='__main__', alter_sys=True)\n")
+  sweep = warm_python.Popen([sys.executable, "-c", own_group, *_sweep_cmd(out)[3:]])
+  runs = _runs(out)
+  _wait_for(lambda: any((w / "checkpoints" / "10").is_dir() for w in runs))
+  victim = next(w for w in runs if (w / "checkpoints" / "10").is_dir())
+  first = json.loads((victim / ".lock").read_text())["pid"]
+  os.kill(first, signal.SIGKILL)
+  retried = {}
+
+  def restarted():
+    try:
+      retried.update(json.loads((victim / ".lock").read_text()))
+    except (OSError, ValueError):
+      return False
+    return retried["pid"] != first and (victim / "checkpoints" / "20").is_dir()
+
+  _wait_for(restarted)
+  pid = retried["pid"]
+  os.kill(pid, signal.SIGSTOP)  # mid-training, before its last step
+  assert not (victim / "summary.json").exists()
+  assert os.getpgid(pid) != os.getpgid(sweep.pid) == sweep.pid
+  os.killpg(sweep.pid, signal.SIGTERM)
+  _wait_for(lambda: _pending_signals(pid) & (1 << (signal.SIGTERM - 1)))  # the sweep's, once
+  os.kill(pid, signal.SIGCONT)
+  stdout, stderr = sweep.communicate(timeout=600)
+  assert sweep.returncode == 0, stderr[-2000:]
+  assert "jaxdl: sweep stopped by SIGTERM" in stderr
+  assert f"retry    {victim.name}: vanished (killed by SIGKILL)" in stderr
+  log = (out / "logs" / f"{victim.name}.log").read_text()
+  assert log.count("jaxdl: stopped by SIGTERM") == 1 and "Traceback" not in log, log[-3000:]
+  rerun = warm_python.run(_sweep_cmd(out), timeout=600)
+  assert rerun.returncode == 0, rerun.stderr[-2000:]
+  _assert_as_alone(out, alone)
+  assert json.loads((out / "sweep.json").read_text())["runs"][victim.name]["attempts"] == 3
