@@ -19,12 +19,19 @@ extra), each the same `jaxdl train` in its workdir; a run of several processes i
 for the queued ones and submits again the cancelled or unfinished ones, which resume
 (`jaxdl.sweep.slurm`; a one-node cluster for trying it: scripts/slurm_cluster.sh).
 
-Exit codes: 0 every run finished (a search: it holds N trials, one or more finished; also after
-SIGTERM, which stops the runs cleanly: rerun to resume; with --executor slurm also after a job
-left the queue unfinished, or once --no-wait submitted the runs), 1 some run failed (a search: no
-trial finished; errors are in the table and in DIR/sweep.json), 2 bad input before anything
-started (a bad grid, space, flag, experiment or directory, a missing sbatch: one line), 130
-stopped by SIGINT.
+Exit codes, for each way a run can end (`jaxdl.sweep.scheduler`):
+  0    every run finished (a search: every trial ended, complete, pruned or failed, and one or
+       more finished); also after SIGTERM to the sweep, which stops each run once, cleanly
+       (rerun to resume); with --executor slurm also after a job left the queue unfinished, or
+       once --no-wait submitted the runs;
+  1    a run failed (exit 1 or 2 of its own: the table and DIR/sweep.json hold its error), or a
+       run was left unfinished: stopped by a signal from elsewhere, or vanished (killed by
+       SIGKILL, e.g. the OOM killer) twice, being started again once at once; one line names
+       them; a rerun resumes the unfinished ones (a search: also when no trial finished);
+  2    bad input before anything started (a bad grid, space, flag, count, experiment or
+       directory, a missing sbatch: one line, nothing written);
+  130  stopped by SIGINT (its runs stopped cleanly; rerun to resume).
+A run that ended by a signal is never `failed`: a rerun resumes it.
 """
 
 from __future__ import annotations

@@ -17,10 +17,14 @@ adds directories beside them (`grid`). The modules:
   grid     parse `--grid KEY=V1,V2`, expand points x seeds, name runs, validate every point's
            config in-process with `jaxdl.config.load_config` before anything starts
   index    sweep.json: read, merge a new invocation in, write atomically; provenance
-  runner   run the pending runs as `python -m jaxdl train` subprocesses, J at a time, devices
-           split between them; resume on a rerun
+  scheduler the one loop that runs a grid's or a search's runs as `jaxdl train` subprocesses, J
+           at a time, each in a session of its own; stops them once on a stop signal; what
+           each exit means (finished, failed, stopped, vanished: started once more)
+  runner   a grid on this machine: which runs a rerun skips, the queue the scheduler takes
   slots    each run's share of the CPUs and GPUs, applied by the run itself at startup (SIGTERM
            when the sweep dies)
+  child    `python -m jaxdl.sweep.child`: how the scheduler starts `python -m jaxdl`, the slot
+           entered first
   slurm    the same runs as a SLURM job array through submitit (`--executor slurm`); a rerun
            waits for queued jobs and resubmits cancelled ones, which resume
   resources what each run asks SLURM for: the --executor slurm flags and --executor-config
@@ -28,11 +32,19 @@ adds directories beside them (`grid`). The modules:
            JSON and the figures; a search's table per trial
   space    a search's plan: parse `--space KEY=DIST`, `--search`, `--prune`, `--metric`, typed
            and checked against the config before anything starts; the Optuna objects
-  search   run a search: ask the study for trials, run them as the runner does, report their
-           metrics as they grow and prune; resume a stopped study on a rerun
+  search   run a search: the study as the scheduler's source of trials; report their metrics
+           as they grow and prune; resume a stopped study on a rerun
 
+The course's studies (`jaxdl.course.studies`) run their grids through `scheduler` too, in their
+own process; SLURM (`slurm`) keeps a submit-and-poll loop of its own and judges its runs with the
+scheduler's `outcome`. Nothing of this package is imported by `jaxdl train` or `--help`.
 Importing this package loads nothing heavy (optuna only when a search runs, submitit only for
 --executor slurm); import the module you need.
+
+A run of `--jobs J` gets its slot's share of the CPUs, and XLA's CPU kernels may split work by
+the thread count: with J > 1 a run can differ in the last bits from the same command run alone
+(with J = 1, or on a GPU of its own, it is the same, bit for bit; tested). Each run's record in
+sweep.json keeps its `slot` (CPUs, threads, GPU).
 
 Measured (2026-12-01, 2-core CPU): `jaxdl sweep moons_mlp:smoke --grid optim.lr=1e-3,1e-2
 --seeds 2 --jobs 2` took 64 s; the same command again, every run finished and skipped, 11 s.

@@ -9,7 +9,8 @@ For each point, over its finished runs' values x_1..x_n:
   s^2 = (1/(n-1)) sum (x_i - m)^2   (no interval for n = 1),
 
 and the counts of finished / failed / running / pending runs; of the points whose every seed
-finished, the one with the best mean final value is marked '*' (none while seeds are missing). A run's status comes from its workdir, not only from sweep.json (a killed
+finished, the one with the best mean final value is marked '*' (none while seeds are missing).
+A run's status comes from its workdir, not only from sweep.json (a killed
 sweep leaves `running` behind): `running` while a live process holds its lock, `finished` with
 summary.json, `failed` as recorded (exit code and error) or when its loss or metric is
 non-finite, else `pending`. A failed run is a row with its error; nothing in a run makes the

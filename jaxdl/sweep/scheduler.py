@@ -210,10 +210,48 @@ def start(sweep_dir: pathlib.Path, plan, index: dict, name: str, slot: Slot) -> 
   return Active(name, proc, log, time.monotonic())
 
 
+class InProcess:
+  """A run trained in this process, standing where a subprocess stands (`Active.proc`): `train()`
+  runs to its end when the scheduler starts it, and its exit code is the one `jaxdl train` would
+  give (0; 1 for a `RunError`, `error` its message; 128 + N when a signal stopped it, `preempt`
+  then told so the scheduler starts nothing more). For the course's studies, which train their
+  variants one after another inside the study's own run."""
+
+  def __init__(self, train: Callable[[], dict], preempt: Preemption, failures=None):
+    from jaxdl.stop_signals import Interrupted
+    from jaxdl.train import RunError
+    failures = failures or RunError  # what a failed run raises; anything else propagates
+    self.pid, self.error, self.summary = os.getpid(), None, None
+    try:
+      self.summary = train()
+      stopped = "SIGTERM" if self.summary.get("preempted") else None
+    except failures as e:
+      self.returncode, self.error, stopped = 1, str(e).splitlines()[0], None
+    except Interrupted as e:
+      stopped = e.signal_name
+    if stopped:
+      self.returncode = 128 + getattr(signal, stopped)
+      preempt.requested = preempt.requested or stopped
+    elif self.error is None:
+      self.returncode = 0
+
+  def poll(self) -> int:
+    return self.returncode
+
+  def wait(self) -> int:
+    return self.returncode
+
+  def send_signal(self, sig) -> None:
+    del sig  # it has ended
+
+
 def execute(sweep_dir: pathlib.Path, plan, index: dict, source: Source, slots: list[Slot],
-            preempt: Preemption, echo: Callable[[str], None]) -> str:
+            preempt: Preemption, echo: Callable[[str], None],
+            launch: Callable[[str, Slot], Active] | None = None) -> str:
   """Keeps every slot busy with `source`'s runs until it has none left; on a stop signal to the
-  sweep, stops each run once with it and waits for them. Returns 'done' or the signal's name."""
+  sweep, stops each run once with it and waits for them. Returns 'done' or the signal's name.
+  `launch(name, slot)` starts a run (default `start`: a `jaxdl train` subprocess)."""
+  launch = launch or (lambda name, slot: start(sweep_dir, plan, index, name, slot))
   active: dict[int, Active] = {}
   retried: set[str] = set()
   try:
@@ -227,7 +265,7 @@ def execute(sweep_dir: pathlib.Path, plan, index: dict, source: Source, slots: l
             name = source.take()
             if name is None:
               break
-            active[i] = start(sweep_dir, plan, index, name, slot)
+            active[i] = launch(name, slot)
             source.started(active[i])
       for i, a in list(active.items()):
         if a.proc.poll() is None:
@@ -250,12 +288,14 @@ def execute(sweep_dir: pathlib.Path, plan, index: dict, source: Source, slots: l
 
 def _end(sweep_dir, index, source: Source, a: Active, retried: set, echo, retry: bool) -> None:
   """Records how `a` ended; a run that vanished the first time is queued again."""
-  a.log.close()
+  if a.log is not None:
+    a.log.close()
   record = index["runs"][a.name]
   returncode = a.proc.returncode
   record.update(returncode=returncode,
                 seconds=round(record["seconds"] + time.monotonic() - a.started, 2))
   status, error = outcome(sweep_dir, record, returncode, a.signalled)
+  error = getattr(a.proc, "error", None) or error  # a run in this process: its own message
   gone = vanished(returncode, a.signalled)
   if gone and retry and a.name not in retried:
     retried.add(a.name)
