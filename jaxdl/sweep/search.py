@@ -6,7 +6,8 @@ The sweep directory holds, beside what a grid's holds (`jaxdl.sweep`),
                tears it; no database server or SQLAlchemy needed);
   sweep.json   `search`, the settings a rerun must match, and one run per trial, `trial-NNN`,
                its sampled values canonical (`values`), its status one of a grid run's or
-               `pruned`.
+               `pruned` (and then `pruned_at`, the step its pruner stopped it at: the report's
+             curves and values end there, though the run went on to save a later step).
 
 A trial: the study is asked for one (its sampler seeded per trial, `space.seed_sampler`), every
 searched key suggested, the combination's config checked in-process (one the engine refuses is a
@@ -176,8 +177,8 @@ class _Driver:
           and t.trial.should_prune()):
         t.pruned_at = (step, value)
         record = self.index["runs"][t.name]  # written first: a rerun never resumes it
-        record.update(status=jindex.PRUNED, error=f"pruned at step {step} "
-                                                  f"({self.search.metric} {value:.4g})")
+        record.update(status=jindex.PRUNED, pruned_at=step,
+                      error=f"pruned at step {step} ({self.search.metric} {value:.4g})")
         jindex.write(self.dir, self.index)
         return True
     return False
