@@ -180,7 +180,7 @@ def format_table(report: dict) -> str:
   out = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)) + "  " + line[-1]
          for line in lines]
   out.append(f"mean ± 95% t interval over finished seeds; * the best mean final "
-             f"{report['metric']} ({report['mode']}) of the points whose every seed finished")
+             f"{report['metric']} ({report['mode']}), every seed finished")
   return "\n".join(line.rstrip() for line in out)
 
 
