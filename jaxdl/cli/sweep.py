@@ -146,6 +146,10 @@ def main(args) -> int:
 
 def _main(args) -> int:
   from jaxdl.schema import ConfigError
+  # As `jaxdl train` does: an experiment may name the planted-bug and generative models and
+  # tasks, which the grid's and the search's checks build.
+  import jaxdl.course.planted  # noqa: F401
+  import jaxdl.generative  # noqa: F401
   if args.experiment == "report":
     if args.dir is None:
       raise ConfigError("sweep report: give the sweep directory (jaxdl sweep report DIR)")
