@@ -411,83 +411,76 @@ def _assert_as_alone(out, alone):
     assert "Traceback" not in log and "ERROR" not in log, log[-3000:]
 
 
-@pytest.mark.slow
-def test_a_killed_sweep_reruns_to_the_results_of_its_runs_alone(tmp_path, alone):
-  """SIGKILL of the sweep and of one of its two runs after that run's first checkpoint; the
-  other run is stopped by the sweep's death (PR_SET_PDEATHSIG, once: it is in a session of its
-  own) and saves; the rerun resumes both and ends bit-identical to each run's command alone."""
-  out = tmp_path / "sweep"
-  # The sweep processes fork from the warm interpreter (tests/warm_python.py); their runs are
-  # started by the sweep as always (a fresh `python -m jaxdl.sweep.child train` each).
-  parent = warm_python.Popen(_sweep_cmd(out))
-  runs = _runs(out)
-  _wait_for(lambda: any((w / "checkpoints" / "10").is_dir() for w in runs))
-  victim = next(w for w in runs if (w / "checkpoints" / "10").is_dir())
-  child = json.loads((victim / ".lock").read_text())["pid"]
-  os.kill(child, signal.SIGSTOP)  # held before its last step until the other run trains too
-  other = runs[1 - runs.index(victim)]
-  _wait_for(lambda: (other / "checkpoints" / "10").is_dir())
-  os.kill(parent.pid, signal.SIGKILL)
-  os.kill(child, signal.SIGKILL)
-  parent.wait()
-  _wait_for(lambda: all(scheduler.lock_holder(w) is None for w in runs))  # the other one stops
-  interrupted = [not (w / "summary.json").exists() for w in runs]
-  rerun = warm_python.run(_sweep_cmd(out), timeout=600)
-  assert rerun.returncode == 0, rerun.stderr[-2000:]
-  assert "2/0/0/0" in rerun.stdout
-  assert interrupted[runs.index(victim)]
-  _assert_as_alone(out, alone)
-  idx = json.loads((out / "sweep.json").read_text())
-  assert idx["runs"][victim.name]["attempts"] == 2
-
-
 def _pending_signals(pid: int) -> int:
   """The process's pending-signal mask (its own and its thread group's), from /proc."""
   fields = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status"))
   return int(fields["SigPnd"], 16) | int(fields["ShdPnd"], 16)
 
 
+def _holder(workdir, other_than=None, checkpoint=None):
+  """The pid holding `workdir`'s lock once it is not `other_than` and the run has saved
+  `checkpoint` (None: any time), else None."""
+  try:
+    pid = json.loads((workdir / ".lock").read_text())["pid"]
+  except (OSError, ValueError, KeyError):
+    return None
+  if pid == other_than or (checkpoint and not (workdir / "checkpoints" / checkpoint).is_dir()):
+    return None
+  return pid if scheduler.lock_holder(workdir) else None
+
+
+def _stop_once(pid, stop):
+  """Holds run `pid` (SIGSTOP: before its last step, the moment forced), calls `stop()`, waits
+  until the run has SIGTERM pending (sent to it once, while it was held), then lets it go."""
+  os.kill(pid, signal.SIGSTOP)
+  stop()
+  _wait_for(lambda: _pending_signals(pid) & (1 << (signal.SIGTERM - 1)))
+  os.kill(pid, signal.SIGCONT)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc, sessions: Linux")
-def test_a_vanished_run_is_retried_and_a_group_sigterm_reaches_each_run_once(tmp_path, alone):
-  """One run SIGKILLed (the OOM killer): the sweep starts it again, and it resumes. Then the
-  sweep's whole process group gets SIGTERM (systemd's stop, `kill -TERM -PGID`) while the
-  retried run trains (held there by SIGSTOP, so the moment is forced): the run, in a session
-  of its own, gets it once, from the sweep, saves and says so; the sweep exits 0. The rerun ends
-  bit-identical to each run's command alone, no log holding a traceback."""
+def test_a_sweep_killed_every_way_reruns_to_the_results_of_its_runs_alone(tmp_path, alone):
+  """One sweep directory through three invocations, each stop forced at a checkpoint:
+  1. a run is SIGKILLed (the OOM killer): the sweep starts it again at once and it resumes;
+     then the sweep's whole process group gets SIGTERM (systemd's stop, `kill -TERM -PGID`):
+     each run, in a session of its own, gets it once, from the sweep, saves and says so, and
+     the sweep exits 0;
+  2. the rerun resumes them, and the sweep is SIGKILLed: its runs get SIGTERM from the kernel
+     (PR_SET_PDEATHSIG), once, and save;
+  3. the rerun finishes them: bit-identical to each run's command run alone, and no attempt's
+     log holds a traceback."""
   out = tmp_path / "sweep"
+  runs = _runs(out)
   own_group = ("import os, runpy, sys\nos.setpgid(0, 0)\n"
                "runpy.run_module('jaxdl', run_name='__main__', alter_sys=True)\n")
   sweep = warm_python.Popen([sys.executable, "-c", own_group, *_sweep_cmd(out)[3:]])
-  runs = _runs(out)
-  _wait_for(lambda: any((w / "checkpoints" / "10").is_dir() for w in runs))
-  victim = next(w for w in runs if (w / "checkpoints" / "10").is_dir())
-  first = json.loads((victim / ".lock").read_text())["pid"]
+  _wait_for(lambda: any(_holder(w, checkpoint="10") for w in runs))
+  victim = next(w for w in runs if _holder(w, checkpoint="10"))
+  first = _holder(victim)
   os.kill(first, signal.SIGKILL)
-  retried = {}
-
-  def restarted():
-    try:
-      retried.update(json.loads((victim / ".lock").read_text()))
-    except (OSError, ValueError):
-      return False
-    return retried["pid"] != first and (victim / "checkpoints" / "20").is_dir()
-
-  _wait_for(restarted)
-  pid = retried["pid"]
-  os.kill(pid, signal.SIGSTOP)  # mid-training, before its last step
-  assert not (victim / "summary.json").exists()
+  _wait_for(lambda: _holder(victim, other_than=first, checkpoint="20"))
+  pid = _holder(victim)
   assert os.getpgid(pid) != os.getpgid(sweep.pid) == sweep.pid
-  os.killpg(sweep.pid, signal.SIGTERM)
-  _wait_for(lambda: _pending_signals(pid) & (1 << (signal.SIGTERM - 1)))  # the sweep's, once
-  os.kill(pid, signal.SIGCONT)
-  stdout, stderr = sweep.communicate(timeout=600)
+  _stop_once(pid, lambda: os.killpg(sweep.pid, signal.SIGTERM))
+  _, stderr = sweep.communicate(timeout=600)
   assert sweep.returncode == 0, stderr[-2000:]
   assert "jaxdl: sweep stopped by SIGTERM" in stderr
   assert f"retry    {victim.name}: vanished (killed by SIGKILL)" in stderr
   log = (out / "logs" / f"{victim.name}.log").read_text()
-  assert log.count("jaxdl: stopped by SIGTERM") == 1 and "Traceback" not in log, log[-3000:]
+  assert log.count("jaxdl: stopped by SIGTERM") == 1, log[-3000:]
+  assert not (victim / "summary.json").exists()
+
+  sweep = warm_python.Popen(_sweep_cmd(out))
+  _wait_for(lambda: _holder(victim, other_than=pid, checkpoint="30"))
+  _stop_once(_holder(victim), lambda: (sweep.kill(), sweep.wait()))
+  _wait_for(lambda: all(scheduler.lock_holder(w) is None for w in runs))
+  assert not (victim / "summary.json").exists()
+  log = (out / "logs" / f"{victim.name}.log").read_text()
+  assert log.count("jaxdl: stopped by SIGTERM") == 2, log[-3000:]  # once per stopped attempt
+
   rerun = warm_python.run(_sweep_cmd(out), timeout=600)
   assert rerun.returncode == 0, rerun.stderr[-2000:]
+  assert "2/0/0/0" in rerun.stdout
   _assert_as_alone(out, alone)
-  assert json.loads((out / "sweep.json").read_text())["runs"][victim.name]["attempts"] == 3
+  assert json.loads((out / "sweep.json").read_text())["runs"][victim.name]["attempts"] == 4
