@@ -17,7 +17,6 @@ import collections
 import pathlib
 from typing import Callable
 
-from jaxdl.stop_signals import Preemption
 from jaxdl.sweep import index as jindex
 from jaxdl.sweep import scheduler
 from jaxdl.sweep.grid import Plan
@@ -95,10 +94,7 @@ def run(sweep_dir, plan: Plan, jobs: int = 1, retry_failed: bool = False,
   """Runs `plan`'s unfinished runs in `sweep_dir`; returns (the index, how it ended: 'done' or
   the name of the signal that stopped it)."""
   sweep_dir = pathlib.Path(sweep_dir)
-  sweep_dir.mkdir(parents=True, exist_ok=True)
-  (sweep_dir / "logs").mkdir(exist_ok=True)
-  (sweep_dir / "runs").mkdir(exist_ok=True)
-  with scheduler.sweep_lock(sweep_dir), Preemption() as preempt, preempt.polled():
+  with scheduler.invocation(sweep_dir) as preempt:
     index = jindex.merge(jindex.read(sweep_dir), plan)
     todo, finished, skipped = classify(sweep_dir, plan, index, retry_failed)
     jindex.write(sweep_dir, index)

@@ -104,6 +104,16 @@ def sweep_lock(sweep_dir: pathlib.Path):
       path.unlink()
 
 
+@contextlib.contextmanager
+def invocation(sweep_dir: pathlib.Path, subdirs=("logs", "runs")):
+  """One invocation's hold on the sweep directory: made (with `subdirs`), locked, and stop
+  signals turned into a flag the invocation polls; yields that `Preemption`."""
+  for sub in subdirs:
+    (sweep_dir / sub).mkdir(parents=True, exist_ok=True)
+  with sweep_lock(sweep_dir), Preemption() as preempt, preempt.polled():
+    yield preempt
+
+
 def last_error(log_path: pathlib.Path) -> str | None:
   """The last attempt's error as one line: its last `jaxdl:` line (the CLI's), else its last
   line."""

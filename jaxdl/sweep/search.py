@@ -45,7 +45,6 @@ import math
 import pathlib
 
 from jaxdl.config import ConfigError, load_config
-from jaxdl.stop_signals import Preemption
 from jaxdl.sweep import grid, report, runner, scheduler, space
 from jaxdl.sweep import index as jindex
 from jaxdl.sweep.slots import Slot, make_slots
@@ -252,10 +251,7 @@ def run(sweep_dir, search: Search, trials: int, jobs: int = 1, echo=print,
   index, how it ended: 'done' or the name of the signal that stopped it)."""
   optuna = space.import_optuna()
   sweep_dir = pathlib.Path(sweep_dir)
-  sweep_dir.mkdir(parents=True, exist_ok=True)
-  (sweep_dir / "logs").mkdir(exist_ok=True)
-  (sweep_dir / "runs").mkdir(exist_ok=True)
-  with scheduler.sweep_lock(sweep_dir), Preemption() as preempt, preempt.polled():
+  with scheduler.invocation(sweep_dir) as preempt:
     index = jindex.merge_search(jindex.read(sweep_dir), search)
     jindex.write(sweep_dir, index)
     study = space.open_study(optuna, sweep_dir, search)

@@ -182,12 +182,9 @@ def run(sweep_dir, plan, res: Resources, jobs: int | None = None, retry_failed: 
   returns (the index, how it ended: 'done', the signal that stopped the waiting, or 'SLURM'
   when some job left the queue unfinished). ValueError (one line) when sbatch refuses."""
   from jaxdl.sweep import index as jindex
-  from jaxdl.stop_signals import Preemption
   from jaxdl.sweep import runner, scheduler
   sweep_dir = pathlib.Path(sweep_dir).resolve()
-  for sub in ("logs", "runs", "slurm"):
-    (sweep_dir / sub).mkdir(parents=True, exist_ok=True)
-  with scheduler.sweep_lock(sweep_dir), Preemption() as preempt, preempt.polled():
+  with scheduler.invocation(sweep_dir, ("logs", "runs", "slurm")) as preempt:
     index = jindex.merge(jindex.read(sweep_dir), plan)
     states = queue_states()
     if states is None:
