@@ -22,12 +22,12 @@ for the queued ones and submits again the cancelled or unfinished ones, which re
 Exit codes, for each way a run can end (`jaxdl.sweep.scheduler`):
   0    every run finished (a search: every trial ended, complete, pruned or failed, and one or
        more finished); also after SIGTERM to the sweep, which stops each run once, cleanly
-       (rerun to resume); with --executor slurm also after a job left the queue unfinished, or
-       once --no-wait submitted the runs;
+       (rerun to resume); with --executor slurm also once --no-wait submitted the runs;
   1    a run failed (exit 1 or 2 of its own: the table and DIR/sweep.json hold its error), or a
-       run was left unfinished: stopped by a signal from elsewhere, or vanished (killed by
-       SIGKILL, e.g. the OOM killer) twice, being started again once at once; one line names
-       them; a rerun resumes the unfinished ones (a search: also when no trial finished);
+       run was left unfinished: stopped by a signal from elsewhere (a SLURM job cancelled, timed
+       out or preempted), or vanished (killed by SIGKILL, e.g. the OOM killer) twice, being
+       started again once at once; one line names them; a rerun resumes the unfinished ones
+       (a search: also when no trial finished);
   2    bad input before anything started (a bad grid, space, flag, count, experiment or
        directory, a missing sbatch: one line, nothing written);
   130  stopped by SIGINT (its runs stopped cleanly; rerun to resume).
@@ -208,8 +208,7 @@ def _main(args) -> int:
 
   if args.executor == "slurm":
     def hint(ended):
-      if ended == "SLURM":
-        return "rerun the same command to submit them again (they resume from their checkpoints)"
+      del ended
       return ("its SLURM jobs keep running (rerun the same command to wait for them; scancel "
               "stops them)")
   else:
@@ -254,8 +253,8 @@ def _launch(args, suffix, prepare, judge, what, resume_hint) -> int:
   """The grid's and the search's common course: `prepare(out) -> (plan, start)` checks every
   flag (ConfigError: one line, exit 2), the output folder is checked before anything starts,
   `start()` runs it (a ValueError: another sweep's folder or one in use), then the table. After
-  a stop signal: one line, exit 130 after SIGINT, 0 after SIGTERM (or SLURM jobs that left
-  unfinished; what to do next: `resume_hint(ended)`). Else `judge(plan, index)` names what
+  a stop signal: one line, exit 130 after SIGINT, 0 after SIGTERM (what to do next:
+  `resume_hint(ended)`); 0 once --no-wait submitted the runs. Else `judge(plan, index)` names what
   broke the promise of exit 0 (runs failed or left unfinished), raised as a RunError (exit 1)."""
   from jaxdl.config import ConfigError, default_workdir, load_config
   from jaxdl.sweep import report
@@ -267,6 +266,8 @@ def _launch(args, suffix, prepare, judge, what, resume_hint) -> int:
     raise ConfigError(problem)
   index, ended = start()
   print(report.format_table(report.summarize(out)))
+  if ended == "submitted":  # --no-wait: the jobs are queued; a rerun waits for them
+    return 0
   if ended != "done":
     _echo(f"jaxdl: {what} stopped by {ended}; {resume_hint(ended)}")
     return 130 if ended == "SIGINT" else 0

@@ -75,13 +75,13 @@ def train_variants(config, workdir: str, summary: dict, variants: dict[str, dict
   source = _Variants(configs, index, measure)
   with Preemption() as preempt, preempt.polled():
 
-    def launch(name, slot):
-      del slot
+    def launch(pairs):
+      (name, _), = pairs  # one slot: one variant at a time
       c, directory = configs[name], index["runs"][name]["workdir"]
       train = ((lambda: summary) if directory == workdir else
                (lambda: run(c, directory, progress=False)))
       proc = scheduler.InProcess(train, preempt, failures=NonFiniteLossError)
-      return scheduler.Active(name, proc, None, time.monotonic())
+      return [scheduler.Active(name, proc, None, time.monotonic())]
 
     ended = scheduler.execute(pathlib.Path(workdir), None, index, source, make_slots(1),
                               preempt, print, launch=launch)

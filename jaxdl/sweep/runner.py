@@ -52,8 +52,9 @@ def is_finished(sweep_dir: pathlib.Path, record: dict) -> bool:
 class GridSource:
   """A grid's runs as the scheduler takes them: a queue, a workdir still held waited for."""
 
-  def __init__(self, sweep_dir: pathlib.Path, index: dict, todo: list[str], echo):
-    self.dir, self.index, self.echo = sweep_dir, index, echo
+  def __init__(self, sweep_dir: pathlib.Path, index: dict, todo: list[str], echo,
+               announce: bool = True):
+    self.dir, self.index, self.echo, self.announce = sweep_dir, index, echo, announce
     self.queue = collections.deque(todo)
     self.told_waiting: set[str] = set()
 
@@ -74,7 +75,8 @@ class GridSource:
     return not self.queue
 
   def started(self, run: scheduler.Active) -> None:
-    self.echo(f"  start    {run.name}")
+    if self.announce:
+      self.echo(f"  start    {run.name}")
 
   def watch(self, run: scheduler.Active) -> bool:
     del run

@@ -255,28 +255,50 @@ class InProcess:
     del sig  # it has ended
 
 
-def execute(sweep_dir: pathlib.Path, plan, index: dict, source: Source, slots: list[Slot],
+def execute(sweep_dir: pathlib.Path, plan, index: dict, source: Source, slots: list,
             preempt: Preemption, echo: Callable[[str], None],
-            launch: Callable[[str, Slot], Active] | None = None) -> str:
+            launch: Callable[[list], list[Active]] | None = None, *, adopted=(),
+            leave: bool = False, once: bool = False, poll_s: float = POLL_S) -> str:
   """Keeps every slot busy with `source`'s runs until it has none left; on a stop signal to the
-  sweep, stops each run once with it and waits for them. Returns 'done' or the signal's name.
-  `launch(name, slot)` starts a run (default `start`: a `jaxdl train` subprocess)."""
-  launch = launch or (lambda name, slot: start(sweep_dir, plan, index, name, slot))
-  active: dict[int, Active] = {}
+  sweep, stops each run once with it and waits for them. Returns 'done', the signal's name, or
+  'submitted' (`once`).
+
+  Args:
+    launch: starts runs, [(name, slot)] -> [Active], all of one round at once (SLURM submits
+      them as one job array); default `start` each, a `jaxdl train` subprocess in its slot.
+    adopted: runs an earlier invocation started and this one watches (they hold the first
+      slots).
+    leave: on a stop signal, or after `once`, the runs are left running as they are (SLURM's jobs
+      go on; a rerun watches them again) instead of being stopped and waited for.
+    once: one round of starts, then return.
+  """
+  launch = launch or (lambda pairs: [start(sweep_dir, plan, index, n, s) for n, s in pairs])
+  active: dict[int, Active] = dict(enumerate(adopted))
   retried: set[str] = set()
+  left = False
   try:
     while True:
       if preempt.requested:
+        if leave:
+          left = True
+          return preempt.requested
         for a in active.values():
           a.stop(preempt.requested)
       else:
+        pairs = []
         for i, slot in enumerate(slots):
           if i not in active:
             name = source.take()
             if name is None:
               break
-            active[i] = launch(name, slot)
-            source.started(active[i])
+            pairs.append((i, name, slot))
+        if pairs:
+          for (i, _, _), a in zip(pairs, launch([(name, slot) for _, name, slot in pairs])):
+            active[i] = a
+            source.started(a)
+        if once:
+          left = True
+          return "submitted"
       for i, a in list(active.items()):
         if a.proc.poll() is None:
           if a.signalled is None and source.watch(a):
@@ -286,18 +308,20 @@ def execute(sweep_dir: pathlib.Path, plan, index: dict, source: Source, slots: l
         _end(sweep_dir, index, source, a, retried, echo, retry=not preempt.requested)
       if not active and (preempt.requested or source.done()):
         break
-      time.sleep(POLL_S)
+      time.sleep(poll_s)
   finally:
-    for a in active.values():  # an exception here: stop the runs, keep what they saved
-      a.stop("SIGTERM")
-    for a in active.values():
-      a.proc.wait()
-      _end(sweep_dir, index, source, a, retried, echo, retry=False)
+    if not left:  # an exception here: stop the runs, keep what they saved
+      for a in active.values():
+        a.stop("SIGTERM")
+      for a in active.values():
+        a.proc.wait()
+        _end(sweep_dir, index, source, a, retried, echo, retry=False)
   return preempt.requested or "done"
 
 
-def _end(sweep_dir, index, source: Source, a: Active, retried: set, echo, retry: bool) -> None:
-  """Records how `a` ended; a run that vanished the first time is queued again."""
+def conclude(sweep_dir: pathlib.Path, index: dict, a: Active) -> tuple[str, str | None]:
+  """(status, error) of run `a`, which has exited; its record gets the exit code and the time
+  it took."""
   if a.log is not None:
     a.log.close()
   record = index["runs"][a.name]
@@ -305,11 +329,16 @@ def _end(sweep_dir, index, source: Source, a: Active, retried: set, echo, retry:
   record.update(returncode=returncode,
                 seconds=round(record["seconds"] + time.monotonic() - a.started, 2))
   status, error = outcome(sweep_dir, record, returncode, a.signalled)
-  error = getattr(a.proc, "error", None) or error  # a run in this process: its own message
-  gone = vanished(returncode, a.signalled)
+  return status, getattr(a.proc, "error", None) or error  # its own message where it has one
+
+
+def _end(sweep_dir, index, source: Source, a: Active, retried: set, echo, retry: bool) -> None:
+  """Records how `a` ended; a run that vanished the first time is queued again."""
+  status, error = conclude(sweep_dir, index, a)
+  gone = vanished(a.proc.returncode, a.signalled)
   if gone and retry and a.name not in retried:
     retried.add(a.name)
-    record.update(status=jindex.PENDING, error=error)
+    index["runs"][a.name].update(status=jindex.PENDING, error=error)
     jindex.write(sweep_dir, index)
     echo(f"  retry    {a.name}: vanished (killed by {gone}); starting it again")
     source.retry(a.name)
