@@ -17,9 +17,9 @@ adds directories beside them (`grid`). The modules:
   grid     parse `--grid KEY=V1,V2`, expand points x seeds, name runs, validate every point's
            config in-process with `jaxdl.config.load_config` before anything starts
   index    sweep.json: read, merge a new invocation in, write atomically; provenance
-  scheduler the one loop that runs a grid's or a search's runs as `jaxdl train` subprocesses, J
-           at a time, each in a session of its own; stops them once on a stop signal; what
-           each exit means (finished, failed, stopped, vanished: started once more)
+  scheduler the one loop: a grid's, a search's or SLURM's runs started (by default `jaxdl
+           train` subprocesses, J at a time, each in a session of its own), stopped once on a
+           stop signal, judged (finished, failed, stopped, vanished: started once more)
   runner   a grid on this machine: which runs a rerun skips, the queue the scheduler takes
   slots    each run's share of the CPUs and GPUs, applied by the run itself at startup (SIGTERM
            when the sweep dies)
@@ -35,9 +35,11 @@ adds directories beside them (`grid`). The modules:
   search   run a search: the study as the scheduler's source of trials; report their metrics
            as they grow and prune; resume a stopped study on a rerun
 
-The course's studies (`jaxdl.course.studies`) run their grids through `scheduler` too, in their
-own process; SLURM (`slurm`) keeps a submit-and-poll loop of its own and judges its runs with the
-scheduler's `outcome`. Nothing of this package is imported by `jaxdl train` or `--help`.
+A grid, a search and a SLURM job array differ in where runs come from (a `scheduler.Source`: a
+queue, a study) and how they are started (a subprocess in a slot, a submitted array task); the
+loop that keeps them going, stops them and judges how each ended is `scheduler.execute`. The
+course's studies (`jaxdl.course.studies`) run their variants through it too, in their own
+process. Nothing of this package is imported by `jaxdl train` or `--help`.
 Importing this package loads nothing heavy (optuna only when a search runs, submitit only for
 --executor slurm); import the module you need.
 
