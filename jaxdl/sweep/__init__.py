@@ -44,9 +44,9 @@ Importing this package loads nothing heavy (optuna only when a search runs, subm
 --executor slurm); import the module you need.
 
 A run of `--jobs J` gets its slot's share of the CPUs, and XLA's CPU kernels may split work by
-the thread count: with J > 1 a run can differ in the last bits from the same command run alone
-(with J = 1, or on a GPU of its own, it is the same, bit for bit; tested). Each run's record in
-sweep.json keeps its `slot` (CPUs, threads, GPU).
+the thread count: with J > 1 a larger model's run can differ in the last bits from the same
+command run alone (moons_mlp's runs under `--jobs 2` are the same, bit for bit: tested; J = 1
+gives a run every CPU). Each run's record in sweep.json keeps its `slot` (CPUs, threads, GPU).
 
 Measured (2026-12-01, 2-core CPU): `jaxdl sweep moons_mlp:smoke --grid optim.lr=1e-3,1e-2
 --seeds 2 --jobs 2` took 64 s; the same command again, every run finished and skipped, 11 s.
