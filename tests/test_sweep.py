@@ -335,7 +335,10 @@ def test_report_command_writes_csv_json_and_figures(hand_written_sweep, tmp_path
 
 # --- real sweeps, killed and stopped, then rerun; against the same commands run alone (slow) ---
 
-SHARED = ["train.steps=40", "train.ckpt_every=10", "train.eval_every=10", "train.plot=False",
+# 100 steps, a checkpoint every 20: each stop below is forced at a checkpoint, and 40 or more
+# steps still to go leave the test's poll (10 ms) a wide margin on a loaded machine (0.7 CPU-s a
+# run more than 40 steps with a checkpoint every 10).
+SHARED = ["train.steps=100", "train.ckpt_every=20", "train.eval_every=10", "train.plot=False",
           "train.loggers=()", "train.count_flops=False"]
 SEEDS = (0, 1)
 
@@ -455,11 +458,11 @@ def test_a_sweep_killed_every_way_reruns_to_the_results_of_its_runs_alone(tmp_pa
   own_group = ("import os, runpy, sys\nos.setpgid(0, 0)\n"
                "runpy.run_module('jaxdl', run_name='__main__', alter_sys=True)\n")
   sweep = warm_python.Popen([sys.executable, "-c", own_group, *_sweep_cmd(out)[3:]])
-  _wait_for(lambda: any(_holder(w, checkpoint="10") for w in runs))
-  victim = next(w for w in runs if _holder(w, checkpoint="10"))
+  _wait_for(lambda: any(_holder(w, checkpoint="20") for w in runs))
+  victim = next(w for w in runs if _holder(w, checkpoint="20"))
   first = _holder(victim)
   os.kill(first, signal.SIGKILL)
-  _wait_for(lambda: _holder(victim, other_than=first, checkpoint="20"))
+  _wait_for(lambda: _holder(victim, other_than=first, checkpoint="40"))
   pid = _holder(victim)
   assert os.getpgid(pid) != os.getpgid(sweep.pid) == sweep.pid
   _stop_once(pid, lambda: os.killpg(sweep.pid, signal.SIGTERM))
@@ -472,7 +475,7 @@ def test_a_sweep_killed_every_way_reruns_to_the_results_of_its_runs_alone(tmp_pa
   assert not (victim / "summary.json").exists()
 
   sweep = warm_python.Popen(_sweep_cmd(out))
-  _wait_for(lambda: _holder(victim, other_than=pid, checkpoint="30"))
+  _wait_for(lambda: _holder(victim, other_than=pid, checkpoint="60"))
   _stop_once(_holder(victim), lambda: (sweep.kill(), sweep.wait()))
   _wait_for(lambda: all(scheduler.lock_holder(w) is None for w in runs))
   assert not (victim / "summary.json").exists()
