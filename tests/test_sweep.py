@@ -1,9 +1,11 @@
 """`jaxdl sweep`: grids and names, validation before anything starts, the index, device slots,
 the report on hand-written workdirs, and one real sweep killed and rerun (slow)."""
 
+import contextlib
 import json
 import math
 import os
+import pathlib
 import shlex
 import signal
 import subprocess
@@ -432,13 +434,27 @@ def _holder(workdir, other_than=None, checkpoint=None):
   return pid if scheduler.lock_holder(workdir) else None
 
 
+def _held(pid: int) -> bool:
+  """Whether every thread of the process is stopped (a group stop completes thread by thread: a
+  signal sent before it has may be taken by a thread still running)."""
+  states = []
+  for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
+    with contextlib.suppress(OSError):  # a thread that has just exited
+      states.append(next(ln for ln in (task / "status").read_text().splitlines()
+                         if ln.startswith("State:")).split()[1])
+  return bool(states) and all(s in "Tt" for s in states)
+
+
 def _stop_once(pid, stop):
   """Holds run `pid` (SIGSTOP: before its last step, the moment forced), calls `stop()`, waits
   until the run has SIGTERM pending (sent to it once, while it was held), then lets it go."""
   os.kill(pid, signal.SIGSTOP)
-  stop()
-  _wait_for(lambda: _pending_signals(pid) & (1 << (signal.SIGTERM - 1)))
-  os.kill(pid, signal.SIGCONT)
+  try:
+    _wait_for(lambda: _held(pid))
+    stop()
+    _wait_for(lambda: _pending_signals(pid) & (1 << (signal.SIGTERM - 1)), timeout=60)
+  finally:
+    os.kill(pid, signal.SIGCONT)  # never leave it held
 
 
 @pytest.mark.slow
