@@ -44,7 +44,7 @@ from jaxdl.course.supervised_configs import stdlib_gpt
 from jaxdl.data import default_data_config, parse_data
 from jaxdl.data.tokenize import get_tokenizer
 from jaxdl.models import build_model
-from jaxdl.models.decoding import make_sampler
+from jaxdl.models.decoding import make_generator
 from jaxdl.train.checkpoint import load_state
 
 
@@ -85,7 +85,7 @@ def after_training(config, workdir, summary) -> dict:
   _, state = load_state(workdir)
   model = build_model(ml_collections.ConfigDict(config.model))
   prompt = jnp.asarray(tok.encode(config.sample.prompt))[None]
-  sampler = make_sampler(model, config.sample.max_new_tokens,
+  sampler = make_generator(model, config.sample.max_new_tokens,
                          temperature=config.sample.temperature, top_k=config.sample.top_k)
   tokens = sampler(state["params"], prompt, jax.random.PRNGKey(config.sample.seed))
   text = tok.decode(tokens[0])

@@ -36,7 +36,7 @@ from jaxdl.config import parse_arg, smoke
 from jaxdl.course.supervised_configs import stdlib_gpt
 from jaxdl.data import decode
 from jaxdl.models import build_model
-from jaxdl.models.decoding import make_sampler
+from jaxdl.models.decoding import make_generator
 from jaxdl.train.checkpoint import load_state
 
 
@@ -64,7 +64,7 @@ def after_training(config, workdir, summary) -> dict:
   _, state = load_state(workdir)
   model = build_model(config.model)
   prompt = np.frombuffer(config.sample.prompt.encode(), np.uint8).astype(np.int32)[None]
-  sampler = make_sampler(model, config.sample.max_new_tokens,
+  sampler = make_generator(model, config.sample.max_new_tokens,
                          temperature=config.sample.temperature, top_k=config.sample.top_k)
   tokens = sampler(state["params"], jnp.asarray(prompt), jax.random.PRNGKey(config.sample.seed))
   text = decode(np.asarray(tokens[0]))

@@ -12,7 +12,7 @@ class, writes digits_grid.png and reports the fraction the judge labels as the c
 Expected: class_accuracy >= 0.90 at the default guidance w = 2 (measured on 500 samples:
 0.998 with a trained digits_cnn run as the classifier, 1.00 with the SVM).
 
-Quality against network calls (`jaxdl sample WORKDIR --sweep-steps 5,10,100 --samplers dpmpp_2m`,
+Quality against network calls (`jaxdl nfe WORKDIR --steps 5,10,100 --samplers dpmpp_2m`,
 the trained run, w = 2, 50 samples per class, Frechet distance in the digits_cnn judge's
 features, real-vs-real floor 5.84; 2026-12-02): DPM-Solver++(2M) at 5 guided calls (10 network
 evaluations per sample) 6.20, at 10 calls 5.68, at 100 calls 5.87, so 10 evaluations are within

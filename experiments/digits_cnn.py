@@ -36,18 +36,15 @@ the CNN pooled by block reduction, 2026-12-03).
 """
 
 from jaxdl.config import parse_arg, smoke
-from jaxdl.course.supervised_configs import digits_classifier
+from jaxdl.course.supervised_configs import digits_cnn
 from jaxdl.data import default_data_config, records
-from jaxdl.models import model_config
 
 SUBSET = 160
 
 
 def get_config(arg=None):
   args = parse_arg(arg, smoke=False, subset=False, aug=False, data="")
-  c = digits_classifier(
-      "digits_cnn", "Digits classification with a CNN (two conv-ReLU-pool blocks, dense head)",
-      model_config("cnn", dropout=0.1), steps=1500)
+  c = digits_cnn()
   if args.subset:
     c.data.n_train = SUBSET
     c.data.batch_size = 32  # 5 steps an epoch; divides over 1, 2, 4, 8, ... devices

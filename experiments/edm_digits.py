@@ -21,8 +21,8 @@ default until 2026-12-02 was 2, whose numbers are kept beside.
 Expected: class_accuracy >= 0.90. Measured (one run, 2026-12-01, 2-core CPU, about 17 minutes
 beside other jobs): eval loss 0.418 at step 3,000; class_accuracy 1.00 on 500 samples at w = 1.5
 (and at w = 2), judged by a digits_cnn run (test accuracy 0.994). Against ddpm_digits_cfg's
-trained model (its default config, class_accuracy 0.998 again), with `jaxdl sample
---sweep-steps`, 50 samples per class, the Frechet distance in the same judge's features
+trained model (its default config, class_accuracy 0.998 again), with `jaxdl nfe
+WORKDIR --steps`, 50 samples per class, the Frechet distance in the same judge's features
 (real-vs-real floor 5.84):
 - at w = 1.5 for both models: this model with EDM-Heun at 35 network calls 4.00 (99.2%
   confidently their class), with DPM-Solver++(2M) at 18 calls 4.05 (99.4%); the DDPM model at 100

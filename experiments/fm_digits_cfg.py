@@ -26,7 +26,7 @@ target: measured once with the SVM as the judge (`--set gen.classifier=svm`), 1.
 samples, eval loss 0.366 at step 3,000, 12 minutes on two shared CPU cores; with the digits_cnn
 judge not measured.
 
-Quality against network calls (`jaxdl sample WORKDIR --sweep-steps 4,8,16,32,64` on the trained
+Quality against network calls (`jaxdl nfe WORKDIR --steps 4,8,16,32,64` on the trained
 default run, six samplers): the table is in `jaxdl.generative.nfe_sweep`'s docstring and the
 README, the figure in docs/figures/nfe_sweep_fm_digits_cfg.png.
 """

@@ -75,7 +75,7 @@ alone, with every run reused, about 8 min. The smoke table (`:smoke`, every run 
 shows the columns, not the families' quality.
 """
 
-from jaxdl.config import parse_arg
+from jaxdl.config import load_config, parse_arg
 from jaxdl.course import generative_table
 from jaxdl.course.generative_configs import toy2d_config
 from jaxdl.schema import default_section
@@ -99,4 +99,9 @@ def hooks(config):
   return []
 
 
-after_training = generative_table.build_table  # `jaxdl train` calls it once trained
+def after_training(config, workdir, summary=None):
+  """`jaxdl train` calls it once trained: the other rows' configs (`row_specs`), loaded here,
+  and the table built from them."""
+  configs = {key: load_config(spec, overrides)[0]
+             for key, (spec, overrides) in generative_table.row_specs(config).items()}
+  return generative_table.build_table(config, workdir, summary, configs=configs)

@@ -28,9 +28,10 @@ import ml_collections
 from jaxdl.schema import (NONNEG, POSITIVE, UNIT, ConfigError, Settings, at_least,
                           default_section, greater_than, one_of, parse_section, setting,
                           SWITCHABLE, switch_section)
+from jaxdl.schema import hints as schema_hints
 
-__all__ = ["ConfigError", "TrainSettings", "ParallelSettings", "base_config", "load_config",
-           "parse_arg", "parse_train", "parse_parallel", "validate"]
+__all__ = ["ConfigError", "RootSettings", "TrainSettings", "ParallelSettings", "base_config",
+           "load_config", "parse_arg", "parse_root", "parse_train", "parse_parallel", "validate"]
 
 
 def experiments_dir() -> pathlib.Path:
@@ -201,6 +202,15 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: Sequence[str])
     _apply_override(config, key, text)
 
 
+def variant_config(config, overrides: dict) -> ml_collections.ConfigDict:
+  """A copy of `config` with `overrides` ({'model.num_layers': 4, ...}) applied and checked as
+  `--set` would (an unknown key or a wrong type is a ConfigError naming it)."""
+  c = ml_collections.ConfigDict(config.to_dict())
+  c.lock()
+  apply_overrides(c, [f"{key}={value!r}" for key, value in overrides.items()])
+  return c
+
+
 def _switches_section(config, key: str, text: str) -> bool:
   """Whether `key=text` names another class for a switchable section (`data.name=parquet`)."""
   section, _, leaf = key.rpartition(".")
@@ -235,6 +245,23 @@ def _apply_override(config: ml_collections.ConfigDict, key: str, text: str) -> N
   except TypeError:
     raise ConfigError(
         f"{key}: expected {getattr(expected, '__name__', expected)}, got {text!r}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class RootSettings(Settings):
+  """The root section: the top-level keys every experiment has, declared once (`base_config`
+  writes them, `parse_root` reads them). An experiment's own top-level keys (a study's `rules`,
+  `depths`, ...) belong to its `after_training` and are not checked here; the sections are
+  parsed by their own classes."""
+
+  name: str = ""
+  description: str = ""
+  seed: int = 0               # PRNGKey(seed): the run's one base key; the data order's seed
+  task: str = "classification"  # a name of `jaxdl.train.tasks.TASKS`
+  # The `smoke` arg of every experiment sets it (`smoke`): the procedures of multi-stage
+  # experiments (the teacher, the digits judge, evaluation sizes) read it, never a step count.
+  smoke: bool = False
+  init_from: str = ""         # a fresh run's parameters from this run or HF directory; '' off
 
 
 @dataclasses.dataclass(frozen=True)
@@ -284,6 +311,7 @@ class TrainSettings(Settings):
   loggers: tuple = ("tensorboard",)  # + 'wandb', 'mlflow' (extras); metrics.jsonl always
   eval_ema: bool = False         # also evaluate optim.ema_decay's average (eval_ema/...); the
                                  # best checkpoint and early stopping then judge the average
+  xla_cpu_workarounds: bool = True  # XLA:CPU compiler workarounds (jaxdl.train.xla_cpu)
 
   def __post_init__(self):
     super().__post_init__()
@@ -311,6 +339,13 @@ class ParallelSettings(Settings):
   tensor: int = setting(1, at_least(1, "1 = none"))
 
 
+def parse_root(config) -> RootSettings:
+  """The root keys of `config` (a ConfigDict or mapping) as a checked `RootSettings`; keys it
+  lacks take their defaults, the experiment's own keys and the sections are left out."""
+  own = schema_hints(RootSettings)
+  return parse_section({k: v for k, v in config.items() if k in own}, RootSettings)
+
+
 def parse_train(config) -> TrainSettings:
   """`config.train` as a checked `TrainSettings` (defaults when the section is absent)."""
   return parse_section(config.get("train"), TrainSettings)
@@ -322,10 +357,12 @@ def parse_parallel(config) -> ParallelSettings:
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
-  """Checks the engine's own sections (data, model and optim parse themselves when built, by
+  """Checks the root and the engine's own sections (data, model and optim parse themselves when
+  built, by
   `jaxdl.data.parse_data`, `jaxdl.models.build_model` and `jaxdl.optim.parse_optim`)."""
+  parse_root(config)
   if config.get("train") is None:
-    return  # a custom-run experiment (e.g. an optimizer toy) owns its own keys
+    return  # a custom-run experiment (e.g. an optimizer toy) owns its own sections
   parse_train(config)
   parse_parallel(config)
 
@@ -358,14 +395,7 @@ def smoke(c: ml_collections.ConfigDict, steps: int = 20, eval_every: int = 10,
 
 def base_config() -> ml_collections.ConfigDict:
   """The engine's keys with their defaults; experiments start from this and fill in the rest."""
-  c = ml_collections.ConfigDict()
-  c.name = ""
-  c.description = ""
-  c.seed = 0
-  c.task = "classification"
-  # The `smoke` arg of every experiment sets it: the procedures of multi-stage experiments (the
-  # teacher, the digits judge, evaluation sizes) read it, never a step count.
-  c.smoke = False
+  c = default_section(RootSettings)
   c.train = default_section(TrainSettings)
   c.parallel = default_section(ParallelSettings)
   return c

@@ -32,15 +32,24 @@ def disk_failure(e: BaseException, workdir: str | None = None) -> str | None:
   seen = set()
   while e is not None and id(e) not in seen:
     seen.add(id(e))
-    if isinstance(e, OSError) and e.errno in _DISK_ERRNOS:
-      where = e.filename if e.filename is not None else (
-          f"a file in {workdir}" if workdir else "a file of the run")
-      return f"{_DISK_ERRNOS[e.errno]}: {where}"
-    code = _TS_OS_ERROR.search(str(e))
-    if code and int(code.group(1)) in _DISK_ERRNOS:
-      paths = _TS_PATH.findall(str(e))
-      return f"{_DISK_ERRNOS[int(code.group(1))]}: {paths[-1] if paths else '(a checkpoint)'}"
+    failure = own_disk_failure(e, workdir)
+    if failure is not None:
+      return failure
     e = e.__cause__ or e.__context__
+  return None
+
+
+def own_disk_failure(e: BaseException, workdir: str | None = None) -> str | None:
+  """`disk_failure` of `e` itself, not of what it wraps: None for an error raised about one
+  (a `jaxdl.train.DiskFailure`, a ValueError naming the flag), whose message says it already."""
+  if isinstance(e, OSError) and e.errno in _DISK_ERRNOS:
+    where = e.filename if e.filename is not None else (
+        f"a file in {workdir}" if workdir else "a file of the run")
+    return f"{_DISK_ERRNOS[e.errno]}: {where}"
+  code = _TS_OS_ERROR.search(str(e))
+  if code and int(code.group(1)) in _DISK_ERRNOS:
+    paths = _TS_PATH.findall(str(e))
+    return f"{_DISK_ERRNOS[int(code.group(1))]}: {paths[-1] if paths else '(a checkpoint)'}"
   return None
 
 

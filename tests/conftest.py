@@ -106,7 +106,7 @@ if os.environ.get("JAXDL_TEST_CPU_LOG"):
 # one-device client (a moons run's grad_norm differs in the 7th digit), so a module that compares
 # its own runs with a subprocess's (test_sweep) is in ALL_DEVICES.
 ALL_DEVICES = frozenset((
-    "test_augment", "test_batched_draws", "test_bench", "test_config", "test_distributed",
+    "test_augment", "test_bench", "test_config", "test_distributed",
     "test_faults", "test_fsdp", "test_grad_accum", "test_layers", "test_loop", "test_mfu",
     "test_moe", "test_packing", "test_parallel", "test_permissions", "test_resume",
     "test_signals", "test_slurm", "test_small_rows", "test_step", "test_studies", "test_sweep",
@@ -221,3 +221,24 @@ def pytest_unconfigure(config):
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # pylint: disable=protected-access
+
+
+@pytest.fixture(scope="session")
+def untrained_run():
+  """`make(workdir, experiment, *example_inputs) -> workdir`: a checkpoint of the experiment's
+  model at random parameters (N(0, 0.1^2), drawn on the host from seed 0: nothing compiled),
+  written by `evaluation.save_run`. For tests of what reads a run (sampling, generation)."""
+  def make(workdir, experiment, *example_inputs):
+    import jax  # pylint: disable=g-import-not-at-top
+    import numpy as np  # pylint: disable=g-import-not-at-top
+    from jaxdl.config import load_config  # pylint: disable=g-import-not-at-top
+    from jaxdl.generative import evaluation  # pylint: disable=g-import-not-at-top
+    from jaxdl.models import build_model  # pylint: disable=g-import-not-at-top
+    config, _ = load_config(experiment)
+    model = build_model(config.model)
+    shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), *example_inputs,
+                                               train=False))["params"]
+    rng = np.random.default_rng(0)
+    params = jax.tree.map(lambda s: (0.1 * rng.normal(size=s.shape)).astype(np.float32), shapes)
+    return evaluation.save_run(workdir, config, params, step=0)
+  return make

@@ -145,6 +145,9 @@ def test_lm_loss_is_the_mean_per_response_token():
     ('{"messages": [{"role": "bot", "content": "x"}]}', "line 2: message 0: unknown role 'bot'"),
     ('{"text": "a"}', "line 2: expected 'prompt' and 'response', or 'messages'"),
     ('not json', "line 2: not JSON"),
+    # JSON can escape half a surrogate pair; the text is then not UTF-8 and cannot be tokenized.
+    ('{"prompt": "x\\ud800", "response": "r"}',
+     "line 2: 'prompt' is not UTF-8 text (surrogates not allowed at character 1, '\\ud800')"),
 ])
 def test_bad_records_are_one_line_exit_2(tmp_path, capsys, line, why):
   src = tmp_path / "bad.jsonl"
@@ -152,7 +155,7 @@ def test_bad_records_are_one_line_exit_2(tmp_path, capsys, line, why):
   assert cli.main(["data", "prepare", str(src), "--out", str(tmp_path / "o")]) == 2
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and f"SRC: bad.jsonl {why}" in err[0], err
-  assert chat.is_chat_file(str(src))
+  assert chat.is_chat_file(str(src)) and not (tmp_path / "o").exists()
 
 
 def test_stdlib_instructions_are_docstring_to_signature(tmp_path):

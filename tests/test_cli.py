@@ -9,25 +9,30 @@ import sys
 
 import pytest
 
-from jaxdl import cli, disk_errors
+from jaxdl import cli, disk_errors, stop_signals
 from jaxdl.bench import startup
+from jaxdl.cli import listing
+from jaxdl.schema import ConfigError
 from jaxdl.train import errors
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "jaxdl"
 
 
-def _jax_loaded_after(argv: list[str]) -> bool:
-  """Whether `jaxdl.cli.main(argv)` loads jax, in a fresh interpreter."""
-  code = ("import sys\nfrom jaxdl import cli\ntry:\n  cli.main(%r)\nexcept SystemExit:\n  pass\n"
-          "print('JAX' if 'jax' in sys.modules else 'NOJAX')" % (argv,))
+def _heavy_loaded_after(argv: list[str]) -> list[str]:
+  """Which of jax and the sweep package `python -m jaxdl ARGV` imports, in a fresh interpreter
+  (the program: a run a sweep started is the only one that imports the sweep package first)."""
+  code = ("import runpy, sys\nsys.argv = ['jaxdl', *%r]\ntry:\n"
+          "  runpy.run_module('jaxdl', run_name='__main__')\nexcept SystemExit:\n  pass\n"
+          "print('LOADED', *[m for m in ('jax', 'jaxdl.course.sweeps', 'jaxdl.sweep') "
+          "if m in sys.modules])" % (argv,))
   out = subprocess.run([sys.executable, "-c", code], check=True, timeout=120,
                        capture_output=True, text=True).stdout
-  return out.split()[-1] == "JAX"
+  return out.split("LOADED")[-1].split()
 
 
-def test_help_and_list_do_not_import_jax():
-  assert not _jax_loaded_after(["--help"])
-  assert not _jax_loaded_after(["list"])
+@pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["sweep", "--help"], ["list"]])
+def test_help_and_list_import_no_jax_and_no_sweep_package(argv):
+  assert _heavy_loaded_after(argv) == []
 
 
 def test_a_program_freezes_the_library_heap_and_a_python_caller_keeps_its_own(monkeypatch):
@@ -73,8 +78,8 @@ def test_every_command_help_is_light():
 
 
 def test_every_command_is_a_module_with_help_arguments_and_main():
-  assert list(cli.COMMANDS) == ["train", "list", "sample", "likelihood", "doctor", "reproduce",
-                                "bench", "data", "plot", "sweep", "export"]
+  assert list(cli.COMMANDS) == ["train", "list", "sample", "generate", "nfe", "likelihood",
+                                "doctor", "reproduce", "bench", "data", "plot", "sweep", "export"]
   for name, module in cli.COMMANDS.items():
     assert module.__name__.startswith("jaxdl.cli."), name
     assert isinstance(module.HELP, str) and callable(module.add_arguments), name
@@ -155,4 +160,98 @@ def test_train_exit_code_comes_from_the_error_type(raised, code, stopped, tmp_pa
   assert cli.main(["train", "moons_mlp", "--workdir", str(tmp_path / "w"), "--no-progress"]) == code
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and err[0].startswith("jaxdl: error: "), err
-  assert ("the run stopped, its last good checkpoint is kept" in err[0]) == stopped, err
+  # No checkpoint was written here: the line says nothing is kept rather than claim one is.
+  assert ("the run stopped before its first checkpoint, so nothing is kept" in err[0]) == (
+      stopped), err
+  assert "last good checkpoint" not in err[0]
+
+
+def test_a_full_disk_after_a_checkpoint_names_the_step_it_keeps(tmp_path, monkeypatch, capsys):
+  from jaxdl.train import loop
+  (tmp_path / "w" / "checkpoints" / "5").mkdir(parents=True)
+
+  def fail(*args, **kwargs):
+    raise errors.DiskFailure("no space left on device: /w/metrics.jsonl") from OSError(
+        errno.ENOSPC, "No space left on device", "/w/metrics.jsonl")
+
+  monkeypatch.setattr(loop, "run", fail)
+  assert cli.main(["train", "moons_mlp", "--workdir", str(tmp_path / "w"), "--no-progress"]) == 1
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "its last good checkpoint (step 5) is kept" in err[0], err
+
+
+def _raises(e: BaseException):
+  def main(args):
+    del args
+    raise e
+  return main
+
+
+def _interrupted_import():
+  """What a signal raised inside an extension module's import looks like to its importer."""
+  try:
+    try:
+      raise stop_signals.Interrupted("SIGINT")
+    except stop_signals.Interrupted as e:
+      raise ImportError("Encountered an error while initializing the extension") from e
+  except ImportError as e:
+    return e
+
+
+@pytest.mark.parametrize("raised, code, line", [
+    (ConfigError("train.steps: must be >= 1, got 0\n(more)"), 2,
+     "jaxdl: error: train.steps: must be >= 1, got 0"),
+    (ValueError("--out x: folder is not writable"), 2, "jaxdl: error: --out x: folder is not "
+                                                        "writable"),
+    (FileNotFoundError(errno.ENOENT, "No such file or directory", "/x"), 2,
+     "jaxdl: error: [Errno 2] No such file or directory: '/x'"),
+    (errors.NonFiniteLossError(3, {"loss": float("nan")}), 1,
+     "jaxdl: loss became non-finite at step 3 (loss nan); stopped without saving that state"),
+    (errors.RunError("sweep: 1 of 2 runs failed: a"), 1, "jaxdl: sweep: 1 of 2 runs failed: a"),
+    (stop_signals.Stopped("SIGTERM", "stopped by SIGTERM at step 4; its checkpoint is saved"), 0,
+     "jaxdl: stopped by SIGTERM at step 4; its checkpoint is saved"),
+    (stop_signals.Interrupted("SIGINT"), 130, "jaxdl: stopped by SIGINT"),
+    (_interrupted_import(), 130, "jaxdl: stopped by SIGINT"),
+    (KeyboardInterrupt(), 130, "jaxdl: stopped by SIGINT"),
+    (OSError(errno.EROFS, "Read-only file system", "/ro/out"), 2,
+     "jaxdl: error: read-only file system: /ro/out"),
+], ids=lambda x: type(x).__name__ if isinstance(x, BaseException) else None)
+def test_the_handler_turns_the_type_raised_into_one_line_and_the_exit_code(raised, code, line,
+                                                                          monkeypatch, capsys):
+  """Every command ends through `jaxdl.cli.main`'s handler: bad input 2, a failed run 1, a stop
+  0 (SIGTERM) or 130 (SIGINT), each one line on stderr (a call from Python: no os._exit)."""
+  monkeypatch.setattr(listing, "main", _raises(raised))
+  assert cli.main(["list"]) == code
+  assert capsys.readouterr().err.splitlines() == [line]
+
+
+def test_a_bug_keeps_its_traceback(monkeypatch):
+  monkeypatch.setattr(listing, "main", _raises(ZeroDivisionError("a bug")))
+  with pytest.raises(ZeroDivisionError):
+    cli.main(["list"])
+
+
+def test_a_nonfinite_loss_prints_the_locator_below_its_line(monkeypatch, capsys):
+  e = errors.NonFiniteLossError(3, {"loss": float("inf")})
+  e.add_note("first non-finite module: Dense_1")
+  monkeypatch.setattr(listing, "main", _raises(e))
+  assert cli.main(["list"]) == 1
+  assert capsys.readouterr().err.splitlines()[1:] == ["first non-finite module: Dense_1"]
+
+
+def test_no_command_module_returns_an_exit_code_or_prints_an_error_line():
+  """Exit codes and `jaxdl: error` lines come from the handler alone (`jaxdl.cli.main`); a
+  command returns on success and raises otherwise. (distributed.py's watchdog thread, which
+  cannot raise into the main thread, ends the program itself.)"""
+  found = []
+  for path in sorted((ROOT / "cli").glob("*.py")):
+    if path.name == "__init__.py":
+      continue
+    for node in ast.walk(ast.parse(path.read_text())):
+      if (isinstance(node, ast.Return) and isinstance(node.value, ast.Constant)
+          and type(node.value.value) is int):  # not `return True`
+        found.append(f"{path.name}:{node.lineno}: return {node.value.value}")
+      if (isinstance(node, ast.Constant) and isinstance(node.value, str)
+          and "jaxdl: error" in node.value and path.name != "distributed.py"):
+        found.append(f"{path.name}:{node.lineno}: prints {node.value!r}")
+  assert not found, found

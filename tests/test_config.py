@@ -111,3 +111,18 @@ def test_a_bool_or_an_integer_beyond_int64_is_not_a_step_count(value, message):
   with pytest.raises(ConfigError) as e:
     load_config("moons_mlp", [f"train.steps={value}"])
   assert str(e.value) == message
+
+
+def test_library_procedures_load_no_experiment_by_name():
+  """Procedures take configs; the CLI, the experiment files and `jaxdl.config` load by name.
+  Left to their owners: the sweep engine (it loads one config per grid point) and the two
+  benches of the engine's compiler workarounds."""
+  import pathlib
+  root = pathlib.Path(__file__).resolve().parent.parent / "jaxdl"
+  elsewhere = ("cli", "config.py", "course/sweeps", "sweep", "bench/cnn.py",
+               "bench/init_compile.py")
+  offenders = [f"{p.relative_to(root)}:{i}"
+               for p in sorted(root.rglob("*.py"))
+               if not any(p.relative_to(root).as_posix().startswith(e) for e in elsewhere)
+               for i, line in enumerate(p.read_text().splitlines(), 1) if "load_config(" in line]
+  assert offenders == []

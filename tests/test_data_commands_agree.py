@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jaxdl import cli, data
-from jaxdl.data import images, prepare
+from jaxdl.data import images, prepare, staging
 from jaxdl.schema import ConfigError
 
 pa = pytest.importorskip("pyarrow")
@@ -65,7 +65,7 @@ def test_prepare_refuses_a_tokenizer_trained_on_another_split(tmp_path, capsys):
   out = tmp_path / "out"
   assert cli.main(["data", "tokenizer", str(texts), "--vocab", "270", "--out", str(out),
                    "--val-frac", "0.5"]) == 0
-  record = json.loads((out / prepare.TRAINED_ON).read_text())
+  record = json.loads((out / staging.TRAINED_ON).read_text())
   assert record["flags"]["--val-frac"] == 0.5 and record["source"] == str(texts)
   # Another split of the same files: val documents shaped the tokenizer.
   err = error_of(["data", "prepare", str(texts), "--out", str(out), "--val-frac", "0.3"], capsys)

@@ -2,7 +2,9 @@
 model (the adapters merged into the base) computes the adapted model's logits; bad input is one
 line, exit 2, and writes nothing."""
 
+import errno
 import json
+import os
 from collections.abc import Mapping
 
 import jax
@@ -65,7 +67,7 @@ def test_bad_exports_are_one_line_exit_2_and_write_nothing(lora_run, tmp_path, c
       (["export", str(tmp_path / "nothing"), "--out", str(tmp_path / "a")], "no trained run"),
       (["export", str(lora_run), "--out", str(lora_run)], "already exists"),
       (["export", str(lora_run), "--out", str(tmp_path / "b"), "--model-type", "gpt2"],
-       "GPT-2 weights need the GPT-2 architecture"),
+       "model.pos: a GPT-2 checkpoint needs 'learned'"),
       (["export", str(lora_run), "--out", str(tmp_path / "c"), "--max-shard-bytes", "0"],
        "--max-shard-bytes"),
   ]
@@ -75,3 +77,24 @@ def test_bad_exports_are_one_line_exit_2_and_write_nothing(lora_run, tmp_path, c
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("jaxdl: error: ") and needle in err[0], (argv, err)
   assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_is_one_line_exit_1_and_leaves_nothing(lora_run, tmp_path, capsys,
+                                                           monkeypatch):
+  """The disk fills after the first weight file lands (forced: the writer raises ENOSPC then):
+  one line, exit 1, and neither --out nor a temporary directory (nor a parent the export made)
+  is left behind."""
+  real = hf.write_safetensors
+
+  def full_after_writing(path, tensors, metadata=None):
+    real(path, tensors, metadata)
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+
+  monkeypatch.setattr(hf, "write_safetensors", full_after_writing)
+  for out in (tmp_path / "hf", tmp_path / "new" / "parent" / "hf"):
+    capsys.readouterr()
+    assert cli.main(["export", str(lora_run), "--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("jaxdl: error: export: no space left on device: "), err
+  assert list(tmp_path.iterdir()) == []

@@ -30,7 +30,7 @@ def test_equal_heads_is_multi_head_attention_bit_for_bit():
   x = jax.random.normal(jax.random.key(2), (2, 8, 32))
 
   def both(impl):
-    mha = attention.MultiHeadAttention(num_heads=4, num_kv_heads=4, causal=True, impl=impl)
+    mha = attention.MultiHeadAttention(n_head=4, n_kv_head=4, causal=True, impl=impl)
     p = mha.init(jax.random.key(0), x, train=False)["params"]
     qkv = (x @ p["c_attn"]["kernel"] + p["c_attn"]["bias"]).reshape(2, 8, 3, 4, 8)
     out = attention.dot_product_attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2],

@@ -18,7 +18,7 @@ import pytest
 
 from jaxdl import cli
 from jaxdl.data import tokenize
-from jaxdl.models import decoding, hf, transformer
+from jaxdl.models import decoding, hf, hf_families, transformer
 from jaxdl.models.gpt import GPT, PRESETS
 from jaxdl.schema import ConfigError
 
@@ -60,7 +60,7 @@ def test_logits_and_greedy_generation_match_transformers(name):
   if name != "llama_tied":  # the tied layout's logits suffice: its decoding is llama's
     out = decoding.generate(model, params, jnp.asarray(exp["prompt"], jnp.int32),
                             jax.random.key(0), exp["generated"].shape[1] - exp["prompt"].shape[1],
-                            greedy=True)
+                            temperature=0)
     np.testing.assert_array_equal(np.asarray(out), exp["generated"])
 
 
@@ -138,16 +138,14 @@ def test_tokenizer_beside_the_weights(tmp_path):
   with pytest.raises(ValueError, match=r"^--tokenizer: .* has 200 ids but the model's "
                                        r"vocab_size is 96: the tokenizer does not match[^\n]*$"):
     tokenize.load_hf_tokenizer(str(big))
-  assert cli.main(["sample", str(big), "--prompt", "w1 w2"]) == 2
+  assert cli.main(["generate", str(big), "--prompt", "w1 w2"]) == 2
 
 
-def test_sample_cli_continues_a_prompt(capsys):
-  assert cli.main(["sample", os.path.join(DATA, "llama"), "--prompt", "the quick", "--greedy",
-                   "--max-new-tokens", "4", "--num", "2"]) == 0
+def test_generate_cli_continues_a_prompt(capsys):
+  assert cli.main(["generate", os.path.join(DATA, "llama"), "--prompt", "the quick",
+                   "--temperature", "0", "--max-new-tokens", "4", "--num", "2"]) == 0
   lines = capsys.readouterr().out.splitlines()
   assert len(lines) == 2 and lines[0] == lines[1] and lines[0].startswith("the quick")
-  assert cli.main(["sample", os.path.join(DATA, "llama"), "--prompt", "the", "--steps", "3"]) == 2
-  assert "--steps: not an option of --prompt" in capsys.readouterr().err
 
 
 BAD_CONFIGS = [
@@ -170,7 +168,7 @@ def test_an_unrepresentable_config_is_one_line_naming_the_field(name, changes, f
   d = _copy(name, tmp_path, **changes)
   with pytest.raises(ConfigError, match=r"^[^\n]*" + re.escape(field) + r"[^\n]*$"):
     hf.load_hf(str(d))
-  assert cli.main(["sample", str(d), "--prompt", "the"]) == 2
+  assert cli.main(["generate", str(d), "--prompt", "the"]) == 2
 
 
 def test_bad_weights_are_one_line_errors(tmp_path):
@@ -180,16 +178,16 @@ def test_bad_weights_are_one_line_errors(tmp_path):
                                         r"is missing from [^\n]*$"):
     hf.load_hf(str(d))
   model, params = hf.load_hf(os.path.join(DATA, "qwen2"))
-  tensors = hf.params_to_llama(params, model)
+  tensors = hf_families.to_tensors(params, model, "qwen2")
   del tensors["model.layers.1.self_attn.k_proj.bias"]
   with pytest.raises(ConfigError,
                      match=r"missing tensors .*: model.layers.1.self_attn.k_proj.bias$"):
-    hf.llama_to_params(tensors, model)
-  tensors = hf.params_to_llama(params, model)
+    hf_families.to_params(tensors, model, "qwen2")
+  tensors = hf_families.to_tensors(params, model, "qwen2")
   tensors["model.layers.0.mlp.up_proj.weight"] = np.zeros((32, 48), np.float32)
   with pytest.raises(ConfigError, match=r"misshaped .*up_proj.weight \(32, 48\) \(expected "
                                         r"\(48, 32\)\)$"):
-    hf.llama_to_params(tensors, model)
+    hf_families.to_params(tensors, model, "qwen2")
   # Export refuses a model no supported layout holds, naming the setting.
   with pytest.raises(ConfigError, match=r"^model.norm: a Llama-family checkpoint needs 'rms'"):
     hf.save_hf(str(tmp_path / "out"), model.clone(norm="layer"), params)

@@ -97,19 +97,20 @@ def test_causal_mask_offset():
 def test_multihead_self_and_cross_attention():
   x = jax.random.normal(jax.random.key(1), (2, 6, 16))
   ctx = jax.random.normal(jax.random.key(2), (2, 4, 16))
-  mha = attention.MultiHeadAttention(num_heads=4, causal=True, qk_norm=True, rope=True)
+  mha = attention.MultiHeadAttention(n_head=4, n_kv_head=4, causal=True, qk_norm=True,
+                                     rope=True)
   v = jax.jit(lambda: mha.init(jax.random.key(3), x, train=False))()
   assert set(v["params"]) == {"c_attn", "c_proj", "q_norm", "k_norm"}
   y, aux = jax.jit(lambda v, x: mha.apply(v, x, train=False, return_weights=True))(v, x)
   assert y.shape == (2, 6, 16) and aux["weights"].shape == (2, 4, 6, 6)
   np.testing.assert_allclose(aux["weights"].sum(-1), 1.0, atol=1e-6)
-  cross = attention.MultiHeadAttention(num_heads=4)
+  cross = attention.MultiHeadAttention(n_head=4, n_kv_head=4)
   vc = jax.jit(lambda: cross.init(jax.random.key(4), x, ctx, train=False))()
   yc, aux = cross.apply(vc, x, ctx, train=False, return_weights=True)
   assert yc.shape == (2, 6, 16) and aux["weights"].shape == (2, 4, 6, 4)
   assert bool(jnp.isfinite(yc).all())
-  with pytest.raises(ValueError, match="not divisible by num_heads"):
-    bad = attention.MultiHeadAttention(num_heads=5)
+  with pytest.raises(ValueError, match="not divisible by n_head"):
+    bad = attention.MultiHeadAttention(n_head=5, n_kv_head=5)
     jax.eval_shape(lambda: bad.init(jax.random.key(0), x, train=False))
 
 

@@ -69,6 +69,26 @@ def test_targets_by_name_or_regex_and_one_that_matches_nothing_is_one_line(tmp_p
   assert not (tmp_path / "w").exists()
 
 
+def test_a_rank_above_an_adapted_layers_width_is_refused_before_anything_is_made(tmp_path,
+                                                                                capsys):
+  """r > min(D_in, D_out) of an adapted layer: one line from the settings alone, exit 2, no
+  workdir (the rank of 1e9 would otherwise be found out of memory, after config.json)."""
+  # TINY: D = 32, H = 4 heads of K = 8, N = 2: attn/k is 32 -> 16 wide, attn/q 32 -> 32.
+  assert _model(lora_rank=16, lora_targets=("q", "k")).lora_spec.rank == 16
+  with pytest.raises(ConfigError, match=r"^model.lora_rank: must be at most 16, the narrower "
+                                        r"side of the adapted layer attn/k \(32 -> 16\); got 17$"):
+    _model(lora_rank=17, lora_targets=("q", "k"))
+  # SwiGLU's c_fc is 32 -> 2 F = 2 * 85 wide, its c_proj 85 -> 32: the width 32 bounds both.
+  with pytest.raises(ConfigError, match=r"at most 32, .* mlp/c_fc \(32 -> 170\); got 33$"):
+    _model(lora_rank=33, lora_targets=("mlp",), mlp="swiglu")
+  argv = ["train", "char_gpt:smoke", "--workdir", str(tmp_path / "w"), "--no-progress",
+          "--set", "model.lora_rank=1000000000"]
+  assert cli.main(argv) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith("jaxdl: error: model.lora_rank: must be at most "), err
+  assert not (tmp_path / "w").exists()
+
+
 def test_training_changes_only_adapters_and_the_optimizer_holds_only_them():
   """Three AdamW steps of a tiny char_gpt with lora_rank=4 through the engine's own pieces
   (`jaxdl.train.build`: its chain, state and train step): every base leaf is unchanged bit for

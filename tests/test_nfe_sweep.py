@@ -1,6 +1,6 @@
 """jaxdl.generative.nfe_sweep and jaxdl.course.sampler_table: quality against network calls.
 
-The network calls are counted twice, by the rule (`calls_per_sample`) and by a denoiser that
+The network calls are counted twice, by the rule (`samplers.network_calls`) and by a denoiser that
 counts its own calls (a host callback in the compiled scan); the sweep runs on an untrained
 edm_digits:smoke checkpoint with a stand-in judge (the procedure, not the numbers)."""
 
@@ -14,7 +14,7 @@ import pytest
 from jaxdl import cli
 from jaxdl.config import load_config
 from jaxdl.course import sampler_table
-from jaxdl.generative import evaluation, nfe_sweep, paths, samplers
+from jaxdl.generative import nfe_sweep, paths, samplers
 from jaxdl.models import build_model
 
 PATHS = {"flow": (paths.FlowPath(), "velocity"),
@@ -37,12 +37,13 @@ def _counting_denoiser(count):
 
 
 @pytest.mark.parametrize("path_name,sampler,steps,expected", CALLS)
-def test_calls_per_sample_is_what_the_compiled_sampler_calls(path_name, sampler, steps, expected):
+def test_network_calls_are_what_the_compiled_sampler_calls(path_name, sampler, steps, expected):
   path, prediction = PATHS[path_name]
-  assert nfe_sweep.calls_per_sample(path, sampler, steps) == expected
+  assert samplers.network_calls(path, sampler=sampler, steps=steps) == expected
   count = [0]
   sample = samplers.make_sampler(_counting_denoiser(count), path, sampler=sampler, steps=steps,
                                  sample_shape=(1,), prediction=prediction)
+  assert sample.calls == expected
   jax.block_until_ready(sample(None, jax.random.PRNGKey(0), 3))
   jax.effects_barrier()
   assert count[0] == expected
@@ -54,8 +55,8 @@ def test_steps_for_calls_matches_euler_at_equal_calls():
   assert nfe_sweep.steps_for_calls(flow, "heun", 20) == 10
   assert nfe_sweep.steps_for_calls(flow, "edm_heun", 20) == 11   # 2 x 11 - 2
   assert nfe_sweep.steps_for_calls(flow, "dpmpp_3m", 2) == 3     # its order
-  with pytest.raises(ValueError, match="calls per step are not known"):
-    nfe_sweep.calls_per_sample(flow, "unipc", 4)
+  with pytest.raises(ValueError, match="sampler: expected one of .*, got 'unipc'"):
+    samplers.network_calls(flow, sampler="unipc", steps=4)
 
 
 def test_plan_skips_what_the_path_refuses_with_make_samplers_reason():
@@ -69,7 +70,7 @@ def test_plan_skips_what_the_path_refuses_with_make_samplers_reason():
   assert by[("dpmpp_3m", 2)] == "N = 2 is below the order 3 of 'dpmpp_3m'"
   with pytest.raises(ValueError, match=r"--samplers: unknown \['eulr'\]"):
     nfe_sweep.plan(config, None, ["eulr"], [2])
-  with pytest.raises(ValueError, match="--sweep-steps: expected step counts >= 1"):
+  with pytest.raises(ValueError, match="--steps: expected step counts >= 1"):
     nfe_sweep.plan(config, None, ["ddim"], [0, 4])
 
 
@@ -83,16 +84,10 @@ def stand_in_judge(pix_Nx64):
 
 
 @pytest.fixture(scope="module")
-def edm_run(tmp_path_factory):
-  """An untrained edm_digits:smoke checkpoint (the sweep's procedure needs no training), its
-  parameters drawn on the host (nothing compiled for the init)."""
-  config, _ = load_config("edm_digits:smoke")
-  model = build_model(config.model)
-  shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), jnp.zeros((1, 8, 8, 1)),
-                                             jnp.zeros((1,)), train=False))["params"]
-  rng = np.random.default_rng(0)
-  params = jax.tree.map(lambda s: (0.1 * rng.normal(size=s.shape)).astype(np.float32), shapes)
-  return evaluation.save_run(tmp_path_factory.mktemp("nfe") / "edm", config, params, step=0)
+def edm_run(tmp_path_factory, untrained_run):
+  """An untrained edm_digits:smoke checkpoint (the sweep's procedure needs no training)."""
+  return untrained_run(tmp_path_factory.mktemp("nfe") / "edm", "edm_digits:smoke",
+                       jnp.zeros((1, 8, 8, 1)), jnp.zeros((1,)))
 
 
 def test_sweep_writes_the_table_and_figure_with_honest_nfe(edm_run, tmp_path):
@@ -128,15 +123,11 @@ def test_sampler_table_refuses_a_missing_run_or_judge_in_one_line(tmp_path):
     sampler_table.sampler_table(tmp_path / "missing", [2])
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--sampler", "euler"], "--sampler (use --samplers): not an option of --sweep-steps"),
-    (["--guidance", "1"], "--guidance: not an option of --sweep-steps"),
-    (["--sweep-steps", "4,x"], "--sweep-steps 4,x: expected integers"),
-])
-def test_cli_sweep_refuses_single_run_options_in_one_line(argv, message, tmp_path, capsys):
-  if "--sweep-steps" not in argv:
-    argv = argv + ["--sweep-steps", "4,8"]
-  assert cli.main(["sample", str(tmp_path), *argv]) == 2
-  err = capsys.readouterr().err
-  assert message in err and len(err.strip().splitlines()) == 1
-
+def test_nfe_cli_refuses_bad_steps_and_out_in_one_line(tmp_path, capsys):
+  for argv, message in ((["--steps", "4,x"], "--steps 4,x: expected integers"),
+                        (["--steps", "4", "--out", str(tmp_path / "no")], "--out"),
+                        (["--steps", "4"], "no trained run here")):
+    assert cli.main(["nfe", str(tmp_path), *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+  assert list(tmp_path.iterdir()) == []

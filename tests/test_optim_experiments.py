@@ -40,7 +40,7 @@ def test_docstring_names_the_command_and_the_expectation(name):
 def _measured(claim: str) -> dict:
   """The claim's measured values, once its rows hold: tests/test_reproduce.py leaves these
   three claims to this module (each was computed in both; adamw_vs_l2 took 6.4 CPU-s there)."""
-  rows = reproduce.run_claims([claim])
+  rows = reproduce.run_claims([claim], configs={claim: load_config(claim)[0]})
   assert rows and {r.name.split(".")[0] for r in rows} == {claim}, claim
   for r in rows:
     assert r.ok, f"{r.name}: expected {r.expected}, measured {r.measured} ({r.tolerance})"

@@ -6,7 +6,6 @@ without the suite's fast-compile flags. The course's numbers are written once, i
 (jaxdl/course/claims.py); tests elsewhere check properties and equivalences, not those numbers.
 """
 
-import argparse
 import json
 import os
 import pathlib
@@ -14,7 +13,8 @@ import sys
 
 import pytest
 
-from jaxdl.cli import reproduce as reproduce_cli
+from jaxdl import cli
+from jaxdl.config import load_config
 from jaxdl.course import reproduce
 
 import warm_python
@@ -37,7 +37,8 @@ CLAIM_PARAMS = [pytest.param(name, marks=[pytest.mark.slow] if c.slow else [])
 
 @pytest.mark.parametrize("name", CLAIM_PARAMS)
 def test_claim_holds(name):
-  rows = reproduce.run_claims([name])
+  configs = {spec: load_config(spec)[0] for spec in reproduce.experiments_of([name])}
+  rows = reproduce.run_claims([name], configs=configs)
   assert rows, name
   for r in rows:
     assert r.name.split(".")[0] == name
@@ -73,15 +74,10 @@ def test_the_claims_left_to_the_experiment_tests_are_run_there():
     assert f'_measured("{name}")' in source, name
 
 
-def _args(**kw):
-  base = dict(only=[], json=None, quick=False, list=False)
-  base.update(kw)
-  return argparse.Namespace(**base)
-
-
 def test_main_writes_the_json_format_and_the_table(tmp_path, capsys):
   out = tmp_path / "r.json"
-  code = reproduce_cli.main(_args(only=["ddim_by_hand,label_smoothing"], json=str(out)))
+  # Through the CLI's handler, which gives the exit code.
+  code = cli.main(["reproduce", "--only", "ddim_by_hand,label_smoothing", "--json", str(out)])
   assert code == 0
   rows = json.loads(out.read_text())
   assert [r["name"].split(".")[0] for r in rows] == ["ddim_by_hand", "label_smoothing",
@@ -101,15 +97,17 @@ def test_a_failing_claim_exits_1(monkeypatch, tmp_path):
   monkeypatch.setitem(reproduce.CLAIMS, "raises", reproduce.Claim(
       "raises", lambda: 1 / 0, False, "raises"))
   out = tmp_path / "r.json"
-  assert reproduce_cli.main(_args(only=["broken", "raises"], json=str(out))) == 1
+  assert cli.main(["reproduce", "--only", "broken", "--only", "raises", "--json",
+                   str(out)]) == 1
   rows = json.loads(out.read_text())
   assert [r["ok"] for r in rows] == [False, False]
   assert "ZeroDivisionError" in rows[1]["measured"]
 
 
 def test_unknown_claim_is_a_usage_error(capsys):
-  assert reproduce_cli.main(_args(only=["nope"])) == 2
-  assert "nope" in capsys.readouterr().err
+  assert cli.main(["reproduce", "--only", "nope"]) == 2
+  err = capsys.readouterr().err.splitlines()
+  assert len(err) == 1 and err[0].startswith("jaxdl: error: --only: unknown claim(s) ['nope']")
 
 
 def test_quick_leaves_out_only_the_slow_claims():

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdl.generative import closed_forms, paths, samplers, stepwise
+from jaxdl.generative import closed_forms, paths, samplers, solvers, stepwise
 
 FLOW = paths.FlowPath()
 EPS5 = jnp.array([-1.3, -0.2, 0.05, 0.5, 2.0])[:, None]
@@ -104,9 +104,9 @@ def test_ddim_eta1_and_ancestral_steps_have_the_same_mean_and_variance():
   a_t, s_t, a_s, s_s = np.sqrt(ab[0]), np.sqrt(1 - ab[0]), np.sqrt(ab[1]), np.sqrt(1 - ab[1])
   x_t, eps_hat = jnp.array([0.8]), jnp.array([-0.4])
   x_hat = paths.eps_to_x0(x_t, eps_hat, a_t, s_t)
-  mean_anc, var_anc = samplers.ancestral_mean_var(x_t, x_hat, a_t, s_t, a_s, s_s)
-  mean_ddim = samplers.ddim_update(x_hat, eps_hat, a_t, s_t, a_s, s_s, eta=1.0)
-  z1 = samplers.ddim_update(x_hat, eps_hat, a_t, s_t, a_s, s_s, eta=1.0, z=jnp.ones(1))
+  mean_anc, var_anc = solvers.ancestral_mean_var(x_t, x_hat, a_t, s_t, a_s, s_s)
+  mean_ddim = solvers.ddim_update(x_hat, eps_hat, a_t, s_t, a_s, s_s, eta=1.0)
+  z1 = solvers.ddim_update(x_hat, eps_hat, a_t, s_t, a_s, s_s, eta=1.0, z=jnp.ones(1))
   np.testing.assert_allclose(mean_ddim, mean_anc, atol=1e-6)
   np.testing.assert_allclose((z1 - mean_ddim) ** 2, var_anc, rtol=1e-5)
   # Textbook DDPM: beta_tilde = (1 - ab_prev)/(1 - ab_t) (1 - ab_t/ab_prev).
@@ -180,7 +180,7 @@ def test_bad_input_raises_one_clear_error_each():
     samplers.make_sampler(two_point_field, FLOW, guidance=2.0)
   with pytest.raises(ValueError, match="steps"):
     samplers.make_sampler(two_point_field, FLOW, steps=0)
-  with pytest.raises(ValueError, match="sampler='rk4'"):
+  with pytest.raises(ValueError, match="sampler: expected one of .*, got 'rk4'"):
     samplers.make_sampler(two_point_field, FLOW, sampler="rk4")
   with pytest.raises(ValueError, match="needs the 'flow' path"):
     samplers.make_sampler(two_point_field, paths.make_path("ddpm", T=10), sampler="euler")
@@ -218,7 +218,7 @@ def test_a_new_sampler_is_one_registered_function(monkeypatch):
   1 + z + z^2/2 + z^3/4, z = h lam (Heun alone stops at z^2/2)."""
   monkeypatch.setattr(samplers, "SAMPLERS", dict(samplers.SAMPLERS))  # restored after the test
 
-  @samplers.register_sampler("heun2", continuous_only=True)
+  @samplers.register_sampler("heun2", paths=samplers.CONTINUOUS_PATHS, calls=3)
   def heun2(grid, variables, x, i, key, y_B):
     h = grid.t[i + 1] - grid.t[i]
     v_t = grid.velocity(variables, x, i, y_B)
@@ -238,11 +238,11 @@ def test_a_new_sampler_is_one_registered_function(monkeypatch):
 def test_the_registry_names_its_samplers_and_refuses_a_second_registration():
   assert sorted(samplers.SAMPLERS) == ["ddim", "ddpm", "dpmpp_2m", "dpmpp_3m", "edm_heun",
                                        "euler", "heun"]
-  with pytest.raises(ValueError, match=r"sampler='rk4': expected one of \['ddim', 'ddpm', 'dpmpp"):
+  with pytest.raises(ValueError, match=r"sampler: expected one of \['ddim', 'ddpm', 'dpmpp"):
     samplers.make_sampler(two_point_field, FLOW, sampler="rk4")
   with pytest.raises(ValueError, match="'euler' is already registered"):
     samplers.register_sampler("euler")(lambda grid, variables, x, i, key, y_B: x)
-  assert samplers.SAMPLERS["euler"].step is samplers.euler
+  assert samplers.SAMPLERS["euler"].step is solvers.euler
 
 
 # ----------------------------------------------------------------------------- quality metrics

@@ -121,18 +121,33 @@ def _sections():
 
 
 def test_every_section_is_declared_with_the_one_primitive_and_round_trips():
-  from jaxdl.optim import OptimConfig, default_optim_config, parse_optim
-  assert parse_optim(default_optim_config()) == OptimConfig()  # the rule and schedule inside
-  for cls in _sections():
+  """Each section class, written out by `default_section` and read back by `parse_section`, is
+  its defaults: the root, train, parallel, data, optim (its rule and schedule inside), gen,
+  reflow, distill, and every model (a Flax class or a builder function, by its `Registry`)."""
+  import jaxdl.course.planted  # noqa: F401  (models registered outside jaxdl.models)
+  import jaxdl.generative.gan  # noqa: F401
+  import jaxdl.generative.vae  # noqa: F401
+  from jaxdl.config import RootSettings
+  from jaxdl.models import MODELS, build_model, model_config
+  from jaxdl.optim import OPTIMIZERS, SCHEDULES, OptimConfig
+  for cls in [RootSettings, *_sections()]:
     assert issubclass(cls, Settings), cls
-    assert cls.prefix.endswith("."), cls
-    if cls is OptimConfig:
-      continue
-    cfg = default_section(cls)
-    if cls.name:
-      cfg.name = cls.name
-    built = parse_section(cfg, {cls.name: cls} if cls.name else cls)
+    assert cls.prefix.endswith(".") or cls is RootSettings, cls
+    registered = isinstance(cls.name, str) and cls.name  # (OptimConfig's is its rule's)
+    built = parse_section(default_section(cls), {cls.name: cls} if registered else cls)
     assert built == cls(), cls
+  optim = default_section(OptimConfig, clip_norm=None)
+  optim.update(name="momentum", momentum=0.5)
+  optim.schedule.update(name="wsd", decay_frac=0.5)
+  assert optim.b2 is None and optim.schedule.gamma is None  # every class's keys, unset
+  assert parse_section(optim, OptimConfig) == OptimConfig(
+      optimizer=OPTIMIZERS["momentum"](momentum=0.5), schedule=SCHEDULES["wsd"](decay_frac=0.5),
+      clip_norm=None)
+  assert {"planted_mlp", "vae", "gan", "gpt", "rnn"} <= set(MODELS)
+  for name, builder in MODELS.items():
+    cfg = model_config(name)
+    assert cfg.name == name and set(cfg) == set(schema.hints(builder)) | {"name"}, name
+    assert build_model(cfg) == builder(), name  # parse_section, with dtypes by name
 
 
 def _definitions(*queries):
@@ -160,17 +175,17 @@ def test_one_settings_primitive_and_one_parse_section_in_the_package():
 
 
 def test_no_declared_setting_is_read_with_a_restated_default():
-  """`section.get("key", literal)` restates a default its class declares; the parsed section
-  (or the locked config) has the key."""
+  """`section.get("key", literal)` or `getattr(obj, "key", literal)` restates a default its
+  class declares; the parsed section (or the locked config) has the key. `getattr(model,
+  "key", None)` stays: "a model of another family has no such field"."""
+  from jaxdl.config import RootSettings
   from jaxdl.models import MODELS
-  declared = {f.name for cls in _sections() for f in dataclasses.fields(cls)}
+  declared = {k for cls in [RootSettings, *_sections()] for k in schema.hints(cls)}
   for builder in MODELS.values():
-    cls = builder if isinstance(builder, type) else getattr(builder, "model_class", None)
-    if cls is not None:
-      declared |= {f.name for f in dataclasses.fields(cls)} - {"parent", "name"}
-  pattern = re.compile(r"\.get\(\"(\w+)\", ")
+    declared |= set(schema.hints(builder))
+  pattern = re.compile(r"\.get\(\"(\w+)\", |getattr\([^,()]+, \"(\w+)\", (?!None\))")
   offenders = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}"
                for p in sorted(ROOT.rglob("*.py")) if p.name != "schema.py"
                for i, line in enumerate(p.read_text().splitlines(), 1)
-               for key in pattern.findall(line) if key in declared]
+               for keys in pattern.findall(line) for key in keys if key in declared]
   assert offenders == []

@@ -1,9 +1,15 @@
-"""SIGTERM and SIGINT stop `jaxdl train` cleanly at any moment (issue 26, item 1c).
+"""SIGTERM and SIGINT stop a command cleanly at any moment (issues 26 and 49, item 1).
 
-During startup (jax loading, the lock just taken, compiling) there is nothing new to save: the
-run stops with one line, exit 0 after SIGTERM and 130 after SIGINT, its lock released. During
-training the current step is saved (tests/test_resume.py covers SIGTERM there; here SIGINT).
-Real subprocesses, one CPU device; each test is one short run.
+The `jaxdl` command enters its stop handler as its first act (`jaxdl.cli.main`), so from then
+on a signal stops it in one line: exit 0 after SIGTERM, 130 after SIGINT, its lock released,
+nothing written before training, the current step saved during it. Each test forces its moment
+rather than sleeping: `JAXDL_STOP_AT=<milestone>[:SIGINT]` makes the process signal itself when
+it reaches that milestone (`jaxdl.stop_signals.reached`), so what is tested never depends on the
+machine's speed (a fresh-clone run once had jax loaded before a timed signal arrived).
+
+Real processes, one CPU device. The moments before jax loads start a fresh interpreter (what a
+signal meets there is the interpreter's own import of the library); the later ones are forked
+from the suite's warm interpreter (tests/warm_python.py), which has the library imported already.
 """
 
 import json
@@ -12,27 +18,15 @@ import pathlib
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
+from jaxdl.stop_signals import MILESTONES, STOP_AT_VAR
 from jaxdl.train.checkpoint import load_state
 
-pytestmark = pytest.mark.skipif(not pathlib.Path("/proc/self/status").exists(),
-                                reason="reads a process's caught signals from /proc")
+import warm_python
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-
-
-def _env() -> dict:
-  """The suite's environment with one CPU device (a user's machine), for a faster start."""
-  flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
-           if not f.startswith("--xla_force_host_platform_device_count")]
-  # PYTHONFAULTHANDLER: a run that does not stop is sent SIGABRT (`_stop`), which then prints
-  # every thread's stack, so a hang names where it waits.
-  return {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": " ".join(flags),
-          "PYTHONFAULTHANDLER": "1"}
-
 
 # A foreground run, as a terminal starts one: SIGINT and SIGTERM at their default disposition,
 # whatever this test worker inherited or was left with by the tests before it (an ignored SIGINT
@@ -40,91 +34,111 @@ def _env() -> dict:
 FOREGROUND = ("import runpy, signal, sys; "
               "[signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGTERM)]; "
               "sys.argv[0] = 'jaxdl'; runpy.run_module('jaxdl', run_name='__main__')")
+# The moments before the library is imported: only a fresh interpreter has them.
+FRESH = ("start", "importing")
 
 
-def _train(workdir, *extra) -> subprocess.Popen:
-  return subprocess.Popen(
-      [sys.executable, "-c", FOREGROUND, "train", "moons_mlp", "--workdir", str(workdir),
-       "--no-progress", "--set", "train.plot=False", "--set", "train.steps=100000",
-       "--set", "train.ckpt_every=0", *extra],
-      env=_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _env(stop_at: str) -> dict:
+  """The suite's environment with one CPU device (a user's machine) and the moment to stop at
+  (the same import-time variables, so a command can be forked from the warm interpreter)."""
+  flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
+           if not f.startswith("--xla_force_host_platform_device_count")]
+  return {**os.environ, "XLA_FLAGS": " ".join(flags), STOP_AT_VAR: stop_at}
 
 
-def _signal_state(pid: int) -> str:
-  """Process `pid`'s blocked, ignored and caught signal masks (/proc), for failure messages."""
-  lines = pathlib.Path(f"/proc/{pid}/status").read_text().splitlines()
-  return " ".join(line for line in lines if line.startswith(("SigBlk", "SigIgn", "SigCgt")))
+def _jaxdl(milestone: str, signum: int, *argv: str) -> tuple[int, str, str]:
+  """`jaxdl ARGV` run in the foreground until it stops itself with `signum` at `milestone`."""
+  args = [sys.executable, "-c", FOREGROUND, *argv]
+  env = _env(f"{milestone}:{signal.Signals(signum).name}")
+  if milestone in FRESH:  # a fresh interpreter: the signal meets the library's import
+    done = subprocess.run(args, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
+  else:
+    assert warm_python.warmable(args, env) or os.environ.get(warm_python.FRESH)
+    done = warm_python.run(args, env=env, cwd=ROOT, timeout=240)
+  return done.returncode, done.stdout, done.stderr
 
 
-def _catches(pid: int, signum: int) -> bool:
-  """Whether process `pid` has a handler for `signum` (its SigCgt mask in /proc)."""
-  for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
-    if line.startswith("SigCgt:"):
-      return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
-  return False
-
-
-def _wait_for(condition, proc, what: str, timeout: float = 60.0) -> None:
-  deadline = time.time() + timeout
-  while not condition():
-    assert proc.poll() is None, f"exited before {what}: {proc.communicate()}"
-    assert time.time() < deadline, f"no {what} within {timeout} s"
-    time.sleep(0.02)
-
-
-def _stop(proc, signum, timeout: float = 120.0) -> tuple[int, str, str]:
-  proc.send_signal(signum)
-  try:
-    out, err = proc.communicate(timeout=timeout)
-  except subprocess.TimeoutExpired:
-    proc.send_signal(signal.SIGABRT)  # the faulthandler's stacks of every thread (`_env`)
-    _, err = proc.communicate()
-    raise AssertionError(f"still running {timeout:.0f} s after {signal.Signals(signum).name}; "
-                         f"its threads:\n{err[-6000:]}") from None
-  return proc.returncode, out, err
-
-
-def test_sigterm_while_jax_loads_stops_in_one_line_and_exits_0(tmp_path):
-  """The handler is the CLI's first act; a SIGTERM from then on (here: while jax and the
-  experiment load) stops before anything is written."""
-  workdir = tmp_path / "w"
-  proc = _train(workdir)
-  _wait_for(lambda: _catches(proc.pid, signal.SIGTERM), proc, "SIGTERM handler")
-  code, out, err = _stop(proc, signal.SIGTERM)
-  assert code == 0 and out == "", err
+def _one_stop_line(err: str, signum: int) -> str:
   lines = err.strip().splitlines()
-  assert len(lines) == 1 and "stopped by SIGTERM before training started" in lines[0], err
-  assert not workdir.exists()
+  assert len(lines) == 1, err
+  assert lines[0].startswith(f"jaxdl: stopped by {signal.Signals(signum).name}"), err
+  return lines[0]
 
 
-def test_sigterm_once_the_lock_is_taken_releases_it_and_exits_0(tmp_path):
-  """Between taking the lock and the first step (restore, compile) a SIGTERM used to kill the
-  process (exit 143) with the lock left behind."""
+TRAIN = ["moons_mlp", "--no-progress", "--set", "train.plot=False", "--set",
+         "train.steps=100000", "--set", "train.ckpt_every=0"]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("milestone", MILESTONES)
+def test_train_stopped_at_each_moment_to_its_first_step_says_so_in_one_line(milestone, signum,
+                                                                           tmp_path):
+  """From the CLI's first act to the first step: exit 0 after SIGTERM, 130 after SIGINT, one
+  line on stderr, no traceback, no lock. Before the first step nothing is written (no workdir);
+  at the first step that step is saved, as at any step of training, and the run resumes."""
   workdir = tmp_path / "w"
-  proc = _train(workdir)
-  _wait_for((workdir / ".lock").exists, proc, "lock")
-  code, out, err = _stop(proc, signal.SIGTERM)
-  assert code == 0, err
-  assert "stopped by SIGTERM" in err and "Traceback" not in err, err
-  assert json.loads(out)["preempted"]
-  assert not (workdir / ".lock").exists()
+  code, out, err = _jaxdl(milestone, signum, "train", *TRAIN, "--workdir", str(workdir))
+  assert code == (130 if signum == signal.SIGINT else 0), err
+  line = _one_stop_line(err, signum)
+  if milestone == "step":
+    assert "at step 1; its checkpoint is saved" in line, err
+    summary = json.loads(out)
+    assert summary["preempted"] and summary["step"] == 1
+    assert load_state(workdir)[0] == 1
+    assert not (workdir / ".lock").exists()
+  else:
+    assert "nothing" in line, err
+    assert not workdir.exists(), list(workdir.iterdir())
+    if milestone != "locked":  # once locked, the loop returns its (empty) summary
+      assert out == ""
 
 
-def test_sigint_during_training_saves_the_step_and_exits_130(tmp_path):
-  """Ctrl-C saves the current step like a preemption, in one line, no KeyboardInterrupt
-  traceback; exit 130 (128 + SIGINT), so a script that was interrupted does not go on."""
-  workdir = tmp_path / "w"
-  proc = _train(workdir, "--set", "train.log_every=1")
-  metrics = workdir / "metrics.jsonl"
-  _wait_for(lambda: metrics.exists() and metrics.read_text().count('"train"') >= 3, proc,
-            "third step")
-  assert _catches(proc.pid, signal.SIGINT), _signal_state(proc.pid)
-  code, out, err = _stop(proc, signal.SIGINT)
-  assert code == 130, err
-  assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
-  lines = [line for line in err.splitlines() if "stopped" in line]
-  assert len(lines) == 1 and "stopped by SIGINT" in lines[0] and "saved" in lines[0], err
-  summary = json.loads(out)
-  assert summary["preempted"] and summary["step"] >= 3
-  assert load_state(workdir)[0] == summary["step"]
-  assert not (workdir / ".lock").exists()
+@pytest.mark.parametrize("milestone, signum", [
+    ("start", signal.SIGTERM), ("start", signal.SIGINT), ("config", signal.SIGTERM),
+    ("config", signal.SIGINT)], ids=lambda x: getattr(x, "name", x))
+def test_sweep_stopped_before_it_starts_says_so_in_one_line(milestone, signum, tmp_path):
+  """`jaxdl sweep` goes through the same handler: stopped before its scheduler starts (at the
+  CLI's first act, once the experiment and grid are read; the moment while jax loads is the
+  CLI's, before any command, tested with train), SIGTERM exits 0, SIGINT 130, in one line, and
+  no sweep directory is made."""
+  out_dir = tmp_path / "s"
+  code, out, err = _jaxdl(milestone, signum, "sweep", "moons_mlp", "--grid",
+                          "optim.lr=0.1,0.2", "--out", str(out_dir))
+  assert code == (130 if signum == signal.SIGINT else 0), err
+  assert "started; nothing written" in _one_stop_line(err.replace("jaxdl: sweep ", "jaxdl: "),
+                                                      signum), err
+  assert out == "" and not out_dir.exists()
+
+
+NESTED = """
+import os, signal
+from jaxdl.stop_signals import Preemption
+[signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGTERM)]
+with Preemption() as outer, outer.polled():
+  os.kill(os.getpid(), signal.SIGINT)  # met by the outer one (the CLI's) while jax loads
+  with Preemption() as inner, inner.polled():  # a sweep's scheduler, entered later
+    taken = inner.requested
+with Preemption() as outer, outer.polled():
+  with Preemption() as inner, inner.polled():
+    os.kill(os.getpid(), signal.SIGTERM)  # met by the scheduler
+  handed = outer.requested
+with Preemption() as p, p.polled():
+  os.kill(os.getpid(), signal.SIGTERM)
+  os.kill(os.getpid(), signal.SIGTERM)  # the same stop again (a parent's and a group's copy)
+  try:
+    os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C on top: insists
+  except BaseException as e:
+    insisted = type(e).__name__
+print(taken, handed, signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, p.requested, insisted)
+"""
+
+
+def test_a_preemption_inside_another_takes_over_its_signal_and_a_repeated_sigterm_is_one():
+  """A signal the CLI's handler recorded before a sweep's scheduler entered its own is seen by
+  the scheduler (it stops at its first poll), one met by the scheduler is handed back to the
+  CLI's, and the handlers before both come back. A repeated SIGTERM changes nothing (it would
+  otherwise skip the save the first asked for); a SIGINT on top raises."""
+  done = subprocess.run([sys.executable, "-c", NESTED], capture_output=True, text=True,
+                        timeout=60, cwd=ROOT)
+  assert done.stdout.split() == ["SIGINT", "SIGTERM", "True", "SIGTERM", "Interrupted"], (
+      done.stderr)

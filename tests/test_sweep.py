@@ -79,7 +79,7 @@ def test_a_bad_sweep_exits_2_with_one_line_and_creates_nothing(flags, line, tmp_
 
 def test_train_and_help_import_no_sweep_module():
   """The sweep package is loaded by `jaxdl sweep` only: a run a sweep starts takes its slot
-  through `python -m jaxdl.sweep.child`, not through the program's entry."""
+  in `jaxdl.cli.main` only where the sweep's variable marks the process as a sweep's run."""
   code = ("import runpy, sys\n"
           "for argv in (['jaxdl', '--help'], ['jaxdl', 'train', '--help']):\n"
           "  sys.argv = argv\n"
@@ -238,7 +238,6 @@ def test_the_exit_code_says_how_the_runs_ended(steps, code, says, tmp_path, caps
     return [sys.executable, "-c", _FAKE_RUN, str(workdir), how]
 
   monkeypatch.setattr(scheduler, "train_command", fake)
-  monkeypatch.setattr(scheduler, "child_command", lambda command: command)
   out = tmp_path / "s"
   assert cli.main(["sweep", EXP, "--grid", f"train.steps={steps}", "--out", str(out)]) == code
   err = capsys.readouterr().err

@@ -1,5 +1,6 @@
 """Vision transformer: patch count, pooling, shapes, non-causal attention."""
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -7,6 +8,7 @@ import numpy as np
 import pytest
 
 from jaxdl import models
+from jaxdl.models import transformer
 
 X = jax.random.normal(jax.random.key(0), (2, 8, 8, 1))
 
@@ -37,3 +39,18 @@ def test_vit_attention_is_not_causal_and_bad_patches():
   both = jax.jit(lambda: (flat.apply(v, X.reshape(2, 64), train=False),
                           m.apply(v, X, train=False)))
   np.testing.assert_allclose(*both(), atol=1e-5)
+
+
+def test_patch_embedding_is_the_p_by_p_convolution_of_stride_p():
+  """`transformer.patch_embed` (ViT's and DiT's) is flattened patches times a (P P C, D) kernel:
+  the same numbers as a P x P convolution of stride P whose HWIO kernel is that one reshaped."""
+  x = jax.random.normal(jax.random.key(2), (2, 8, 8, 3))
+  w = jax.random.normal(jax.random.key(3), (4 * 4 * 3, 16))
+  b = jax.random.normal(jax.random.key(4), (16,))
+  conv = nn.Conv(16, (4, 4), strides=(4, 4), padding="VALID")
+  want = conv.apply({"params": {"kernel": w.reshape(4, 4, 3, 16), "bias": b}}, x)
+  np.testing.assert_allclose(transformer.patchify(x, 4) @ w + b, want.reshape(2, 4, 16),
+                             atol=1e-5)
+  m = _model(pool="mean", patch_size=4)
+  v = jax.eval_shape(lambda: m.init(jax.random.key(1), X, train=False))
+  assert v["params"]["patch_embed"]["kernel"].shape == (4 * 4 * 1, 16)

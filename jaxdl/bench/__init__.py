@@ -25,6 +25,9 @@ be shared and noisy; absolute numbers are printed but only ratios are judged):
               compiled temporary memory vs one microbatch step's (<= 1.3), for the digits CNN,
               the digits MLP with BatchNorm, a 2-layer char GPT and the digits U-Net
               (`jaxdl.bench.cnn`).
+  xla_cpu     a user's run (digits_cnn at train.grad_accum=4, its own batch) with the XLA:CPU
+              workarounds (`jaxdl.train.xla_cpu`) on vs off: step seconds (< 0.9: the bar a
+              workaround must clear to stay; `jaxdl.bench.cnn.bench_xla_cpu`).
   augment     the augmented image pipeline's batches/s vs the CNN's train steps/s (>= 1), on
               the digits and on 32x32 RGB with every record-level op.
   data_bpe    bpe_gpt's packed BPE pipeline (ArrayRecord, segment ids) batches/s vs its train
@@ -44,12 +47,11 @@ be shared and noisy; absolute numbers are printed but only ratios are judged):
   startup     a whole `jaxdl train EXP:smoke` process's CPU seconds with the library's heap
               frozen after its imports (`jaxdl.cli.load_library_frozen`) vs without (< 1;
               `jaxdl.bench.startup`).
-  init        the CPU seconds to compile a run's init with its random draws hashed together
-              (`jaxdl.train.batched_draws`) vs the plain jaxpr (< 1; `jaxdl.bench.init_compile`):
-              the digits U-Net, the digits CNN and a scanned char GPT.
+  (init      removed 2026-12-06 with what it measured, the init's Threefry draws hashed together:
+              its gain on a user's run was under 10%; numbers in `jaxdl.train.xla_cpu`.)
 
 The whole bench took 1006 s (about 17 minutes, 1562 CPU-s) on an idle 2-core CPU without torch
-(session 17; the README copies this figure); `init`, added since, took 109 s alone.
+(session 17; the README copies this figure); `init` (since removed) took 109 s alone.
 """
 
 from __future__ import annotations
@@ -60,18 +62,29 @@ from typing import Callable
 # name -> fn(ctx) -> (raw result dict, table rows), in the order they run. `ctx` is shared by
 # the benches of one run: 'setup' (the GPT setup), 'on_gpu', 'step_s' (the train step's
 # seconds, set by the gpt bench and reused by the data bench) and 'dataloader' (set by the data
-# bench, so data_bpe does not time the DataLoader again).
+# bench, so data_bpe does not time the DataLoader again), 'configs' ({spec: config} of the
+# experiments the benches measure, `EXPERIMENTS`).
 REGISTRY: dict[str, Callable[[dict], tuple[dict, list[dict]]]] = {}
+# name -> the specs of the experiment configs the benchmark measures, `ctx['configs'][spec]`.
+EXPERIMENTS: dict[str, tuple[str, ...]] = {}
 
 
-def register_bench(name: str):
-  """Registers `fn(ctx) -> (results, rows)` as the benchmark `name`."""
+def register_bench(name: str, experiments: tuple[str, ...] = ()):
+  """Registers `fn(ctx) -> (results, rows)` as the benchmark `name`; `experiments`: the specs of
+  the experiment configs it measures, which the caller loads (`jaxdl bench`) into
+  `ctx['configs']`: a benchmark loads no experiment by name."""
 
   def wrap(fn):
     REGISTRY[name] = fn
+    EXPERIMENTS[name] = tuple(experiments)
     return fn
 
   return wrap
+
+
+def experiments_of(names: list[str]) -> list[str]:
+  """The experiment specs whose configs the benchmarks `names` measure (`run_benches`)."""
+  return sorted({spec for name in names for spec in EXPERIMENTS[name]})
 
 
 def _row(bench, measure, jaxdl, baseline, ratio, target, met, unit=""):
@@ -125,10 +138,10 @@ def _compile(ctx):
            scan[8] / unrolled[8], "", None, "s")]
 
 
-@register_bench("loop")
+@register_bench("loop", experiments=("char_gpt",))
 def _loop(ctx):
   from jaxdl.bench import engine
-  r = engine.bench_loop()
+  r = engine.bench_loop(ctx["configs"]["char_gpt"])
   rows = [_row("loop", "jaxdl.train.run vs bare jitted loop, steps/s",
                r["loop_steps_per_s"], r["bare_steps_per_s"],
                r["loop_steps_per_s"] / r["bare_steps_per_s"], "overhead <= 5%",
@@ -144,10 +157,10 @@ def _loop(ctx):
   return r, rows
 
 
-@register_bench("watch")
+@register_bench("watch", experiments=("char_gpt",))
 def _watch(ctx):
   from jaxdl.bench import engine
-  r = engine.bench_watch()
+  r = engine.bench_watch(ctx["configs"]["char_gpt"])
   k = r["every"]
   return r, [
       _row("watch", f"step with train.watch='cheap' every {k} vs plain step (per step)",
@@ -175,13 +188,12 @@ def _checkpoint(ctx):
                   "s")]
 
 
-@register_bench("sampler")
+@register_bench("sampler", experiments=("fm_toy2d", "fm_digits_cfg"))
 def _sampler(ctx):
   from jaxdl.bench import engine
-  del ctx
   results, rows = {}, []
   for experiment, batch in (("fm_toy2d", 256), ("fm_digits_cfg", 64)):
-    r = results[experiment] = engine.bench_sampler(experiment, batch)
+    r = results[experiment] = engine.bench_sampler(ctx["configs"][experiment], batch)
     what = f"{experiment}: lax loop vs {r['steps']} x its {r['sampler']} step alone, x{batch}"
     rows += [_row("sampler", what, r["lax_s"], r["steps_s"], r["ratio"], "<= 1.05",
                   r["ratio"] <= 1.05, "s"),
@@ -190,7 +202,7 @@ def _sampler(ctx):
              _row("sampler", "  same samples as the Python loop: max |diff|", r["max_abs_diff"],
                   0.0, None, "<= 1e-4", r["max_abs_diff"] <= 1e-4)]
   # Equal network calls (20 a sample): each new rule's time per sample over Euler's.
-  r = results["equal_calls"] = engine.bench_sampler_nfe("fm_digits_cfg", 64)
+  r = results["equal_calls"] = engine.bench_sampler_nfe(ctx["configs"]["fm_digits_cfg"], 64)
   for name, ratio in r["ratio"].items():
     what = (f"fm_digits_cfg: {name} ({r['steps'][name]} steps) vs euler "
             f"({r['steps']['euler']}), s/sample at {r['calls']} calls, x{r['batch']}")
@@ -261,6 +273,17 @@ def _accum(ctx):
                   x["temp_bytes"], x["micro_temp_bytes"], x["memory_ratio"], "<= 1.3",
                   x["memory_ratio"] <= 1.3, "B")]
   return r, rows
+
+
+@register_bench("xla_cpu")
+def _xla_cpu(ctx):
+  from jaxdl.bench import cnn
+  del ctx
+  x = cnn.bench_xla_cpu()
+  n = x["grad_accum"]
+  return x, [_row("xla_cpu", f"{x['experiment']} step at grad_accum={n}, XLA:CPU workarounds "
+                  "on vs off", x["step_s_with"], x["step_s_without"], x["ratio"], "< 0.9",
+                  x["ratio"] < 0.9, "s")]
 
 
 @register_bench("augment")
@@ -362,24 +385,21 @@ def _startup(ctx):
              for exp, x in r.items()]
 
 
-@register_bench("init")
-def _init(ctx):
-  from jaxdl.bench import init_compile
-  del ctx
-  r = init_compile.bench_init()
-  return r, [_row("init", f"`{exp}` init compile CPU s, draws batched vs plain", x["batched"],
-                  x["plain"], x["ratio"], "< 1", x["ratio"] < 1, "s")
-             for exp, x in r.items()]
-
-
 BENCHES = tuple(REGISTRY)
 
 
-def run_benches(names: list[str], log=print) -> tuple[dict, list[dict]]:
-  """Runs the named benchmarks in registry order; returns (raw results, table rows)."""
+def run_benches(names: list[str], log=print, configs=None) -> tuple[dict, list[dict]]:
+  """Runs the named benchmarks in registry order; returns (raw results, table rows).
+  `configs`: {spec: config} of every spec of `experiments_of(names)`, loaded by the caller."""
   import jax
   from jaxdl.bench import gpt
-  ctx = {"setup": gpt.default_setup(), "on_gpu": jax.default_backend() == "gpu", "step_s": None}
+  configs = configs or {}
+  missing = [s for s in experiments_of(names) if s not in configs]
+  if missing:
+    raise ValueError(f"run_benches: configs of {missing} missing; the benchmarks measure them "
+                     "(load each with jaxdl.config.load_config)")
+  ctx = {"setup": gpt.default_setup(), "on_gpu": jax.default_backend() == "gpu", "step_s": None,
+         "configs": configs}
   results: dict = {"backend": jax.default_backend(), "devices": jax.device_count(),
                    "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__}
   rows: list[dict] = []

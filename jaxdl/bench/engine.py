@@ -77,13 +77,15 @@ def _recording_strategy(on_step):
     strategies.make_strategy = original
 
 
-LOOP_OVERRIDES = ("model.d_model=64", "model.n_layer=2", "data.batch_size=16",
-                  "train.eval_every=0", "train.ckpt_every=0", "train.plot=False",
-                  "data.max_eval_windows=16")
+LOOP_OVERRIDES = {"model.d_model": 64, "model.n_layer": 2, "data.batch_size": 16,
+                  "train.eval_every": 0, "train.ckpt_every": 0, "train.plot": False,
+                  "data.max_eval_windows": 16}  # char_gpt's config shrunk for the loop benches
 
 
-def bench_loop(segments: int = 6, segment: int = 8, burst: int = 8, warmup: int = 3) -> dict:
-  """`jaxdl.train.run` on a shrunk char_gpt (d 64, 2 layers, batch 16 x 64) vs a bare loop.
+def bench_loop(char_gpt, segments: int = 6, segment: int = 8, burst: int = 8,
+               warmup: int = 3) -> dict:
+  """`jaxdl.train.run` on a shrunk char_gpt (its config `char_gpt` at `LOOP_OVERRIDES`: d 64,
+  2 layers, batch 16 x 64) vs a bare loop.
 
   One run, one compilation: after `warmup` steps the loop runs `segment` steps, then (inside
   the step wrapper) bare bursts of `burst` steps of the same compiled function on a copy of the
@@ -93,11 +95,11 @@ def bench_loop(segments: int = 6, segment: int = 8, burst: int = 8, warmup: int 
   Wall time and process CPU time are both kept: on a loaded machine every blocking read of a
   metric pays the scheduler's wake-up latency in wall time, which CPU time does not see.
   """
-  from jaxdl.config import load_config
+  from jaxdl.config import variant_config
   from jaxdl.train import run
   bursts_at = [warmup + (k + 1) * (segment + 2) for k in range(segments - 1)]
   steps = warmup + segments * (segment + 2)
-  config, _ = load_config("char_gpt", [*LOOP_OVERRIDES, f"train.steps={steps}"])
+  config = variant_config(char_gpt, {**LOOP_OVERRIDES, "train.steps": steps})
   rec = {"times": [], "cpu": [], "bare": None, "bare_s": [], "bare_cpu_s": [], "lag1_s": [],
          "lag2_s": []}
 
@@ -202,13 +204,11 @@ def bench_data(batch: int, context: int, n: int = 50) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Sampler: lax loop vs Python loop.
 
-def _sampler_case(experiment: str):
-  """(model, variables, path, sampler kwargs) of an experiment's denoiser at its init: the
-  sampler and step count of its config, unconditional (y = None, no guidance)."""
+def _sampler_case(config):
+  """(model, variables, path, sampler kwargs) of an experiment config's denoiser at its init:
+  the sampler and step count of its config, unconditional (y = None, no guidance)."""
   from jaxdl import models as jmodels
-  from jaxdl.config import load_config
   from jaxdl.generative import tasks
-  config, _ = load_config(experiment)
   gen, shape = config.gen, tuple(config.gen.sample_shape)
   model = jmodels.build_model(config.model)
   variables = jax.jit(lambda k: model.init(k, jnp.zeros((1,) + shape), jnp.zeros((1,)),
@@ -218,13 +218,14 @@ def _sampler_case(experiment: str):
   return model, variables, tasks.path_from_config(config), kw
 
 
-def bench_sampler(experiment: str = "fm_toy2d", batch: int = 256, rounds: int = 5) -> dict:
+def bench_sampler(config, batch: int = 256, rounds: int = 5) -> dict:
   """What the sampler's loop costs: seconds per `make_sampler` call (N updates in one
   `lax.scan`) over N x the seconds of the same compiled update alone (`make_step`, called N
   times from Python on the same inputs the scan feeds it: x, i, fold_in(k_loop, i)); and the
-  scan's samples against that Python loop's (the same samples)."""
+  scan's samples against that Python loop's (the same samples). `config`: the experiment's
+  (fm_toy2d's)."""
   from jaxdl.generative import samplers, stepwise
-  model, variables, path, kw = _sampler_case(experiment)
+  model, variables, path, kw = _sampler_case(config)
   n = kw["steps"]
   rng = jax.random.PRNGKey(1)
   lax_fn = samplers.make_sampler(model.apply, path, **kw)
@@ -253,25 +254,26 @@ def bench_sampler(experiment: str = "fm_toy2d", batch: int = 256, rounds: int = 
   steps_alone(1), scan(1)  # compile both
   best = interleaved({"lax": scan, "steps": steps_alone}, steps=1, rounds=rounds)
   diff = float(jnp.max(jnp.abs(lax_fn(variables, rng, batch) - last["x"])))
-  return {"experiment": experiment, "sampler": kw["sampler"], "steps": n, "batch": batch,
+  return {"experiment": config.name, "sampler": kw["sampler"], "steps": n, "batch": batch,
           "max_abs_diff": diff, "lax_s": best["lax"]["wall"], "steps_s": best["steps"]["wall"],
           "ratio": best["lax"]["wall"] / best["steps"]["wall"],
           "ratio_cpu": best["lax"]["cpu"] / best["steps"]["cpu"]}
 
 
-def bench_sampler_nfe(experiment: str = "fm_digits_cfg", batch: int = 64, calls: int = 20,
+def bench_sampler_nfe(config, batch: int = 64, calls: int = 20,
                       names=("heun", "edm_heun", "dpmpp_2m", "dpmpp_3m"),
                       rounds: int = 5) -> dict:
   """Seconds per sample of each sampler in `names` and of Euler, all at `calls` network calls
-  per sample, on the experiment's denoiser at its init (unconditional), timed in alternation;
-  ratio = a sampler's best time over Euler's, wall and CPU."""
+  per sample, on the experiment config's (fm_digits_cfg's) denoiser at its init
+  (unconditional), timed in alternation; ratio = a sampler's best time over Euler's, wall and
+  CPU."""
   from jaxdl.generative import nfe_sweep, samplers
-  model, variables, path, kw = _sampler_case(experiment)
+  model, variables, path, kw = _sampler_case(config)
   rng = jax.random.PRNGKey(1)
   steps, fns = {}, {}
   for name in ("euler", *names):
     steps[name] = nfe_sweep.steps_for_calls(path, name, calls)
-    got = nfe_sweep.calls_per_sample(path, name, steps[name])
+    got = samplers.network_calls(path, sampler=name, steps=steps[name])
     if got != calls:
       raise ValueError(f"{name}: no step count gives {calls} calls on the {path.name!r} path "
                        f"({steps[name]} steps give {got})")
@@ -289,7 +291,7 @@ def bench_sampler_nfe(experiment: str = "fm_digits_cfg", batch: int = 64, calls:
   for run in runs.values():
     run(1)  # compile
   best = interleaved(runs, steps=1, rounds=rounds)
-  return {"experiment": experiment, "batch": batch, "calls": calls, "steps": steps,
+  return {"experiment": config.name, "batch": batch, "calls": calls, "steps": steps,
           "sample_s": {k: v["wall"] / batch for k, v in best.items()},
           "sample_cpu_s": {k: v["cpu"] / batch for k, v in best.items()},
           "ratio": {k: best[k]["wall"] / best["euler"]["wall"] for k in names},
@@ -299,8 +301,9 @@ def bench_sampler_nfe(experiment: str = "fm_digits_cfg", batch: int = 64, calls:
 # ---------------------------------------------------------------------------------------------
 # Health signals.
 
-def bench_watch(every: int = 100, steps: int = 4, rounds: int = 5) -> dict:
-  """Cost of `train.watch` at one watched step in `every`, on the loop bench's shrunk char_gpt.
+def bench_watch(char_gpt, every: int = 100, steps: int = 4, rounds: int = 5) -> dict:
+  """Cost of `train.watch` at one watched step in `every`, on the loop bench's shrunk char_gpt
+  (its config `char_gpt` at `LOOP_OVERRIDES`).
 
   Timed in alternation: the plain step (a), the step with the health vector on an unwatched
   step (c: the `lax.cond`'s branch and the vector's read-back) and on a watched one (b), and
@@ -308,10 +311,9 @@ def bench_watch(every: int = 100, steps: int = 4, rounds: int = 5) -> dict:
     cheap:    ((K - 1) (c - a) + (b - a)) / (K a)        detailed: the same + d / (K a)
   """
   from jaxdl.bench.gpt import runner
-  from jaxdl.config import load_config
+  from jaxdl.config import variant_config
   from jaxdl.train import build, step as jstep, watch
-  config, _ = load_config("char_gpt", [*LOOP_OVERRIDES, "train.steps=100"])
-  r = build(config)
+  r = build(variant_config(char_gpt, {**LOOP_OVERRIDES, "train.steps": 100}))
   state = r.init_state()
   batch = {k: jnp.asarray(v) for k, v in
            next(r.ds.train_iter(process_index=0, process_count=1)).items()}

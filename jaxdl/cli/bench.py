@@ -63,20 +63,17 @@ def _jsonable(x):
   return x
 
 
-def main(args) -> int:
-  from jaxdl.bench import run_benches
-  try:
-    names = selected(args.only)
-    problem = args.json and disk_errors.unwritable_file(args.json, "--json")
-    if problem:  # before the benchmarks run, not after
-      raise ValueError(problem)
-  except ValueError as e:
-    print(f"jaxdl: error: {e}", file=sys.stderr)
-    return 2
+def main(args) -> None:
+  from jaxdl.bench import experiments_of, run_benches
+  from jaxdl.config import load_config
+  names = selected(args.only)
+  problem = args.json and disk_errors.unwritable_file(args.json, "--json")
+  if problem:  # before the benchmarks run, not after
+    raise ValueError(problem)
   log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-  results, rows = run_benches(names, log)
+  configs = {spec: load_config(spec)[0] for spec in experiments_of(names)}
+  results, rows = run_benches(names, log, configs)
   print(format_table(rows))
   if args.json:
     with open(args.json, "w") as f:
       json.dump(_jsonable({"results": results, "table": rows}), f, indent=2)
-  return 0

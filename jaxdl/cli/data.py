@@ -12,14 +12,16 @@ is zero on the prompt: `jaxdl.data.chat`); the split rule and the output are in
 `jaxdl.data.prepare` and `jaxdl.data.records`, the image folders' in `jaxdl.data.images`.
 `tokenizer` and `prepare` read SRC and split it with one function, so given the same flags they
 accept and refuse the same inputs; `prepare` refuses a tokenizer trained on another split of SRC,
-or (OUT's own tokenizer.json) on other files. Errors are one line naming the flag to change
-(--val-frac, --pattern, --mode, ...; a bad instruction record: its line), exit code 2.
+or (OUT's own tokenizer.json) on other files. OUT is written whole or not at all
+(`jaxdl.data.staging`): an OUT prepared from another source or with another tokenizer is refused
+(`--force` replaces its data whole), and a full disk leaves it as it was. Errors are one line
+naming the flag to change (--val-frac, --shard-size, --out, ...; a bad instruction record: its
+file and line), raised as `jaxdl.schema.ConfigError` (exit code 2).
 """
 
 from __future__ import annotations
 
 import os
-import sys
 
 from jaxdl import disk_errors
 
@@ -36,6 +38,9 @@ def _source_args(p) -> None:
   p.add_argument("--max-bytes", type=int, default=0, help="read at most this many bytes")
   p.add_argument("--val-frac", type=float, default=0.1,
                  help="share of files (rows) held out: crc32(name) / 2^32 < val_frac")
+  p.add_argument("--force", action="store_true",
+                 help="replace OUT's data whole when it was prepared from another source or "
+                      "with another tokenizer (without it, such an OUT is refused)")
 
 
 def add_arguments(parser) -> None:
@@ -57,17 +62,23 @@ def add_arguments(parser) -> None:
 
 
 def check(args) -> None:
-  """Every argument checked before the work starts (one-line ValueError): --val-frac, --vocab,
-  a readable SRC, a writable --out."""
+  """Every argument checked before the work starts (one-line ConfigError): --val-frac,
+  --max-bytes, --vocab, --shard-size, a readable SRC, a writable --out. (What OUT already holds
+  is checked by the library before it reads SRC: `jaxdl.data.staging.check_out`.)"""
   from jaxdl.data import prepare, tokenize
+  from jaxdl.schema import ConfigError
   if not 0 < args.val_frac < 1:
-    raise ValueError(f"--val-frac: must be in (0, 1), got {args.val_frac}")
+    raise ConfigError(f"--val-frac: must be in (0, 1), got {args.val_frac}")
+  if args.max_bytes < 0:
+    raise ConfigError(f"--max-bytes: must be >= 0 (0 reads everything), got {args.max_bytes}")
   if args.data_command == "tokenizer":
     tokenize.check_vocab_size(args.vocab)
+  else:
+    prepare.check_shard_size(args.shard_size)
   prepare.check_source(args.src)
   problem = disk_errors.unwritable_dir(args.out, "--out")
   if problem:
-    raise ValueError(problem)
+    raise ConfigError(problem)
 
 
 def run(args) -> dict:
@@ -79,18 +90,19 @@ def run(args) -> dict:
     if chat.is_chat_file(args.src):
       raise ValueError(f"SRC: {args.src!r} is instruction data; train the tokenizer on text (or "
                        "use the base model's) and pass it to `jaxdl data prepare --tokenizer`")
-    tok = prepare.train_tokenizer(args.src, args.out, vocab=args.vocab, **text)
+    tok = prepare.train_tokenizer(args.src, args.out, vocab=args.vocab, force=args.force, **text)
     return {"tokenizer": os.path.join(args.out, "tokenizer.json"), "vocab_size": tok.vocab_size}
   if os.path.isdir(args.src) and _is_image_folder(args.src):
     return images.prepare_images(args.src, args.out, val_frac=args.val_frac, mode=args.mode,
-                                 shard_size=args.shard_size)
+                                 shard_size=args.shard_size, force=args.force)
   tokenizer = args.tokenizer or ("bpe" if os.path.isfile(os.path.join(args.out, "tokenizer.json"))
                                  else "bytes")
   if chat.is_chat_file(args.src):
-    return prepare.prepare_chat(args.src, args.out, tokenizer=tokenizer, val_frac=args.val_frac,
-                                shard_size=args.shard_size, chat_template=args.chat_template)
+    return chat.prepare_chat(args.src, args.out, tokenizer=tokenizer, val_frac=args.val_frac,
+                             shard_size=args.shard_size, chat_template=args.chat_template,
+                             force=args.force)
   return prepare.prepare_text(args.src, args.out, tokenizer=tokenizer,
-                              shard_size=args.shard_size, **text)
+                              shard_size=args.shard_size, force=args.force, **text)
 
 
 def _is_image_folder(src: str) -> bool:
@@ -102,20 +114,23 @@ def _is_image_folder(src: str) -> bool:
   return False
 
 
-def main(args) -> int:
+def main(args) -> None:
+  from jaxdl.schema import ConfigError
   from jaxdl.train import workdir
-  try:
-    check(args)
-    # Locked like a workdir: a second `jaxdl data` writing the same --out is refused in one line
-    # instead of interleaving its files with this one's.
-    with workdir.lock(args.out, expect_config=workdir.read_config(args.out), flag="--out"):
+  check(args)
+  # Locked like a workdir: a second `jaxdl data` writing the same --out is refused in one line
+  # instead of interleaving its files with this one's.
+  with workdir.lock(args.out, expect_config=workdir.read_config(args.out), flag="--out"):
+    try:
       result = run(args)
-  except ValueError as e:
-    print(f"jaxdl: error: {str(e).splitlines()[0]}", file=sys.stderr)
-    return 2
+    except OSError as e:  # the output is written whole or not at all (jaxdl.data.staging)
+      failure = disk_errors.disk_failure(e, args.out)
+      if failure is None:
+        raise
+      raise ConfigError(f"--out {args.out}: {failure}; nothing was written (the partial "
+                        "output is removed)") from e
   if args.data_command == "tokenizer":
     print(f"tokenizer: {result['vocab_size']} ids -> {result['tokenizer']}")
-    return 0
+    return
   counts = ", ".join(f"{s} {v['count']}" for s, v in result["splits"].items())
   print(f"prepared {args.out}: {result['kind']} ({counts} examples)")
-  return 0

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 HELP = "preflight checks, NaN/Inf locator, LR range test and run diagnoses for an experiment"
 
@@ -41,52 +40,48 @@ def _print(text: str) -> None:
   print(text, flush=True)
 
 
-def main(args) -> int:
-  """Exit codes: 0 nothing failed, 1 a check failed (or a non-finite module was found),
-  2 bad input."""
+def main(args) -> None:
+  """Exit codes (`jaxdl.cli.main`'s handler): 0 nothing failed, 1 a check failed or a
+  non-finite module or symptom was found (a `RunError`), 2 bad input."""
   # As for `jaxdl train`: an experiment file may name these packages' tasks and models.
   import jaxdl.course.planted  # noqa: F401 -- registers the planted-bug models and tasks
   import jaxdl.generative  # noqa: F401 -- registers the generative tasks and models
   from jaxdl.config import ConfigError, default_workdir, load_config
   from jaxdl.doctor import (diagnose_workdir, head_ln_k, locate_nonfinite, lr_range_test,
                             run_preflight)
-  try:
-    config, _ = load_config(args.experiment, args.overrides)
-  except ConfigError as e:
-    print(f"jaxdl: error: {str(e).splitlines()[0]}", file=sys.stderr)
-    return 2
+  from jaxdl.train import RunError
+  config, _ = load_config(args.experiment, args.overrides)
   if "train" not in config or "model" not in config:
-    print(f"jaxdl: error: experiment {config.name!r} is not a standard training run "
-          "(no train/model sections); the doctor has nothing to check", file=sys.stderr)
-    return 2
+    raise ConfigError(f"experiment {config.name!r} is not a standard training run (no "
+                      "train/model sections); the doctor has nothing to check")
   workdir = args.workdir or default_workdir(args.experiment, config)
   if (args.locate is not None or args.history) and not os.path.isfile(
       os.path.join(workdir, "config.json")):
     # Replaying or diagnosing needs the run itself; a missing one is not a clean bill of health.
-    print(f"jaxdl: error: --workdir {workdir}: no run there (no config.json); "
-          f"{'--locate' if args.locate is not None else '--history'} reads a trained run's "
-          f"workdir", file=sys.stderr)
-    return 2
-  try:
-    if args.locate is not None:
-      finding = locate_nonfinite(config, workdir, args.locate)
-      _print(finding.text())
-      return 1 if finding.module else 0
-    if args.history:
-      diagnoses = diagnose_workdir(workdir, ln_k=head_ln_k(config))
-      _print("\n".join(d.text() for d in diagnoses) or "no symptom in the metrics history")
-      return 1 if diagnoses else 0
-    report = run_preflight(config, steps=args.steps, overfit_steps=args.overfit_steps,
-                           learn_steps=args.learn_steps)
-    if args.lr_range:
-      os.makedirs(workdir, exist_ok=True)
-      result = lr_range_test(config, plot_path=os.path.join(workdir, "lr_range.png"))
-      report.add(result.check())
-  except (ValueError, FileNotFoundError) as e:
-    print(f"jaxdl: error: {str(e).splitlines()[0]}", file=sys.stderr)
-    return 2
+    raise ConfigError(f"--workdir {workdir}: no run there (no config.json); "
+                      f"{'--locate' if args.locate is not None else '--history'} reads a "
+                      f"trained run's workdir")
+  if args.locate is not None:
+    finding = locate_nonfinite(config, workdir, args.locate)
+    _print(finding.text())
+    if finding.module:
+      raise RunError(f"--locate {args.locate}: {finding.module} is the first non-finite module")
+    return
+  if args.history:
+    diagnoses = diagnose_workdir(workdir, ln_k=head_ln_k(config))
+    _print("\n".join(d.text() for d in diagnoses) or "no symptom in the metrics history")
+    if diagnoses:
+      raise RunError(f"--history: {len(diagnoses)} symptom(s) in {workdir}/metrics.jsonl")
+    return
+  report = run_preflight(config, steps=args.steps, overfit_steps=args.overfit_steps,
+                         learn_steps=args.learn_steps)
+  if args.lr_range:
+    os.makedirs(workdir, exist_ok=True)
+    result = lr_range_test(config, plot_path=os.path.join(workdir, "lr_range.png"))
+    report.add(result.check())
   if args.json:
     _print(report.to_json())
   else:
     _print(report.text(verbose=args.verbose))
-  return 0 if report.ok else 1
+  if not report.ok:
+    raise RunError(f"preflight: {', '.join(c.name for c in report.failed())} failed")

@@ -13,14 +13,16 @@ biases). When the run trained on prepared data whose folder holds the tokenizer
 
 Bad input is one line, exit 2, with nothing written: a workdir without a run, a run whose model
 is not the GPT, a GPT the chosen layout cannot hold (the field is named), an --out that already
-exists or cannot be written.
+exists or cannot be written. The directory is written under a temporary name beside --out and
+renamed to it at the end; on any failure the temporary one is removed, so --out is whole or
+absent, and a full disk (or a permission error) is one line, exit 1.
 """
 
 from __future__ import annotations
 
+import os
 import pathlib
 import shutil
-import sys
 
 HELP = "write a trained GPT run (LoRA adapters merged) as a Hugging Face directory"
 
@@ -36,44 +38,47 @@ def add_arguments(parser) -> None:
                       help="export the last parameters rather than the run's average")
 
 
-def _error(line: str) -> int:
-  print(f"jaxdl: error: {line}", file=sys.stderr)
-  return 2
-
-
-def main(args) -> int:
+def main(args) -> None:
   from jaxdl import disk_errors
-  from jaxdl.config import ConfigError
+  from jaxdl.schema import ConfigError
   workdir, out = pathlib.Path(args.workdir), pathlib.Path(args.out)
   if not (workdir / "config.json").is_file():
-    return _error(f"{workdir}: no trained run here (no config.json)")
+    raise ConfigError(f"{workdir}: no trained run here (no config.json)")
   if out.exists():
-    return _error(f"--out {out}: already exists; export into a new directory")
+    raise ConfigError(f"--out {out}: already exists; export into a new directory")
   if args.max_shard_bytes is not None and args.max_shard_bytes < 1:
-    return _error(f"--max-shard-bytes: must be >= 1, got {args.max_shard_bytes}")
+    raise ConfigError(f"--max-shard-bytes: must be >= 1, got {args.max_shard_bytes}")
   problem = disk_errors.unwritable_dir(str(out), "--out")
   if problem:
-    return _error(problem)
-  from jaxdl.models import hf, lora
+    raise ConfigError(problem)
+  from jaxdl.models import hf, hf_families, lora
   from jaxdl.models.gpt import GPT
-  from jaxdl.train import load_run
+  from jaxdl.train import DiskFailure, load_run
   config, model, variables, step = load_run(workdir, ema=args.ema)
   if not isinstance(model, GPT):
-    return _error(f"{workdir}: model {config.model.get('name')!r} is not the GPT; only a GPT "
-                  f"run exports to a Hugging Face directory")
+    raise ConfigError(f"{workdir}: model {config.model.get('name')!r} is not the GPT; only a "
+                      f"GPT run exports to a Hugging Face directory")
   model, params = lora.merge(model, variables["params"])
-  staging = out.with_name(out.name + ".partial")
-  shutil.rmtree(staging, ignore_errors=True)
+  hf_families.export_type(model, args.model_type)  # refused before anything is written
+  tokenizer = pathlib.Path(str(config.data.get("path") or ""), "tokenizer.json")
+  # The first folder this export creates: removed whole on failure, so a missing parent of
+  # --out that it made is not left behind either.
+  created = out.absolute()
+  while not created.parent.exists():
+    created = created.parent
+  staging = out.with_name(f".{out.name}.{os.getpid()}.partial")
   try:
+    out.parent.mkdir(parents=True, exist_ok=True)
     files = hf.save_hf(str(staging), model, params, model_type=args.model_type,
                        max_shard_bytes=args.max_shard_bytes)
-  except (ConfigError, ValueError) as e:
-    shutil.rmtree(staging, ignore_errors=True)
-    return _error(str(e).splitlines()[0])
-  tokenizer = pathlib.Path(str(config.data.get("path") or ""), "tokenizer.json")
-  if config.data.get("path") and tokenizer.is_file():
-    shutil.copy(tokenizer, staging / "tokenizer.json")
-  staging.rename(out)  # whole or not at all: a failed export leaves no half-written directory
+    if config.data.get("path") and tokenizer.is_file():
+      shutil.copy(tokenizer, staging / "tokenizer.json")
+    staging.rename(out)  # whole or not at all
+  except BaseException as e:
+    shutil.rmtree(staging if created == out.absolute() else created, ignore_errors=True)
+    failure = disk_errors.disk_failure(e)
+    if failure is not None:
+      raise DiskFailure(f"export: {failure} (nothing written to --out {out})") from e
+    raise
   names = ", ".join(pathlib.Path(f).name for f in files)
   print(f"exported {workdir} (step {step}) to {out}: {names}")
-  return 0

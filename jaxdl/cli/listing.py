@@ -10,11 +10,10 @@ def add_arguments(parser) -> None:
   del parser  # no options
 
 
-def main(args) -> int:
+def main(args) -> None:
   del args
   from jaxdl.config import list_experiments
   rows = list_experiments()
   width = max((len(n) for n, _ in rows), default=0)
   for name, desc in rows:
     print(f"{name:<{width}}  {desc}")
-  return 0

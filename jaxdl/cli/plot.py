@@ -4,7 +4,6 @@ or `--profile` draw one run's profiler trace; the figures are `jaxdl.train.plots
 from __future__ import annotations
 
 import pathlib
-import sys
 
 HELP = "plot runs' loss curves over each other, against the step and the training time"
 
@@ -17,27 +16,20 @@ def add_arguments(parser) -> None:
                       help="draw WORKDIR's profiler trace (train.profile_steps / --profile)")
 
 
-def main(args) -> int:
+def main(args) -> None:
+  from jaxdl.schema import ConfigError
   from jaxdl.train.plots import plot_profile, plot_runs
   from jaxdl.train.writers import read_metrics
   out = pathlib.Path(args.out or ("profile.png" if args.profile else "runs.png"))
   if not out.parent.is_dir():
-    print(f"jaxdl: error: --out: folder {out.parent} does not exist", file=sys.stderr)
-    return 2
+    raise ConfigError(f"--out: folder {out.parent} does not exist")
   if args.profile:
     if len(args.workdirs) != 1:
-      print("jaxdl: error: --profile draws one run's trace; give one WORKDIR", file=sys.stderr)
-      return 2
-    try:
-      print(plot_profile(args.workdirs[0], out))
-    except (FileNotFoundError, ValueError) as e:
-      print(f"jaxdl: error: {e}", file=sys.stderr)
-      return 2
-    return 0
+      raise ConfigError("--profile draws one run's trace; give one WORKDIR")
+    print(plot_profile(args.workdirs[0], out))
+    return
   missing = [w for w in args.workdirs if not read_metrics(w, "train")]
   if missing:
-    print(f"jaxdl: error: {missing[0]}: no train records in metrics.jsonl (not a run "
-          f"directory, or nothing logged yet)", file=sys.stderr)
-    return 2
+    raise ConfigError(f"{missing[0]}: no train records in metrics.jsonl (not a run "
+                      f"directory, or nothing logged yet)")
   print(plot_runs(args.workdirs, out))
-  return 0

@@ -1,7 +1,8 @@
 """`jaxdl reproduce`: measure the course material's claims (`jaxdl.course.reproduce`) and print
 the table claim | expected | measured | tolerance | ok.
 
-Exit codes: 0 every selected claim holds, 1 some claim failed, 2 bad input (an unknown name).
+Exit codes (`jaxdl.cli.main`'s handler): 0 every selected claim holds, 1 some claim failed (a
+`RunError`), 2 bad input (an unknown name, an unwritable --json).
 """
 
 from __future__ import annotations
@@ -49,24 +50,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
   p.add_argument("--list", action="store_true", help="list the claims and exit")
 
 
-def main(args) -> int:
-  from jaxdl.course.reproduce import CLAIMS, run_claims
+def main(args) -> None:
+  from jaxdl.config import load_config
+  from jaxdl.course.reproduce import CLAIMS, experiments_of, run_claims
+  from jaxdl.schema import ConfigError
+  from jaxdl.train import RunError
   if args.list:
     for c in CLAIMS.values():
       print(f"{c.name:<26} {'(slow) ' if c.slow else ''}{c.doc}")
-    return 0
+    return
   names = [n for part in args.only for n in part.split(",") if n]
   unknown = [n for n in names if n not in CLAIMS]
   if unknown:
-    print(f"jaxdl: error: --only: unknown claim(s) {unknown}; expected some of {list(CLAIMS)}",
-          file=sys.stderr)
-    return 2
+    raise ConfigError(f"--only: unknown claim(s) {unknown}; expected some of {list(CLAIMS)}")
   problem = args.json and disk_errors.unwritable_file(args.json, "--json")
   if problem:  # before the claims are measured, not after
-    print(f"jaxdl: error: {problem}", file=sys.stderr)
-    return 2
+    raise ConfigError(problem)
   t0 = time.perf_counter()
-  rows = run_claims(names or None, quick=args.quick,
+  configs = {spec: load_config(spec)[0] for spec in experiments_of(names or None, args.quick)}
+  rows = run_claims(names or None, quick=args.quick, configs=configs,
                     log=lambda s: print(s, file=sys.stderr, flush=True))
   print(format_table(rows))
   failed = [r.name for r in rows if not r.ok]
@@ -75,4 +77,5 @@ def main(args) -> int:
   if args.json:
     with open(args.json, "w") as f:
       json.dump([r.as_json() for r in rows], f, indent=2)
-  return 1 if failed else 0
+  if failed:
+    raise RunError(f"{len(failed)} claim(s) failed: {', '.join(failed)}")

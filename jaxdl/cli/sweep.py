@@ -38,7 +38,8 @@ from __future__ import annotations
 
 import sys
 
-from jaxdl import disk_errors
+from jaxdl import disk_errors, stop_signals
+from jaxdl.stop_signals import Stopped
 
 HELP = "run a grid of an experiment over seeds (resumable); `sweep report DIR`: its statistics"
 _REPORT_ONLY = ("csv", "json", "figures")
@@ -127,24 +128,9 @@ def _echo(line: str) -> None:
   print(line, file=sys.stderr, flush=True)
 
 
-def main(args) -> int:
-  """The command; bad input raises ConfigError (exit 2), unfinished runs RunError (exit 1)."""
-  try:
-    return _main(args)
-  except ValueError as e:
-    # A bridge until `jaxdl.cli.main` maps exception types to exit codes for every command (it
-    # then catches these first, and this goes).
-    print(f"jaxdl: error: {str(e).splitlines()[0]}", file=sys.stderr)
-    return 2
-  except Exception as e:  # noqa: BLE001 -- the same bridge: only a RunError is caught here
-    from jaxdl.train import RunError
-    if not isinstance(e, RunError):
-      raise
-    print(f"jaxdl: {e}", file=sys.stderr)
-    return 1
-
-
-def _main(args) -> int:
+def main(args) -> None:
+  """The command; it raises what ends it (`jaxdl.cli.main` gives the exit code): ConfigError,
+  bad input (2); RunError, runs failed or left unfinished (1); Stopped, a stop signal (0, 130)."""
   from jaxdl.schema import ConfigError
   # As `jaxdl train` does: an experiment may name the planted-bug and generative models and
   # tasks, which the grid's and the search's checks build.
@@ -218,7 +204,7 @@ def _main(args) -> int:
   return _launch(args, "-sweep", run, judge, "sweep", hint)
 
 
-def _search(args) -> int:
+def _search(args) -> None:
   """`jaxdl sweep EXPERIMENT --search ...`: every flag checked, then the study run."""
   from jaxdl.schema import ConfigError
   for bad, why in ((args.grid, "--grid and --search exclude each other (a search samples "
@@ -249,13 +235,14 @@ def _search(args) -> int:
                  "saved their current step (rerun the same command to resume them)")
 
 
-def _launch(args, suffix, prepare, judge, what, resume_hint) -> int:
+def _launch(args, suffix, prepare, judge, what, resume_hint) -> None:
   """The grid's and the search's common course: `prepare(out) -> (plan, start)` checks every
   flag (ConfigError: one line, exit 2), the output folder is checked before anything starts,
   `start()` runs it (a ValueError: another sweep's folder or one in use), then the table. After
-  a stop signal: one line, exit 130 after SIGINT, 0 after SIGTERM (what to do next:
-  `resume_hint(ended)`); 0 once --no-wait submitted the runs. Else `judge(plan, index)` names what
-  broke the promise of exit 0 (runs failed or left unfinished), raised as a RunError (exit 1)."""
+  a stop signal: `Stopped` (exit 130 after SIGINT, 0 after SIGTERM; what to do next:
+  `resume_hint(ended)`); nothing once --no-wait submitted the runs. Else `judge(plan, index)`
+  names what broke the promise of exit 0 (runs failed or left unfinished), raised as a RunError
+  (exit 1)."""
   from jaxdl.config import ConfigError, default_workdir, load_config
   from jaxdl.sweep import report
   out = args.out or default_workdir(args.experiment,
@@ -264,18 +251,20 @@ def _launch(args, suffix, prepare, judge, what, resume_hint) -> int:
   problem = disk_errors.unwritable_dir(out, "--out")
   if problem:
     raise ConfigError(problem)
+  stop_signals.reached("config")
+  if args.preempt.requested:  # while the experiment loaded: nothing started or written yet
+    raise Stopped(args.preempt.requested, f"{what} stopped by {args.preempt.requested} before "
+                                          "it started; nothing written")
   index, ended = start()
   print(report.format_table(report.summarize(out)))
   if ended == "submitted":  # --no-wait: the jobs are queued; a rerun waits for them
-    return 0
+    return
   if ended != "done":
-    _echo(f"jaxdl: {what} stopped by {ended}; {resume_hint(ended)}")
-    return 130 if ended == "SIGINT" else 0
+    raise Stopped(ended, f"{what} stopped by {ended}; {resume_hint(ended)}")
   problem = judge(plan, index)
   if problem:
     from jaxdl.train import RunError
     raise RunError(f"{what} {out}: {problem}")
-  return 0
 
 
 def _name_runs(names: list[str], how: str) -> str | None:
@@ -291,13 +280,9 @@ def _slurm_flags(args) -> list[str]:
   return [f"--{k.replace('_', '-')}" for k in _SLURM_ONLY if getattr(args, k) not in (None, False)]
 
 
-def _report(args) -> int:
-  from jaxdl.config import ConfigError
+def _report(args) -> None:
   from jaxdl.sweep import report
-  try:
-    table = report.summarize(args.dir, args.metric, args.mode)
-  except FileNotFoundError as e:
-    raise ConfigError(str(e).splitlines()[0]) from None
+  table = report.summarize(args.dir, args.metric, args.mode)  # no sweep.json: FileNotFoundError
   print(report.format_table(table))
   if args.csv:
     print(f"csv: {report.write_csv(table, args.csv)}")
@@ -307,4 +292,3 @@ def _report(args) -> int:
     import pathlib
     for path in report.plot_figures(table, args.figures or pathlib.Path(args.dir) / "report"):
       print(f"figure: {path}")
-  return 0

@@ -23,7 +23,7 @@ module you need:
   few_step_digits     reflow_ / distill_digits' procedures: students of the guided digits flow
   autoregressive_digits  ar_digits' procedure: exact bits/dim and judged samples of the GPT
   generative_table    generative_table's procedure: every family trained and measured
-  sampler_table       `jaxdl sample --sweep-steps`: the judge found or trained, then the NFE sweep
+  sampler_table       `jaxdl nfe`: the judge found or trained, then the NFE sweep
   sweeps              `jaxdl sweep`: a grid of overrides over seeds, each point a resumable
                       `jaxdl train` subprocess; the report's means and t intervals
 """

@@ -41,7 +41,7 @@ def digit_sampler(model):
   compiled once per model."""
   import jax
   from jaxdl.models import decoding
-  sample = decoding.make_sampler(model, PIXELS)
+  sample = decoding.make_generator(model, PIXELS)
 
   def f(params, labels_N, seed: int = 0):
     prompt = (LEVELS + np.asarray(labels_N, np.int32))[:, None]

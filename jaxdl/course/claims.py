@@ -11,8 +11,8 @@ from jaxdl.course.rows import Row, claim, close, exact, interval_row
 # ============================================================================ optimizers
 
 
-@claim("adamw_vs_l2")
-def adamw_vs_l2() -> list[Row]:
+@claim("adamw_vs_l2", experiments=("adamw_vs_l2",))
+def adamw_vs_l2(config) -> list[Row]:
   """Adam+L2 vs AdamW on noisy/quiet weight groups: means [0.99, 0.262] vs [0.904, 0.904].
 
   Two groups of n = 1000 weights start at 1; their gradients are pure Gaussian noise of RMS 10
@@ -30,10 +30,8 @@ def adamw_vs_l2() -> list[Row]:
   barely move it), e = 0.0006 [95% CI -0.0013, 0.0026].
   """
   import ml_collections
-  from jaxdl.config import load_config
   from jaxdl.course.measure import decoupled_decay_factor
   from jaxdl.course.toys import noisy_quiet_weights
-  config, _ = load_config("adamw_vs_l2")
   toy = config.toy
   seeds = [config.seed + k for k in range(3)]
   rows, noisy_S, quiet_S = [], {}, {}
@@ -60,15 +58,13 @@ def adamw_vs_l2() -> list[Row]:
   return rows
 
 
-@claim("sgd_vs_momentum")
-def sgd_vs_momentum() -> list[Row]:
+@claim("sgd_vs_momentum", experiments=("sgd_vs_momentum",))
+def sgd_vs_momentum(config) -> list[Row]:
   """16 steps on theta1^2/20 + theta2^2: SGD ends at (-2.052, 0.006), momentum (-0.832, -0.697).
 
   One run per rule, no seeds: the gradient is exact and the start fixed, so nothing is drawn.
   """
-  from jaxdl.config import load_config
   from jaxdl.course.toys import run_toy_quadratic
-  config, _ = load_config("sgd_vs_momentum")
   toy = config.toy
   rows, paths = [], {}
   for rule, expected in (("sgd", [-2.052, 0.006]), ("momentum", [-0.832, -0.697])):
@@ -81,12 +77,10 @@ def sgd_vs_momentum() -> list[Row]:
   return rows
 
 
-@claim("schedules")
-def schedules() -> list[Row]:
+@claim("schedules", experiments=("schedules",))
+def schedules(config) -> list[Row]:
   """Step, cosine and warmup+cosine at eta0 0.1 at t = 0, 10%, 50%, 100% of T; WSD extends."""
-  from jaxdl.config import load_config
   from jaxdl.optim import extension_check, make_schedule
-  config, _ = load_config("schedules")
   T = config.total_steps
   ts = np.array([0, T // 10, T // 2, T])
   c = lambda u: 0.05 * (1.0 + math.cos(math.pi * u))  # noqa: E731  eta0/2 (1 + cos(pi u))
@@ -270,8 +264,8 @@ def gpt2_params() -> list[Row]:
 # ============================================================================ normalization
 
 
-@claim("batchnorm_moons", slow=True)
-def batchnorm_moons() -> list[Row]:
+@claim("batchnorm_moons", slow=True, experiments=("moons_mlp", "moons_mlp:bn"))
+def batchnorm_moons(plain, bn) -> list[Row]:
   """make_moons, 200 full-batch epochs of Adam 0.01: BCE train loss with BatchNorm < without,
   averaged over the 200 steps (the area under the training curve), over seeds 0, 1, 2.
 
@@ -288,7 +282,7 @@ def batchnorm_moons() -> list[Row]:
   -0.039, -0.035; seed 0's means 0.108 vs 0.144.
   """
   from jaxdl.course.measure import batchnorm_moons_losses
-  loss_SxT = batchnorm_moons_losses(seeds=(0, 1, 2), steps=200)
+  loss_SxT = batchnorm_moons_losses(plain, bn, seeds=(0, 1, 2), steps=200)
   bn_S, plain_S = loss_SxT["bn"].mean(axis=1), loss_SxT["plain"].mean(axis=1)
   return [Row("batchnorm_moons.mean_train_loss_bn_vs_plain_seed0", "bn < plain",
               [round(float(bn_S[0]), 4), round(float(plain_S[0]), 4)], "bn < plain",
@@ -297,8 +291,8 @@ def batchnorm_moons() -> list[Row]:
                        below=0.0)]
 
 
-@claim("prepost_ln_grads")
-def prepost_ln_grads() -> list[Row]:
+@claim("prepost_ln_grads", experiments=("prepost_ln",))
+def prepost_ln_grads(config) -> list[Row]:
   """6-block GPT, Xavier init: post-LN's gradients are larger near the output, pre-LN's shrink.
 
   ||d loss / d block l|| at init on random tokens (`block_grad_norms`), pre- and post-LN, for
@@ -310,9 +304,7 @@ def prepost_ln_grads() -> list[Row]:
   shapes hold in every seed. Five seeds cost what one does: the compile, not the compute, is
   the claim's cost.
   """
-  from jaxdl.config import load_config
   from jaxdl.course.measure import block_grad_norms
-  config, _ = load_config("prepost_ln")
   m = config.model
   sizes = dict(n_layer=m.n_layer, d_model=m.d_model, n_head=m.n_head, vocab=m.vocab_size,
                seq=m.block_size, init=m.init_name, seeds=[config.seed + k for k in range(5)])
@@ -365,12 +357,12 @@ def flow_matching_two_points() -> list[Row]:
 def ddim_by_hand() -> list[Row]:
   """alpha_bar 0.36, x_t 1.0, eps 0.5: x_hat 1.0, score -0.625, DDIM step to 0.64 -> 1.1."""
   import jax.numpy as jnp
-  from jaxdl.generative import paths, samplers
+  from jaxdl.generative import paths, solvers
   a_t, s_t = math.sqrt(0.36), math.sqrt(1 - 0.36)
   a_p, s_p = math.sqrt(0.64), math.sqrt(1 - 0.64)
   x_t, eps_hat = jnp.array([1.0]), jnp.array([0.5])
   x_hat = paths.eps_to_x0(x_t, eps_hat, a_t, s_t)
   score = paths.eps_to_score(eps_hat, s_t)
-  x_prev = samplers.ddim_update(x_hat, eps_hat, a_t, s_t, a_p, s_p, eta=0.0)
+  x_prev = solvers.ddim_update(x_hat, eps_hat, a_t, s_t, a_p, s_p, eta=0.0)
   return [close("ddim_by_hand.x_hat_score_x_prev", [1.0, -0.625, 1.1],
                 [float(x_hat[0]), float(score[0]), float(x_prev[0])], atol=1e-6)]

@@ -8,10 +8,11 @@ from jaxdl.course.rows import interval_row
 from jaxdl.course.rows import Row, claim, close
 
 
-def subset_gaps(steps: int | None = None, seeds=(0,)) -> dict[str, dict[str, list[float]]]:
-  """experiments/digits_cnn.py's `subset` and `subset,aug`, trained and evaluated in-process,
-  once per seed k of `seeds` (as `--set seed=k` would: its initial state, step keys, training
-  order and crops).
+def subset_gaps(plain, aug, steps: int | None = None,
+                seeds=(0,)) -> dict[str, dict[str, list[float]]]:
+  """experiments/digits_cnn.py's `subset` and `subset,aug` configs (`plain`, `aug`), trained and
+  evaluated in-process, once per seed k of `seeds` (as `--set seed=k` would: its initial state,
+  step keys, training order and crops).
 
   Both configs differ only in data.augment, so they share one model, optimizer and task, and
   one compiled train step (`jaxdl.train.make_train_step`, one device) that takes the step keys'
@@ -24,10 +25,9 @@ def subset_gaps(steps: int | None = None, seeds=(0,)) -> dict[str, dict[str, lis
   """
   import functools
   import jax
-  from jaxdl.config import load_config
+  from jaxdl.config import variant_config
   from jaxdl.data import EvalBatches, make_dataset
-  from jaxdl.train import batched_draws, build, make_eval_step, make_train_step
-  plain, aug = load_config("digits_cnn:subset")[0], load_config("digits_cnn:subset,aug")[0]
+  from jaxdl.train import build, make_eval_step, make_train_step
   same = plain.to_dict()
   same["data"]["augment"] = aug.data.augment
   assert same == aug.to_dict(), "subset and subset,aug differ beyond data.augment"
@@ -39,7 +39,7 @@ def subset_gaps(steps: int | None = None, seeds=(0,)) -> dict[str, dict[str, lis
                                                                                       batch)
 
   eval_step = jax.jit(make_eval_step(r.model.apply, r.task.loss_fn))
-  init = jax.jit(batched_draws.batched(r.init_fn()))  # as `jaxdl train` compiles it
+  init = jax.jit(r.init_fn())
 
   def nll(state, split) -> float:
     rows = EvalBatches(split, batch_size=split.num, process_index=0, process_count=1)
@@ -50,8 +50,8 @@ def subset_gaps(steps: int | None = None, seeds=(0,)) -> dict[str, dict[str, lis
   for seed in seeds:
     # `build`'s keys of config seed k: (init key, base key) = split(PRNGKey(k)).
     init_key, base_key = jax.random.split(jax.random.PRNGKey(seed))
-    for name, spec in (("plain", "digits_cnn:subset"), ("aug", "digits_cnn:subset,aug")):
-      ds = make_dataset(load_config(spec, [f"seed={seed}"])[0])
+    for name, config in (("plain", plain), ("aug", aug)):
+      ds = make_dataset(variant_config(config, {"seed": seed}))
       state, batches = init(init_key), ds.train_iter()  # a fresh state: the step donates it
       for _ in range(steps or r.train.steps):
         state, _ = train_step(base_key, state, next(batches))
@@ -61,8 +61,9 @@ def subset_gaps(steps: int | None = None, seeds=(0,)) -> dict[str, dict[str, lis
   return out
 
 
-@claim("augmentation_gap", slow=True)
-def augmentation_gap() -> list[Row]:
+@claim("augmentation_gap", slow=True,
+       experiments=("digits_cnn:subset", "digits_cnn:subset,aug"))
+def augmentation_gap(plain, aug) -> list[Row]:
   """160 training digits, 600 steps: one-pixel crops shrink the test-train NLL gap 0.31 -> 0.18.
 
   Per seed k = 0..4 (initial weights, training order, crops), the paired difference of the
@@ -73,7 +74,7 @@ def augmentation_gap() -> list[Row]:
   Seed 0's gaps (0.308 -> 0.178) are the course's numbers (experiments/digits_cnn.py's table,
   which also lists seed 1). Cost: ten 600-step runs, one compiled step (`subset_gaps`).
   """
-  g = subset_gaps(seeds=range(5))
+  g = subset_gaps(plain, aug, seeds=range(5))
   plain_S, aug_S = np.asarray(g["plain"]["gap"]), np.asarray(g["aug"]["gap"])
   return [Row("augmentation_gap.gap_plain_vs_aug_seed0", "aug < plain",
               [round(float(plain_S[0]), 4), round(float(aug_S[0]), 4)], "aug < plain",

@@ -1,9 +1,10 @@
 """The judge of generated digits: a digits_cnn run trained beside the generative run, and the
 post-training checks of the digits experiments that use it.
 
-The judge is the digits_cnn experiment (its `:smoke` size when `config.smoke`) trained into
-<workdir>/classifier; a finished run there is reused as is (the engine resumes at its last step,
-so nothing is trained again), and a judge copied in from another workdir is reused too.
+The judge is the digits_cnn config (`jaxdl.course.supervised_configs.digits_cnn`, its smoke
+size when `config.smoke`; the experiment builds on it) trained into <workdir>/classifier; a
+finished run there is reused as is (the engine resumes at its last step, so nothing is trained
+again), and a judge copied in from another workdir is reused too.
 
 - `class_check`: fm_ / ddpm_digits_cfg's hook: samples the final checkpoint per class with the
   run's guidance and reports the fraction the judge (or an RBF SVM, `gen.classifier='svm'`)
@@ -27,13 +28,19 @@ from jaxdl.generative.settings import parse_gen
 CONFIDENCE = 0.9
 
 
-def train_judge(workdir, smoke: bool = False, experiment: str = "digits_cnn") -> pathlib.Path:
-  """Trains `experiment` (its `:smoke` config when `smoke`) into <workdir>/classifier and
-  returns that directory; a finished run there is reused."""
-  from jaxdl.config import load_config
+def train_judge(workdir, smoke: bool = False, judge: str = "digits_cnn") -> pathlib.Path:
+  """Trains the judge, the digits_cnn config (`jaxdl.course.supervised_configs.digits_cnn`, its
+  smoke size when `smoke`), into <workdir>/classifier and returns that directory; a finished run
+  there is reused. `judge` is the config's `gen.classifier`: 'digits_cnn' is the one judge."""
+  from jaxdl.course.supervised_configs import digits_cnn
+  from jaxdl.schema import ConfigError
   from jaxdl.train import run
+  if judge != "digits_cnn":
+    raise ConfigError(f"gen.classifier: expected 'digits_cnn' (or 'svm' where the check allows "
+                      f"it), got {judge!r}")
   directory = pathlib.Path(workdir) / "classifier"
-  config, _ = load_config(experiment + (":smoke" if smoke else ""), ["train.plot=False"])
+  config = digits_cnn(smoke)
+  config.train.plot = False
   run(config, directory, progress=False)
   return directory
 
@@ -64,8 +71,8 @@ def judge_samples(x_Nx8x8x1, classifier_dir, scale: str = "symmetric") -> dict:
 def class_check(config, workdir, summary=None) -> dict:
   """Samples the final checkpoint of a class-conditional digits run and measures it
   (generative_eval.json, digits_grid.png). `gen.classifier` names the judge: 'svm' lets the
-  evaluation fit an RBF SVM (seconds); any other value is a classification experiment
-  ('digits_cnn') trained into <workdir>/classifier first (`train_judge`)."""
+  evaluation fit an RBF SVM (seconds); 'digits_cnn' is that config trained into
+  <workdir>/classifier first (`train_judge`)."""
   from jaxdl.generative import evaluation
   judge = parse_gen(config).classifier
   classifier = train_judge(workdir, config.smoke, judge) if judge != "svm" else None
@@ -81,13 +88,14 @@ def one_call_check(config, workdir, summary=None) -> dict:
   from jaxdl.generative import gan, vae
   from jaxdl.train import load_run
   families = {"vae": vae, "gan": gan}
-  if config.task not in families:
+  family = families.get(config.task)
+  if family is None:
     raise ValueError(f"task: {config.task!r} has no one-call check; expected 'vae' or 'gan'")
   _, model, variables, step = load_run(workdir)
-  sample = families[config.task].make_run_sampler(config, model)
+  sample = family.make_run_sampler(config, model)
   x = sample(variables, jax.random.PRNGKey(0), config.gen.eval_num)
   out = {"step": int(step)}
-  if config.task == "vae":
+  if family is vae:
     out["eval"] = dict((summary or {}).get("eval", {}))
   if not config.smoke:
     out.update(judge_samples(x, train_judge(workdir), config.data.scale))

@@ -1,9 +1,11 @@
 """The course's generative-model table, measured: calls, time, bits/dim, quality and failure of
 five families on the 2-D moons toy and on 8x8 digits (generative_table's procedure).
 
-`build_table(config, workdir)` takes the run in `workdir` as the moons flow (fm_toy2d's config,
-the table's own training run) and trains every other row's experiment through the engine into
-<workdir>/<row> (a finished run there is reused), each at its smoke size when `config.smoke`:
+`build_table(config, workdir, configs=...)` takes the run in `workdir` as the moons flow
+(fm_toy2d's config, the table's own training run) and trains every other row's experiment
+through the engine into <workdir>/<row> (a finished run there is reused), each at its smoke size
+when `config.smoke`; the caller (the experiment's `after_training`) loads those configs, the
+experiment specs and overrides of `row_specs(config)`:
 ddpm_toy2d and gan_toy2d on moons, gan_toy2d on 8 Gaussians (its modes covered: the mode-collapse
 column), vae_digits, gan_digits (the classes its samples fall in: the same column on digits),
 fm_digits_cfg, ddpm_digits_cfg and ar_digits; the moons flow is reflowed and
@@ -81,15 +83,21 @@ def best_time(fn, *args, calls: int = 3):
 SHARED_TRAIN_KEYS = ("plot", "loggers", "watch", "count_flops")
 
 
-def _train(spec, overrides, table_config, workdir):
-  """(config, model, variables) of experiment `spec` trained into `workdir` (reused if done), at
-  its smoke size when the table's is, with the table's `SHARED_TRAIN_KEYS`."""
-  from jaxdl.config import load_config
+def row_specs(table_config) -> dict[str, tuple[str, list[str]]]:
+  """{key: (experiment spec, overrides)} of the configs `build_table` needs: every row of `RUNS`
+  (at its smoke size when the table's is, with the table's `SHARED_TRAIN_KEYS`) and the few-step
+  rows' 'reflow_toy2d' and 'distill_toy2d'."""
+  size = ":smoke" if table_config.smoke else ""
+  shared = [f"train.{key}={table_config.train[key]!r}" for key in SHARED_TRAIN_KEYS]
+  out = {name: (spec + size, [*overrides, *shared]) for name, _, _, spec, overrides in RUNS}
+  out.update({f"{v}_toy2d": (f"{v}_toy2d{size}", []) for v in ("reflow", "distill")})
+  return out
+
+
+def _train(config, workdir):
+  """(config, model, variables) of a row's config trained into `workdir` (reused if done)."""
   from jaxdl.train import load_run
   from jaxdl.train import run as train_run
-  shared = [f"train.{key}={table_config.train[key]!r}" for key in SHARED_TRAIN_KEYS]
-  config, _ = load_config(spec + (":smoke" if table_config.smoke else ""),
-                          [*overrides, *shared])
   train_run(config, workdir, progress=False)
   _, model, variables, _ = load_run(workdir, config)
   return config, model, variables
@@ -195,14 +203,12 @@ def _toy_row(family, config, model, variables, t, *, sampler=None, steps=None):
   return out, np.asarray(drawn)
 
 
-def _few_step_rows(config, model, variables, t, rows, samples):
+def _few_step_rows(config, model, variables, t, rows, samples, configs):
   """The moons flow reflowed and distilled to one Euler step (reflow_toy2d's and
-  distill_toy2d's settings at the table's size)."""
-  from jaxdl.config import load_config
+  distill_toy2d's configs, `configs[...]`, at the table's size)."""
   from jaxdl.generative import few_step
-  size = ":smoke" if config.smoke else ""
-  reflowed = few_step.reflow_student(load_config("reflow_toy2d" + size)[0], model, variables)
-  distilled = few_step.distill_students(load_config("distill_toy2d" + size)[0], model, variables,
+  reflowed = few_step.reflow_student(configs["reflow_toy2d"], model, variables)
+  distilled = few_step.distill_students(configs["distill_toy2d"], model, variables,
                                         student_steps=(1,))[1]
   for variant, (params, _) in (("reflow", reflowed), ("distill", distilled)):
     key = f"toy_fm_{variant}"
@@ -212,9 +218,10 @@ def _few_step_rows(config, model, variables, t, rows, samples):
                      experiment=f"{variant}_toy2d")
 
 
-def build_table(config, workdir, summary=None) -> dict:
+def build_table(config, workdir, summary=None, *, configs) -> dict:
   """Trains or loads every row, measures it, writes table.json / table.md / samples.npz;
-  returns {'table': path, 'rows': count}."""
+  returns {'table': path, 'rows': count}. `configs`: {key: config} of every key of
+  `row_specs(config)`."""
   from jaxdl.course import digits_judge
   from jaxdl.generative import mode_coverage
   from jaxdl.train import load_run
@@ -226,9 +233,9 @@ def build_table(config, workdir, summary=None) -> dict:
   rows, samples = {}, {}
   rows["toy_fm"], samples["toy_fm"] = _toy_row("flow matching", config, model, variables, t)
   rows["toy_fm"].update(data="toy", family="flow matching", experiment="fm_toy2d")
-  _few_step_rows(config, model, variables, t, rows, samples)
-  for name, data, family, spec, overrides in RUNS:
-    cfg, m, v = _train(spec, overrides, config, workdir / name)
+  _few_step_rows(config, model, variables, t, rows, samples, configs)
+  for name, data, family, spec, _ in RUNS:
+    cfg, m, v = _train(configs[name], workdir / name)
     if data is None:  # the mode-collapse run: modes covered on 8 Gaussians
       sample, _ = _sampler(family, cfg, m)
       x = np.asarray(sample(v, jax.random.PRNGKey(0), t.toy_num))

@@ -37,20 +37,36 @@ from jaxdl.course.rows import CLAIMS, Claim, Row, claim, close, exact
 # ============================================================================ running
 
 
-def run_claims(names=None, quick: bool = False, log=None) -> list[Row]:
+def selected_claims(names=None, quick: bool = False) -> list[Claim]:
+  """The claims `names` (all when None), less the slow ones when `quick`."""
+  selected = [CLAIMS[n] for n in (names or CLAIMS)]
+  return [c for c in selected if not (quick and c.slow)]
+
+
+def experiments_of(names=None, quick: bool = False) -> list[str]:
+  """The experiment specs whose configs the selected claims measure (`run_claims`' `configs`)."""
+  return sorted({spec for c in selected_claims(names, quick) for spec in c.experiments})
+
+
+def run_claims(names=None, quick: bool = False, log=None, configs=None) -> list[Row]:
   """Runs the selected claims (all, or `names`; `quick` drops slow ones) and returns the rows.
 
+  `configs`: {spec: config} holding every spec of `experiments_of(names, quick)`, loaded by the
+  caller (with `jaxdl.config.load_config`): claims measure configs, they load none.
   A claim that raises becomes one failed row carrying the error, so one broken API does not
   hide the other claims.
   """
-  selected = [CLAIMS[n] for n in (names or CLAIMS)]
-  if quick:
-    selected = [c for c in selected if not c.slow]
+  selected = selected_claims(names, quick)
+  configs = configs or {}
+  missing = [s for s in experiments_of(names, quick) if s not in configs]
+  if missing:
+    raise ValueError(f"run_claims: configs of {missing} missing; the claims measure them "
+                     "(load each with jaxdl.config.load_config)")
   rows = []
   for c in selected:
     t0 = time.perf_counter()
     try:
-      got = c.fn()
+      got = c.fn(*(configs[spec] for spec in c.experiments))
     except Exception as e:  # noqa: BLE001  reported as a failed claim, with the error
       got = [Row(c.name, c.doc, f"{type(e).__name__}: {e}", "-", False)]
     if log is not None:
@@ -59,4 +75,5 @@ def run_claims(names=None, quick: bool = False, log=None) -> list[Row]:
   return rows
 
 
-__all__ = ["CLAIMS", "Claim", "Row", "claim", "close", "exact", "run_claims"]
+__all__ = ["CLAIMS", "Claim", "Row", "claim", "close", "exact", "experiments_of", "run_claims",
+           "selected_claims"]

@@ -24,19 +24,23 @@ class Row:
 @dataclasses.dataclass(frozen=True)
 class Claim:
   name: str
-  fn: Callable[[], list[Row]]
+  fn: Callable[..., list[Row]]
   slow: bool
   doc: str
+  experiments: tuple[str, ...] = ()  # specs whose configs `fn` takes, in order
 
 
 CLAIMS: dict[str, Claim] = {}
 
 
-def claim(name: str, slow: bool = False):
-  """Registers `fn() -> list[Row]` as the claim `name` (slow claims are left out of --quick)."""
+def claim(name: str, slow: bool = False, experiments: tuple[str, ...] = ()):
+  """Registers `fn(*configs) -> list[Row]` as the claim `name` (slow claims are left out of
+  --quick). `experiments`: the specs ('moons_mlp:bn') of the experiment configs the claim
+  measures, which `fn` receives in that order; the caller loads them (`jaxdl reproduce`)."""
 
   def wrap(fn):
-    CLAIMS[name] = Claim(name, fn, slow, (fn.__doc__ or "").strip().splitlines()[0])
+    CLAIMS[name] = Claim(name, fn, slow, (fn.__doc__ or "").strip().splitlines()[0],
+                         tuple(experiments))
     return fn
 
   return wrap

@@ -1,5 +1,5 @@
 """The sampler table: quality against network calls of a trained class-conditional digits run,
-judged by the digits judge (`jaxdl sample WORKDIR --sweep-steps 4,8,16,32,64`).
+judged by the digits judge (`jaxdl nfe WORKDIR --steps 4,8,16,32,64`).
 
 `sampler_table(workdir, steps_list, ...)` picks the judge and runs
 `jaxdl.generative.nfe_sweep.sweep` (the procedure, the NFE accounting and the measured numbers

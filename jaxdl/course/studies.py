@@ -32,19 +32,10 @@ import jax
 import ml_collections
 import numpy as np
 
-from jaxdl.config import apply_overrides
-from jaxdl.stop_signals import Interrupted
+from jaxdl.config import variant_config
+from jaxdl.stop_signals import Stopped
 
 Measure = Callable[[ml_collections.ConfigDict, str, dict], dict]
-
-
-def variant_config(config, overrides: dict) -> ml_collections.ConfigDict:
-  """A copy of `config` with `overrides` ({'model.num_layers': 4, ...}) applied and checked as
-  `--set` would (an unknown key or a wrong type is a ConfigError naming it)."""
-  c = ml_collections.ConfigDict(config.to_dict())
-  c.lock()
-  apply_overrides(c, [f"{key}={value!r}" for key, value in overrides.items()])
-  return c
 
 
 def train_variants(config, workdir: str, summary: dict, variants: dict[str, dict],
@@ -86,7 +77,8 @@ def train_variants(config, workdir: str, summary: dict, variants: dict[str, dict
     ended = scheduler.execute(pathlib.Path(workdir), None, index, source, make_slots(1),
                               preempt, print, launch=launch)
   if ended != "done":
-    raise Interrupted(ended)
+    raise Stopped(ended, f"study stopped by {ended}; its runs saved their current step (rerun the "
+                  "same command to resume)")
   results = {**(extra or {}), **{name: source.results[name] for name in configs}}
   with open(os.path.join(workdir, "results.json"), "w") as f:
     json.dump(results, f, indent=2)

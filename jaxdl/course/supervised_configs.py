@@ -36,6 +36,15 @@ def digits_classifier(name: str, description: str, model, *, steps: int, smoke: 
   return jconfig.smoke(c) if smoke else c
 
 
+def digits_cnn(smoke: bool = False):
+  """experiments/digits_cnn.py's config (`smoke`: its `:smoke` size): the CNN of `model_config`
+  with dropout 0.1 on `digits_classifier`'s setup for 1500 steps. Also the judge of generated
+  digits (`jaxdl.course.digits_judge`), built here so that procedure loads no experiment."""
+  return digits_classifier(
+      "digits_cnn", "Digits classification with a CNN (two conv-ReLU-pool blocks, dense head)",
+      model_config("cnn", dropout=0.1), steps=1500, smoke=smoke)
+
+
 def karate_gnn(name: str, description: str, *, conv: str = "gcn"):
   """The karate club graph (34 members, one-hot ids) with only the two leaders' labels in the
   loss; the `gnn` model at its defaults (2 layers of width 16, 2 logits per node) with `conv`;

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import ml_collections
 
+from jaxdl.config import parse_root
 from jaxdl.data.augment import augment_setting, augmentation
 from jaxdl.data.pipeline import Dataset, EvalBatches, TrainIterator
 from jaxdl.schema import NONNEG, OPEN_UNIT, POSITIVE, one_of, setting
@@ -58,13 +59,11 @@ def make_dataset(config: ml_collections.ConfigDict, source: DataSource | None = 
   """Builds `config.data.name` with `config.data.*`; training order is seeded by `config.seed`.
   `source`: the section already parsed (`jaxdl.train.Run.data`); None parses `config.data`."""
   source = parse_data(config.data) if source is None else source
-  seed = config.get("seed", 0) if hasattr(config, "get") else 0
-  if not isinstance(seed, int) or isinstance(seed, bool):
-    raise ValueError(f"seed: expected int, got {seed!r}")
+  seed = parse_root(config).seed
   built = source.build()
   if source.batch_size > built.train.num:
     raise ValueError(f"data.batch_size: {source.batch_size} is larger than the training set "
                      f"({built.train.num} examples of dataset {source.name!r})")
-  augment = augmentation(getattr(source, "augment", ()), built.info, seed)
+  augment = augmentation(source.augment, built.info, seed) if hasattr(source, "augment") else None
   return Dataset(built, batch_size=source.batch_size, eval_batch_size=source.eval_batch_size,
                  seed=seed, shuffle=source.shuffle, name=source.name, augment=augment)

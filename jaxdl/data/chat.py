@@ -47,8 +47,9 @@ import zlib
 
 import numpy as np
 
-from jaxdl.data import chat_template
-from jaxdl.data.tokenize import Tokenizer
+from jaxdl.data import chat_template as templates
+from jaxdl.data import prepare, records, staging
+from jaxdl.data.tokenize import Tokenizer, get_tokenizer
 
 FIELD = "tokens_mask"
 ROLES = ("system", "user", "assistant")
@@ -68,6 +69,11 @@ def _text(obj: dict, key: str, where: str, line: int) -> str:
     _fail(where, line, f"expected a string {key!r}, got {got}")
   if not value.strip():
     _fail(where, line, f"{key!r} is empty")
+  try:
+    value.encode("utf-8")
+  except UnicodeEncodeError as e:  # a JSON escape of half a surrogate pair: "\ud800"
+    _fail(where, line, f"{key!r} is not UTF-8 text ({e.reason} at character {e.start}, "
+          f"{value[e.start]!r})")
   return value
 
 
@@ -116,13 +122,13 @@ def prompt_text(prompt: str) -> str:
 
 
 def encode(messages: list[tuple[str, str]], tok: Tokenizer,
-           template: chat_template.ChatTemplate | None = None,
+           template: templates.ChatTemplate | None = None,
            record: int = 0) -> tuple[np.ndarray, np.ndarray]:
   """(ids_N int32, mask_N uint8): each segment tokenized on its own, concatenated. `template`:
   a Jinja template (`jaxdl.data.chat_template`; `record`, 1-based, names the record in its
   errors) or None, the plain one."""
   if template is not None:
-    return chat_template.encode(template, messages, tok, record)
+    return templates.encode(template, messages, tok, record)
   segments = render(messages)
   ids = tok.encode_batch([s for s, _ in segments])
   mask_N = np.concatenate([np.full(len(i), m, np.uint8) for i, (_, m) in zip(ids, segments)])
@@ -157,6 +163,45 @@ def is_chat_file(path: str) -> bool:
   return os.path.isfile(path) and path.endswith(".jsonl")
 
 
+def prepare_chat(src: str, out_dir: str, *, tokenizer: str = "bytes", val_frac: float = 0.1,
+                 shard_size: int = 4096, records_: list | None = None,
+                 chat_template: str = "plain", force: bool = False) -> dict:
+  """Instruction data (a JSONL file `src`, or `records_` = [(split key, messages), ...] already
+  read) -> `tokens_mask` records (ids and loss mask, (N, 2)) + lengths + manifest in `out_dir`
+  (the manifest). Split by crc32 of each record's split key. Templated by `chat_template` (auto |
+  plain | a Jinja file: `jaxdl.data.chat_template`); every record is encoded before anything is
+  written, so a template that fails on one leaves no output. The output folder is checked and
+  written as `jaxdl.data.prepare.prepare_text`'s (`staging.check_out` unless `force`,
+  `staging.staged_output`)."""
+  tok = get_tokenizer(tokenizer, out_dir, key="--tokenizer")
+  if not force:
+    staging.check_out(out_dir, src, tok, tokenizer)
+  template = templates.resolve(chat_template, tokenizer, out_dir)
+  recs = read_jsonl(src) if records_ is None else records_
+  problem = prepare.split_error(sorted({k for k, _ in recs}), val_frac, src, "records")
+  if problem:
+    raise ValueError(problem.replace("its relative path", "its split key: its index among the "
+                                     "records unless it has a 'split_key'"))
+  encoded = {"train": [], "val": []}
+  for n, (k, m) in enumerate(recs, 1):
+    encoded[split_of(k, val_frac)].append(encode(m, tok, template, n))
+  dtype = "uint16" if tok.vocab_size <= 2**16 else "int32"
+  fields = {FIELD: {"shape": [-1, 2], "dtype": dtype}}
+  splits = {}
+  with staging.staged_output(out_dir, tok) as stage:
+    for split, enc in encoded.items():
+      np.save(os.path.join(stage, f"{split}.lengths.npy"), np.array([len(i) for i, _ in enc]))
+      splits[split] = prepare.write_split(
+          stage, split, ({FIELD: np.stack([i, m], 1)} for i, m in enc), len(enc), fields,
+          shard_size, f"{split} records", tok)
+      splits[split]["tokens"] = int(sum(len(i) for i, _ in enc))
+      splits[split]["response_tokens"] = int(sum(m.sum() for _, m in enc))
+    return records.write_manifest(stage, {
+        "kind": "lm", "fields": fields, "splits": splits, "source": os.path.abspath(src),
+        "tokenizer": prepare.tokenizer_entry(tok),
+        "loss_mask": {"field": FIELD, "column": 1, **templates.manifest_entry(template)}})
+
+
 # ---------------------------------------------------------------------------------------------
 # The built-in instruction set: the standard library's docstrings -> its function signatures.
 
@@ -174,9 +219,8 @@ def stdlib_instructions(root: str, max_records: int, max_line: int = 200) -> lis
   `root` (sorted by path, then `ast.walk` order), until `max_records`. Deterministic; functions
   whose docstring line or signature is longer than `max_line` characters, or whose file does not
   parse, are skipped."""
-  from jaxdl.data.prepare import _walk  # pylint: disable=g-import-not-at-top
   out = []
-  for rel in _walk(root, "*.py"):
+  for rel in prepare.walk(root, "*.py"):
     try:
       with open(os.path.join(root, rel), "rb") as f:
         tree = ast.parse(f.read())

@@ -31,13 +31,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import sysconfig
 
 import numpy as np
 
 from jaxdl import cache
-from jaxdl.data import packing, prepare, records
+from jaxdl.data import chat, packing, prepare, records, staging
 from jaxdl.data.augment import augment_setting
 from jaxdl.data.prepare import import_pyarrow
 from jaxdl.schema import NONNEG, OPEN_UNIT, POSITIVE, one_of, setting
@@ -113,7 +112,7 @@ class ArrayRecord(TextWindows):
       src = Source(tr, ev, info)
       self.check_batch(tr.num, f"images in the train split of {path!r}")
     else:
-      tok = self._tokenizer(directory, manifest["tokenizer"])
+      tok = self._tokenizer(directory, manifest)
       mask = manifest.get("loss_mask")
       streams = []
       for s in ("train", "val"):
@@ -125,13 +124,31 @@ class ArrayRecord(TextWindows):
     src.info["data_checksum"] = records.manifest_digest(manifest)
     return src
 
-  def _tokenizer(self, directory: str, entry: dict) -> Tokenizer:
-    """The manifest's tokenizer; data.tokenizer, when set, must be that same tokenizer."""
-    tok = get_tokenizer(self.tokenizer or entry["name"], directory)
-    if tok.fingerprint != entry["sha256"]:
-      raise ValueError(f"data.tokenizer: {self.tokenizer or entry['name']!r} is not the "
-                       f"tokenizer {directory!r} was prepared with (sha256 {tok.fingerprint[:12]}"
-                       f" vs the manifest's {entry['sha256'][:12]})")
+  def _tokenizer(self, directory: str, manifest: dict) -> Tokenizer:
+    """The folder's tokenizer (tokenizer.json for 'bpe', else bytes), which must be the one
+    every shard names (`prepare.write_split`) and the manifest's; data.tokenizer, when set, must
+    be that same tokenizer. Each refusal names both fingerprints."""
+    entry = manifest["tokenizer"]
+    own = get_tokenizer(entry["name"], directory)
+    where = (os.path.join(directory, staging.TOKENIZER) if own.hf is not None
+             else "the bytes tokenizer")
+    again = f"; prepare it again with `jaxdl data prepare SRC --out {directory} --force`"
+    made_with = {repr(os.path.join(directory, f)): sha for s in ("train", "val")
+                 for f, sha in manifest["splits"][s].get("tokenizer_sha256", {}).items()}
+    # A folder prepared before shards named their tokenizer: the manifest's entry for all.
+    made_with[f"the data of {directory!r}"] = entry["sha256"]
+    for what, sha in made_with.items():
+      if sha != own.fingerprint:
+        raise ValueError(f"data.path: {what} was made with the tokenizer of sha256 {sha[:12]}, "
+                         f"but the folder's tokenizer ({where}) is sha256 "
+                         f"{own.fingerprint[:12]}{again}")
+    if not self.tokenizer:
+      return own
+    tok = get_tokenizer(self.tokenizer, directory)
+    if tok.fingerprint != own.fingerprint:
+      raise ValueError(f"data.tokenizer: {self.tokenizer!r} is not the tokenizer {directory!r} "
+                       f"was prepared with (sha256 {tok.fingerprint[:12]} vs the manifest's "
+                       f"{own.fingerprint[:12]})")
     return tok
 
 
@@ -157,16 +174,15 @@ class StdlibBPE(ArrayRecord):
   def build(self) -> Source:
     path = self.directory()
     if not os.path.isfile(os.path.join(path, records.MANIFEST)):
-      # Written aside and renamed into place, so a concurrent or killed run never sees half.
-      tmp = f"{path}.tmp-{os.getpid()}"
       root = sysconfig.get_paths()["stdlib"]
       text = dict(pattern="*.py", max_bytes=self.max_bytes, val_frac=self.val_frac)
-      prepare.train_tokenizer(root, tmp, vocab=self.vocab, **text)
-      prepare.prepare_text(root, tmp, tokenizer="bpe", **text)
-      try:
-        os.rename(tmp, path)
-      except OSError:  # another process got there first: its data is the same
-        shutil.rmtree(tmp, ignore_errors=True)
+
+      def build(tmp):
+        prepare.train_tokenizer(root, tmp, vocab=self.vocab, **text)
+        prepare.prepare_text(root, tmp, tokenizer="bpe", **text)
+      # Built aside and renamed into place: a concurrent run never sees half of it, and a killed
+      # build's leftovers are removed by the next one.
+      staging.build_once(path, build)
     return self.build_from(path)
 
 
@@ -193,19 +209,14 @@ class StdlibInstructions(ArrayRecord):
                         f"{self.val_frac}-{tok.name}-{tok.fingerprint[:12]}")
 
   def build(self) -> Source:
-    from jaxdl.data import chat  # pylint: disable=g-import-not-at-top
     path = self.directory()
     if not os.path.isfile(os.path.join(path, records.MANIFEST)):
-      tmp = f"{path}.tmp-{os.getpid()}"  # aside, then renamed: no run sees half of it
       root = sysconfig.get_paths()["stdlib"]
       recs = [(r["split_key"], [("user", r["prompt"]), ("assistant", r["response"])])
               for r in chat.stdlib_instructions(root, self.max_records, self.max_line)]
-      prepare.prepare_chat(root, tmp, tokenizer=os.path.expanduser(self.prepare_with),
-                           val_frac=self.val_frac, records_=recs)
-      try:
-        os.rename(tmp, path)
-      except OSError:  # another process got there first: its data is the same
-        shutil.rmtree(tmp, ignore_errors=True)
+      staging.build_once(path, lambda tmp: chat.prepare_chat(  # aside, as StdlibBPE's
+          root, tmp, tokenizer=os.path.expanduser(self.prepare_with), val_frac=self.val_frac,
+          records_=recs))
     return self.build_from(path)
 
 

@@ -25,7 +25,7 @@ import os
 
 import numpy as np
 
-from jaxdl.data import records
+from jaxdl.data import records, staging
 from jaxdl.data.augment import augment_setting
 from jaxdl.schema import OPEN_UNIT, one_of, setting
 from jaxdl.data.registry import DataSource, Source, Split, register_source
@@ -214,25 +214,29 @@ class NpzImages(DataSource):
 
 
 def prepare_images(src: str, out_dir: str, *, val_frac: float = 0.1, mode: str = "",
-                   shard_size: int = 4096) -> dict:
+                   shard_size: int = 4096, force: bool = False) -> dict:
   """root/<class>/*.png|jpg -> (x uint8 (H, W, C), y int32) records + manifest in `out_dir`;
   an image goes to val when crc32(its relative path) / 2^32 < val_frac (a split left empty is
-  refused before anything is written, naming --val-frac: `jaxdl.data.prepare.split_error`)."""
+  refused before anything is written, naming --val-frac: `jaxdl.data.prepare.split_error`).
+  The output folder is checked and written as `prepare.prepare_text`'s (`staging.check_out`
+  unless `force`, `staging.staged_output`)."""
   from jaxdl.data import prepare  # pylint: disable=g-import-not-at-top
+  if not force:
+    staging.check_out(out_dir, src, None)
   paths, labels, classes = list_folder(src, "SRC")
   shape = check_images(src, paths, mode, "SRC")
   problem = prepare.split_error(paths, val_frac, src, "images")
   if problem:
     raise ValueError(problem)
   fields = {"x": {"shape": list(shape), "dtype": "uint8"}, "y": {"shape": [], "dtype": "int32"}}
-  os.makedirs(out_dir, exist_ok=True)
   splits = {}
-  for split in ("train", "val"):
-    idx = [i for i, p in enumerate(paths) if prepare.in_val(p, val_frac) == (split == "val")]
-    examples = ({"x": load_image(os.path.join(src, paths[i]), mode), "y": labels[i]}
-                for i in idx)
-    splits[split] = prepare.write_split(out_dir, split, examples, len(idx), fields, shard_size,
-                                        f"{split} images")
-  return records.write_manifest(out_dir, {
-      "kind": "classification", "fields": fields, "splits": splits, "classes": classes,
-      "source": os.path.abspath(src)})
+  with staging.staged_output(out_dir, None) as stage:
+    for split in ("train", "val"):
+      idx = [i for i, p in enumerate(paths) if prepare.in_val(p, val_frac) == (split == "val")]
+      examples = ({"x": load_image(os.path.join(src, paths[i]), mode), "y": labels[i]}
+                  for i in idx)
+      splits[split] = prepare.write_split(stage, split, examples, len(idx), fields, shard_size,
+                                          f"{split} images")
+    return records.write_manifest(stage, {
+        "kind": "classification", "fields": fields, "splits": splits, "classes": classes,
+        "source": os.path.abspath(src)})

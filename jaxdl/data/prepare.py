@@ -19,22 +19,31 @@ val documents would have shaped the tokenizer) and, for OUT's own tokenizer.json
 on other files. Text is tokenized (`jaxdl.data.tokenize`) into one record of token ids per
 document; images become (x uint8 (H, W, C), y int32) records. The output format is in
 `jaxdl.data.records`.
+
+The output folder is whole or refused: one prepared from another source or with another
+tokenizer, or holding a tokenizer.json other than the one given, is refused before SRC is read
+(`jaxdl.data.staging.check_out`; `force` replaces its data whole), and the outputs are written
+aside and moved in once complete (`staging.staged_output`), so a failure or a full disk leaves
+it as it was. Each shard names the tokenizer fingerprint it was made with (`write_split`).
 """
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import hashlib
 import json
 import math
 import os
+import re
 import zlib
 from typing import Iterator
 
 import numpy as np
 
-from jaxdl.data import records
+from jaxdl.data import records, staging
 from jaxdl.data.tokenize import Tokenizer, check_vocab_size, get_tokenizer, train_bpe
+from jaxdl.schema import ConfigError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
@@ -90,7 +99,7 @@ def _unreadable(e: OSError):
   raise ValueError(f"SRC: cannot read {e.filename!r} ({e.strerror or type(e).__name__})")
 
 
-def _walk(root: str, pattern: str) -> list[str]:
+def walk(root: str, pattern: str) -> list[str]:
   """Relative paths under `root` matching `pattern`, sorted; caches and packages skipped; a
   folder that cannot be listed is a one-line ValueError naming it."""
   out = []
@@ -116,7 +125,7 @@ def text_documents(src: str, *, pattern: str = "*.txt", max_bytes: int = 0, colu
     if not os.path.isdir(src):
       raise ValueError(f"SRC: expected a folder of text files or a .parquet file, got {src!r}")
     texts, total = [], 0
-    for rel in _walk(src, pattern):
+    for rel in walk(src, pattern):
       if max_bytes and total >= max_bytes:
         break
       try:
@@ -182,29 +191,70 @@ def import_pyarrow(module: str = ""):
     raise ValueError("reading Parquet / Arrow needs pyarrow: pip install jaxdl[data]") from e
 
 
+def check_shard_size(shard_size) -> None:
+  """One-line ConfigError naming --shard-size unless it is a positive integer."""
+  if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
+    raise ConfigError(f"--shard-size: expected a positive integer (records per shard), got "
+                      f"{shard_size!r}")
+
+
 def write_split(out_dir: str, split: str, examples: Iterator[dict[str, np.ndarray]], count: int,
-                fields: dict[str, dict], shard_size: int, desc: str) -> dict:
-  """Writes `count` examples to ceil(count / shard_size) ArrayRecord shards; the split entry."""
+                fields: dict[str, dict], shard_size: int, desc: str,
+                tok: Tokenizer | None = None) -> dict:
+  """Writes `count` examples to ceil(count / shard_size) ArrayRecord shards; the split entry.
+  Token records name the fingerprint of the tokenizer `tok` that made them, shard by shard
+  ("tokenizer_sha256": {file: sha256}), which training checks against the folder's tokenizer."""
+  check_shard_size(shard_size)
   from array_record.python.array_record_module import ArrayRecordWriter  # noqa: E501 pylint: disable=g-import-not-at-top
   from tqdm import tqdm  # pylint: disable=g-import-not-at-top
   n_shards = max(1, math.ceil(count / shard_size))
   files = [f"{split}-{i:05d}-of-{n_shards:05d}.array_record" for i in range(n_shards)]
-  writers = [ArrayRecordWriter(os.path.join(out_dir, f), "group_size:1") for f in files]
-  for i, ex in enumerate(tqdm(examples, total=count, desc=desc, unit="ex", leave=False)):
-    writers[i * n_shards // count].write(records.encode_record(ex, fields))
-  for w in writers:
-    w.close()
-  return {"count": count, "files": files}
+  try:
+    writers = [ArrayRecordWriter(os.path.join(out_dir, f), "group_size:1") for f in files]
+    for i, ex in enumerate(tqdm(examples, total=count, desc=desc, unit="ex", leave=False)):
+      writers[i * n_shards // count].write(records.encode_record(ex, fields))
+    for w in writers:
+      w.close()
+  except RuntimeError as e:
+    error = _os_error(e, out_dir)
+    if error is None:
+      raise
+    raise error from e
+  entry = {"count": count, "files": files}
+  if tok is not None:
+    entry["tokenizer_sha256"] = {f: tok.fingerprint for f in files}
+  return entry
+
+
+# The failed writes array_record reports as a RuntimeError naming the system's message, e.g.
+# 'write() failed: No space left on device; writing D/train-00000-of-00001.array_record; ...'.
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO)
+
+
+def _os_error(e: RuntimeError, out_dir: str) -> OSError | None:
+  """The OSError an array_record RuntimeError stands for (so `jaxdl.disk_errors` finds a full
+  disk there as anywhere else), naming the shard it was writing; None for any other error."""
+  text = str(e)
+  code = next((c for c in _WRITE_ERRNOS if os.strerror(c) in text), None)
+  if code is None:
+    return None
+  path = re.search(r"writing (\S+?);", text)
+  return OSError(code, os.strerror(code), path.group(1) if path else out_dir)
 
 
 def prepare_text(src: str, out_dir: str, *, tokenizer: str = "bytes", pattern: str = "*.txt",
                  max_bytes: int = 0, column: str = "text", val_frac: float = 0.1,
-                 shard_size: int = 4096) -> dict:
-  """Text documents -> token-id records + lengths + manifest in `out_dir` (the manifest).
+                 shard_size: int = 4096, force: bool = False) -> dict:
+  """Text documents -> token-id records + lengths + manifest in `out_dir` (the manifest),
+  written whole (`jaxdl.data.staging.staged_output`).
 
-  A BPE whose TRAINED_ON record says it saw another train split of this `src` is refused, as is
-  `out_dir`'s own tokenizer.json ('bpe') trained on other files (`check_trained_on`)."""
+  Refused before anything is read: an `out_dir` of other data or another tokenizer, unless
+  `force` (`staging.check_out`). A BPE whose TRAINED_ON record says it saw another train split
+  of this `src` is refused, as is `out_dir`'s own tokenizer.json ('bpe') trained on other files
+  (`check_trained_on`)."""
   tok = get_tokenizer(tokenizer, out_dir, key="--tokenizer")
+  if not force:
+    staging.check_out(out_dir, src, tok, tokenizer)
   docs = text_documents(src, pattern=pattern, max_bytes=max_bytes, column=column,
                         val_frac=val_frac)
   if tok.hf is not None:  # a BPE: it may carry a record of the split it was trained on
@@ -212,61 +262,21 @@ def prepare_text(src: str, out_dir: str, *, tokenizer: str = "bytes", pattern: s
                 else os.path.expanduser(tokenizer))
     check_trained_on(tok, tok_file, src, _flags(src, pattern, max_bytes, column, val_frac),
                      docs["train"], own=tokenizer == "bpe")
-  os.makedirs(out_dir, exist_ok=True)  # only once the input has been read and checked
-  if tok.hf is not None and not os.path.isfile(os.path.join(out_dir, "tokenizer.json")):
-    tok.save(os.path.join(out_dir, "tokenizer.json"))  # the data carries its tokenizer
   dtype = "uint16" if tok.vocab_size <= 2**16 else "int32"
   fields = {"tokens": {"shape": [-1], "dtype": dtype}}
   splits = {}
-  for split, texts in docs.items():
-    ids = tok.encode_batch(texts)
-    np.save(os.path.join(out_dir, f"{split}.lengths.npy"), np.array([len(t) for t in ids]))
-    splits[split] = write_split(out_dir, split, ({"tokens": t} for t in ids), len(ids), fields,
-                                shard_size, f"{split} documents")
-    splits[split]["bytes"] = sum(len(t.encode("utf-8")) for t in texts)
-    splits[split]["tokens"] = int(sum(len(t) for t in ids))
-  return records.write_manifest(out_dir, {
-      "kind": "lm", "fields": fields, "splits": splits, "source": os.path.abspath(src),
-      "tokenizer": tokenizer_entry(tok)})
-
-
-def prepare_chat(src: str, out_dir: str, *, tokenizer: str = "bytes", val_frac: float = 0.1,
-                 shard_size: int = 4096, records_: list | None = None,
-                 chat_template: str = "plain") -> dict:
-  """Instruction data (`jaxdl.data.chat`: a JSONL file `src`, or `records_` = [(split key,
-  messages), ...] already read) -> `tokens_mask` records (ids and loss mask, (N, 2)) + lengths +
-  manifest in `out_dir` (the manifest). Split by crc32 of each record's split key. Templated by
-  `chat_template` (auto | plain | a Jinja file: `jaxdl.data.chat_template`); every record is
-  encoded before anything is written, so a template that fails on one leaves no output."""
-  from jaxdl.data import chat  # pylint: disable=g-import-not-at-top
-  from jaxdl.data import chat_template as templates  # pylint: disable=g-import-not-at-top
-  tok = get_tokenizer(tokenizer, out_dir, key="--tokenizer")
-  template = templates.resolve(chat_template, tokenizer, out_dir)
-  recs = chat.read_jsonl(src) if records_ is None else records_
-  problem = split_error(sorted({k for k, _ in recs}), val_frac, src, "records")
-  if problem:
-    raise ValueError(problem.replace("its relative path", "its split key: its index among the "
-                                     "records unless it has a 'split_key'"))
-  encoded = {"train": [], "val": []}
-  for n, (k, m) in enumerate(recs, 1):
-    encoded[chat.split_of(k, val_frac)].append(chat.encode(m, tok, template, n))
-  os.makedirs(out_dir, exist_ok=True)
-  if tok.hf is not None and not os.path.isfile(os.path.join(out_dir, "tokenizer.json")):
-    tok.save(os.path.join(out_dir, "tokenizer.json"))
-  dtype = "uint16" if tok.vocab_size <= 2**16 else "int32"
-  fields = {chat.FIELD: {"shape": [-1, 2], "dtype": dtype}}
-  splits = {}
-  for split, enc in encoded.items():
-    np.save(os.path.join(out_dir, f"{split}.lengths.npy"), np.array([len(i) for i, _ in enc]))
-    splits[split] = write_split(out_dir, split, ({chat.FIELD: np.stack([i, m], 1)}
-                                                 for i, m in enc), len(enc), fields,
-                                shard_size, f"{split} records")
-    splits[split]["tokens"] = int(sum(len(i) for i, _ in enc))
-    splits[split]["response_tokens"] = int(sum(m.sum() for _, m in enc))
-  return records.write_manifest(out_dir, {
-      "kind": "lm", "fields": fields, "splits": splits, "source": os.path.abspath(src),
-      "tokenizer": tokenizer_entry(tok),
-      "loss_mask": {"field": chat.FIELD, "column": 1, **templates.manifest_entry(template)}})
+  # Written only once the input has been read and checked.
+  with staging.staged_output(out_dir, tok) as stage:
+    for split, texts in docs.items():
+      ids = tok.encode_batch(texts)
+      np.save(os.path.join(stage, f"{split}.lengths.npy"), np.array([len(t) for t in ids]))
+      splits[split] = write_split(stage, split, ({"tokens": t} for t in ids), len(ids), fields,
+                                  shard_size, f"{split} documents", tok)
+      splits[split]["bytes"] = sum(len(t.encode("utf-8")) for t in texts)
+      splits[split]["tokens"] = int(sum(len(t) for t in ids))
+    return records.write_manifest(stage, {
+        "kind": "lm", "fields": fields, "splits": splits, "source": os.path.abspath(src),
+        "tokenizer": tokenizer_entry(tok)})
 
 
 def tokenizer_entry(tok: Tokenizer) -> dict:
@@ -275,27 +285,30 @@ def tokenizer_entry(tok: Tokenizer) -> dict:
 
 
 def train_tokenizer(src: str, out_dir: str, *, vocab: int, pattern: str = "*.txt",
-                    max_bytes: int = 0, column: str = "text", val_frac: float = 0.1) -> Tokenizer:
+                    max_bytes: int = 0, column: str = "text", val_frac: float = 0.1,
+                    force: bool = False) -> Tokenizer:
   """A BPE of `vocab` ids trained on the train split of `src`, saved as out_dir/tokenizer.json
   with its TRAINED_ON record beside it (the source, the flags that made the split, a digest of
-  the train documents)."""
+  the train documents), both written whole (`jaxdl.data.staging`).
+
+  An `out_dir` holding data prepared with another tokenizer is refused (the data would be left
+  beside a tokenizer that did not make it), unless `force`, which removes that data; the same
+  tokenizer trained again leaves the data and its tokenizer.json as they are."""
   check_vocab_size(vocab)  # before reading anything
   docs = text_documents(src, pattern=pattern, max_bytes=max_bytes, column=column,
                         val_frac=val_frac)
   tok = train_bpe(docs["train"], vocab)
-  os.makedirs(out_dir, exist_ok=True)
-  path = os.path.join(out_dir, "tokenizer.json")
-  tok.save(path)
-  with open(trained_on_path(path), "w") as f:
-    json.dump({"source": os.path.abspath(src),
-               "flags": _flags(src, pattern, max_bytes, column, val_frac),
-               "train_documents": len(docs["train"]), "train_sha256": _digest(docs["train"]),
-               "tokenizer_sha256": tok.fingerprint}, f, indent=2)
+  same = staging.check_new_tokenizer(out_dir, tok, force=force)
+  with staging.staged(out_dir, keep_data=same or not force) as stage:
+    path = os.path.join(stage, "tokenizer.json")
+    if not same:  # the same tokenizer: the file the manifest checksums stays
+      tok.save(path)
+    with open(trained_on_path(path), "w") as f:
+      json.dump({"source": os.path.abspath(src),
+                 "flags": _flags(src, pattern, max_bytes, column, val_frac),
+                 "train_documents": len(docs["train"]), "train_sha256": _digest(docs["train"]),
+                 "tokenizer_sha256": tok.fingerprint}, f, indent=2)
   return tok
-
-
-# The record of the split a trained tokenizer saw: <name>.trained_on.json beside <name>.json.
-TRAINED_ON = "tokenizer.trained_on.json"
 
 
 def trained_on_path(tokenizer_json: str) -> str:

@@ -11,7 +11,9 @@ manifest.json:
   {"format": "jaxdl.prepared/1", "kind": "lm" | "classification",
    "fields": {name: {"shape": [...], "dtype": ...}},   one -1 (a variable length) at most,
                                                         in the last field
-   "splits": {"train": {"count": N, "files": [...]}, "val": {...}},
+   "splits": {"train": {"count": N, "files": [...],
+                        "tokenizer_sha256": {file: the fingerprint of the tokenizer that made
+                                             it} (lm)}, "val": {...}},
    "tokenizer": {"name", "vocab_size", "eot_id", "sha256"} (lm), "classes": [...] (images),
    "checksum": {file: sha256 of its bytes}}
 

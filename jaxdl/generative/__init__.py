@@ -1,8 +1,11 @@
 """Diffusion and flow matching as one Gaussian-path family: paths, losses, samplers, metrics.
 
 `paths` (schedules, conversions), `closed_forms` (exact fields of known data), `losses` (denoising
-regressions, condition dropout), `samplers` (`make_sampler`: DDPM / DDIM / Euler / Heun as one
-`lax.scan`, classifier-free guidance), `metrics` (energy distance, exact W2), `tasks` (the
+regressions, condition dropout), `samplers` (`make_sampler`: one registry of updates, DDPM / DDIM /
+Euler / Heun here, EDM-Heun and DPM-Solver++ in `solvers`, on the time grids of `spacings`, each
+one `lax.scan`, classifier-free guidance; `SamplerSettings`, every setting and its default once),
+`nfe_sweep` (quality against network calls: `jaxdl nfe`), `metrics` (energy distance, exact W2),
+`tasks` (the
 'flow_matching' and 'ddpm' training tasks), `evaluation` (post-training distances / classifier
 check), `trained` (a trained run's samples and likelihood: `jaxdl sample`, `jaxdl likelihood`),
 `likelihood` (exact log p(x) through the probability-flow ODE), `vae` and `gan` (the 'vae' and

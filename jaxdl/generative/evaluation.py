@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import textwrap
 
 import jax
 import jax.numpy as jnp
@@ -30,6 +31,7 @@ from jaxdl.data import parse_data
 from jaxdl.generative import metrics, tasks as gtasks
 from jaxdl.generative.settings import parse_gen
 from jaxdl.train.checkpoint import load_run
+from jaxdl.train.tasks import kind_of
 
 TOY_SEED_A, TOY_SEED_B = 10_000, 10_001  # fresh target draws, never the training seeds
 
@@ -47,7 +49,8 @@ def save_run(workdir, config, params, *, step: int, **gen) -> pathlib.Path:
   if (workdir / "config.json").exists():
     raise ValueError(f"{workdir}: already holds a run (config.json); choose another workdir")
   config = config.copy_and_resolve_references()
-  config.gen.update(gen)
+  if gen:
+    config.gen.update(gen)
   config_json = json.loads(config.to_json_best_effort())
   ckpt = Checkpointer(workdir / "checkpoints", keep=1, async_save=False)
   ckpt.save(step, {"params": params}, data_state={}, config=config_json,
@@ -59,7 +62,7 @@ def save_run(workdir, config, params, *, step: int, **gen) -> pathlib.Path:
 
 
 def _default_samplers(config):
-  return ("euler", "heun") if config.task == "flow_matching" else ("ddim", "ddpm")
+  return ("euler", "heun") if kind_of(config.task).path == "flow" else ("ddim", "ddpm")
 
 
 def evaluate(config, workdir, *, samplers=None, steps_list=(1, 2, 4, 10, 50), num=2000,
@@ -266,16 +269,52 @@ def evaluate_digits(config, model, variables, per_class, classifier, seed, fig_d
           "num": int(len(y_N))}
 
 
-def digit_grid(img_KxMx8x8, path):
+CELL_PX = 48  # each image of a grid is drawn this many pixels wide (an 8x8 digit at 6x)
+
+
+def image_grid(img_RxCxHxW, path, *, row_labels=None, row_title: str = "class",
+               title: str | None = None) -> None:
+  """Writes R rows of C images (values in [0, 1], dark ink on white; a last axis of 3 is RGB)
+  to `path` (.png, .jpg or .pdf by its suffix): each image CELL_PX pixels wide, nearest-neighbour,
+  `row_labels` (e.g. the class of each row) written left of the rows under `row_title`."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  k, m = img_KxMx8x8.shape[:2]
-  canvas = np.ones((k * 9 + 1, m * 9 + 1)) * 16
-  for i in range(k):
-    for j in range(m):
-      canvas[1 + 9 * i:9 + 9 * i, 1 + 9 * j:9 + 9 * j] = img_KxMx8x8[i, j]
-  plt.imsave(path, canvas, cmap="gray_r", vmin=0, vmax=16)
+  img = np.clip(np.asarray(img_RxCxHxW, np.float32), 0.0, 1.0)
+  rows, cols, h, w = img.shape[:4]
+  rgb = img.ndim == 5 and img.shape[-1] == 3
+  # Grey 1-pixel lines between the images, so that white backgrounds do not run together.
+  canvas = np.full((rows * (h + 1) + 1, cols * (w + 1) + 1) + ((3,) if rgb else ()), 0.6)
+  for r in range(rows):
+    for c in range(cols):
+      cell = img[r, c] if rgb else 1.0 - img[r, c].reshape(h, w)  # ink dark on white
+      canvas[1 + r * (h + 1):1 + r * (h + 1) + h, 1 + c * (w + 1):1 + c * (w + 1) + w] = cell
+  dpi, scale = 100, CELL_PX / max(h, w)
+  fig_w, fig_h = canvas.shape[1] * scale / dpi, canvas.shape[0] * scale / dpi
+  left_in = 0.8 if row_labels is not None else 0.1
+  if title:  # wrapped to the figure's width (about 7 pixels a character at 9 points)
+    title = textwrap.fill(title, max(20, int((fig_w + left_in) * dpi / 7)))
+  margin_in = (left_in, 0.1 + 0.17 * (title.count("\n") + 1) if title else 0.1)
+  fig = plt.figure(figsize=(fig_w + margin_in[0] + 0.1, fig_h + margin_in[1] + 0.1), dpi=dpi)
+  ax = fig.add_axes((margin_in[0] / fig.get_figwidth(), 0.1 / fig.get_figheight(),
+                     fig_w / fig.get_figwidth(), fig_h / fig.get_figheight()))
+  ax.imshow(canvas, cmap=None if rgb else "gray", vmin=0, vmax=1, interpolation="nearest")
+  ax.set_xticks([])
+  if row_labels is None:
+    ax.set_yticks([])
+  else:
+    ax.set_yticks([1 + r * (h + 1) + (h - 1) / 2 for r in range(rows)])
+    ax.set_yticklabels([str(label) for label in row_labels], fontsize=11)
+    ax.set_ylabel(row_title, fontsize=11)
+  if title:  # centred on the figure, not the axes, so that the labels' margin does not clip it
+    fig.text(0.5, 1 - 0.05 / fig.get_figheight(), title, ha="center", va="top", fontsize=9)
+  fig.savefig(path, dpi=dpi)
+  plt.close(fig)
+
+
+def digit_grid(img_KxMx8x8, path):
+  """Digits pixels 0..16, one row per class k = 0..K-1, as a labelled `image_grid`."""
+  image_grid(np.asarray(img_KxMx8x8) / 16.0, path, row_labels=range(len(img_KxMx8x8)))
 
 
 def after_training(config, workdir, summary=None, **eval_kwargs) -> dict:

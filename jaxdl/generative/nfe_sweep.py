@@ -1,5 +1,5 @@
 """Sample quality against the number of network calls: one trained class-conditional digits run,
-every applicable sampler, several step counts (`jaxdl sample WORKDIR --sweep-steps 4,8,16,32`).
+every applicable sampler, several step counts (`jaxdl nfe WORKDIR --steps 4,8,16,32`).
 
 `sweep(workdir, steps_list, outputs, ...)` draws `per_class` samples of each of the K classes
 (the run's guidance, the same seed and so the same starting noise for every cell) for each
@@ -11,7 +11,8 @@ f(pixels16_Nx64) -> (probs_NxK, features_NxH) (`evaluation.digits_quality`):
   confident  the fraction whose top class is the conditioning class with probability >= 0.9.
 The judge is chosen (and trained if need be) by `jaxdl.course.sampler_table`.
 
-Network calls of N steps of each rule (`calls_per_sample`), one call = one batched evaluation:
+Network calls of N steps of each rule (its registry entry's `calls`, `samplers.network_calls`),
+one call = one batched evaluation:
   ddpm, ddim, euler, dpmpp_2m, dpmpp_3m   N
   heun                                    2N   (the correction at every step)
   edm_heun                                N + the steps with Heun's correction: not the last
@@ -29,7 +30,7 @@ Writes nfe_sweep.json (the table) and nfe_sweep.png (frechet and confident vs nf
 line per sampler) into `out_dir`.
 
 Measured (`jaxdl train fm_digits_cfg` to step 3000, its judge a digits_cnn run at test accuracy
-0.994; `jaxdl sample WORKDIR --sweep-steps 4,8,16,32,64`, 100 samples per class, guidance w = 2,
+0.994; `jaxdl nfe WORKDIR --steps 4,8,16,32,64`, 100 samples per class, guidance w = 2,
 so NFE = 2 x calls; Frechet distance, real-vs-real floor 2.81; the confident fraction was 0.999 to
 1.000 in every cell):
 
@@ -88,36 +89,17 @@ import time
 import numpy as np
 
 from jaxdl.generative import samplers as samplers_lib
-from jaxdl.generative import solvers, spacings
 from jaxdl.generative.settings import parse_gen, path_from_config
 
 DEFAULT_SAMPLERS = ("ddpm", "ddim", "euler", "heun", "dpmpp_2m", "edm_heun")
-ONE_CALL_A_STEP = ("ddpm", "ddim", "euler", "dpmpp_2m", "dpmpp_3m")
-
-
-def calls_per_sample(path, sampler: str, steps: int, *, spacing: str | None = None,
-                     rho: float = 7.0) -> int:
-  """Sequential network calls of `steps` updates of `sampler` on `path` (module docstring);
-  a sampler whose cost per step is not known here raises ValueError."""
-  if sampler in ONE_CALL_A_STEP:
-    return steps
-  if sampler == "heun":
-    return 2 * steps
-  if sampler == "edm_heun":  # the rule corrects where its `heun` mask says (`solvers`)
-    t_N1 = spacings.time_grid(path, steps, spacing, rho=rho)
-    alpha_N1, sigma_N1 = (np.asarray(a, np.float64) for a in path.alpha_sigma(t_N1))
-    options = dict(s_churn=0.0, s_tmin=0.0, s_tmax=None, s_noise=1.0)
-    coef = solvers.edm_heun_coefficients(path, t_N1, alpha_N1, sigma_N1, options)
-    return steps + int(np.sum(coef["heun"]))
-  raise ValueError(f"sampler={sampler!r}: its network calls per step are not known; known: "
-                   f"{sorted(ONE_CALL_A_STEP + ('heun', 'edm_heun'))}")
 
 
 def steps_for_calls(path, sampler: str, calls: int, **grid) -> int:
-  """The fewest steps N >= the rule's order with `calls_per_sample` >= `calls` (equal when the
-  rule can reach it: N for the one-call rules, calls / 2 for heun)."""
+  """The fewest steps N >= the rule's order whose network calls (`samplers.network_calls`) are
+  >= `calls` (equal when the rule can reach it: N for the one-call rules, calls / 2 for heun);
+  `grid`: spacing, rho."""
   n = samplers_lib.SAMPLERS[sampler].order
-  while calls_per_sample(path, sampler, n, **grid) < calls:
+  while samplers_lib.network_calls(path, sampler=sampler, steps=n, **grid) < calls:
     n += 1
   return n
 
@@ -133,7 +115,7 @@ def plan(config, model, sampler_names, steps_list) -> tuple[list, list]:
                      f"{sorted(samplers_lib.SAMPLERS)}")
   bad = [n for n in steps_list if not isinstance(n, (int, np.integer)) or n < 1]
   if bad or not steps_list:
-    raise ValueError(f"--sweep-steps: expected step counts >= 1, got {list(steps_list)}")
+    raise ValueError(f"--steps: expected step counts >= 1, got {list(steps_list)}")
   cells, skipped = [], []
   for name in sampler_names:
     order = samplers_lib.SAMPLERS[name].order
@@ -185,7 +167,7 @@ def sweep(workdir, steps_list, outputs, *, samplers=DEFAULT_SAMPLERS, per_class:
     q = evaluation.digits_quality(outputs, evaluation._to_pixels16(x, config.data.scale), y_N,
                                   seed=seed)
     floor = q["frechet_floor"]
-    calls = calls_per_sample(path, name, n, spacing=gen.spacing, rho=gen.rho)
+    calls = sample.calls
     rows.append(dict(sampler=name, steps=n, calls=calls, nfe=calls * (2 if guided else 1),
                      frechet=q["frechet"], confident=q["confident"],
                      seconds=time.perf_counter() - t0))

@@ -42,6 +42,8 @@ import jax.numpy as jnp
 import numpy as np
 
 PREDICTIONS = ("eps", "x0", "v", "velocity", "edm")
+# Karras et al.'s (2022) exponent of the sigma^(1/rho) grid: the one default of every `rho`.
+KARRAS_RHO = 7.0
 
 
 # ----------------------------------------------------------------------------- schedules
@@ -182,9 +184,6 @@ class EDMPath:
   name: str = "edm"
   continuous: bool = True
   predictions: ClassVar[tuple] = ("edm", "v", "eps", "x0")
-  # sampler -> why it cannot run here (`samplers.make_sampler` refuses it in one line).
-  refuses: ClassVar[dict] = {"heun": "it calls the network at sigma = 0, where c_noise = ln(0)/4; "
-                                     "use 'edm_heun' (its last step is Euler)"}
 
   def __post_init__(self):
     if not 0 < self.sigma_min < self.sigma_max or not math.isfinite(self.sigma_max):
@@ -218,7 +217,7 @@ class EDMPath:
     """ln t ~ N(p_mean, p_std^2): log-normal noise levels."""
     return jnp.exp(self.p_mean + self.p_std * jax.random.normal(rng, (batch,)))
 
-  def time_grid(self, steps: int, rho: float = 7.0):
+  def time_grid(self, steps: int, rho: float = KARRAS_RHO):
     """Karras's grid: `karras_sigmas(steps, sigma_min, sigma_max, rho)` then 0 (steps + 1 times)."""
     return np.append(karras_sigmas(steps, self.sigma_min, self.sigma_max, rho), 0.0)
 
@@ -227,12 +226,12 @@ class EDMPath:
     return self.sigma_data * sigma_ve
 
 
-def karras_sigmas(n: int, sigma_min: float, sigma_max: float, rho: float = 7.0):
+def karras_sigmas(n: int, sigma_min: float, sigma_max: float, rho: float):
   """sigma_i = (sigma_max^(1/rho) + i/(n-1) (sigma_min^(1/rho) - sigma_max^(1/rho)))^rho,
   i = 0..n-1 (Karras et al., 2022, eq. 5): n noise levels from sigma_max down to sigma_min, float64;
   n = 1 gives [sigma_max]."""
   if not rho > 0:
-    raise ValueError(f"rho={rho}: expected rho > 0 (Karras et al. use 7)")
+    raise ValueError(f"rho={rho}: expected rho > 0 (Karras et al. use {KARRAS_RHO:g})")
   if not 0 < sigma_min < sigma_max < math.inf:
     raise ValueError(f"sigma_min={sigma_min}, sigma_max={sigma_max}: expected "
                      "0 < sigma_min < sigma_max < inf")

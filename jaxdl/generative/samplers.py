@@ -1,37 +1,25 @@
 """Samplers for Gaussian paths, each a single `jax.lax.scan` over a precomputed time grid.
 
-`make_sampler(...)` returns `sample(variables, rng, num, y=None) -> x_B...`: one jitted program,
-no Python loop around the model. The grid runs from noise to data; step i goes from time t_i to
-t_{i+1} = s, with (alpha, sigma) the path's coefficients. Every update works on the pair
-(x_hat, eps_hat) that the network's output converts to (`paths.to_x_eps`):
+`make_sampler(apply_fn, path, **settings)` returns `sample(variables, rng, num, y=None) -> x_B...`:
+one jitted program, no Python loop around the model. Its settings, with their defaults and checks,
+are declared once, in `SamplerSettings` (a run's `gen` section inherits them,
+`jaxdl.generative.settings.PathSettings`; `jaxdl.generative.stepwise` takes the same). The grid
+runs from noise to data (`jaxdl.generative.spacings`: the path's own, or spaced evenly in t, the
+log-SNR or Karras's sigma^(1/rho)); step i goes from t_i to t_{i+1}. The updates, 'ddpm'
+(ancestral), 'ddim', 'euler', 'heun', 'edm_heun' (Karras et al.'s Heun with optional churn) and
+'dpmpp_2m' / 'dpmpp_3m' (DPM-Solver++ multistep), are written with their equations in
+`jaxdl.generative.solvers`. Classifier-free guidance mixes the raw outputs, out~ = out(x) +
+w (out(x, c) - out(x)), with one batched call of size 2B per evaluation (the null class marks
+"unconditional"); this is exact for eps, x0, v and velocity outputs alike because the conversions
+are affine in the output.
 
-  'ddim'   x_s = alpha_s x_hat + sqrt(sigma_s^2 - c^2) eps_hat + c z,
-           c^2 = eta^2 sigma_s^2 (1 - SNR_t / SNR_s), SNR = alpha^2 / sigma^2   (Song et al., 2021)
-           eta = 0 is deterministic; eta = 1 has the variance of the ancestral step. On the flow
-           path DDIM with eta = 0 is exactly the Euler step.
-  'ddpm'   ancestral: x_s ~ q(x_s | x_t, x = x_hat) = N(mean, var) with alpha_ts = alpha_t/alpha_s,
-           sigma_ts^2 = sigma_t^2 - alpha_ts^2 sigma_s^2,
-           mean = alpha_ts sigma_s^2/sigma_t^2 x_t + alpha_s sigma_ts^2/sigma_t^2 x_hat,
-           var = sigma_ts^2 sigma_s^2 / sigma_t^2      (Ho et al., 2020, on any sub-sequence).
-  'euler'  x_s = x_t + h v(x_t, t), h = s - t, v = alpha' x_hat + sigma' eps_hat
-           (flow: x_hat - eps_hat).
-  'heun'   x' = x_t + h v(x_t, t); x_s = x_t + h/2 (v(x_t, t) + v(x', s)).
-Classifier-free guidance mixes the raw outputs, out~ = out(x) + w (out(x, c) - out(x)), with one
-batched call of size 2B per evaluation (the null class marks "unconditional"); this is exact for
-eps, x0, v and velocity outputs alike because the conversions are affine in the output.
-
-  'edm_heun'  Karras et al.'s Heun sampler in sigma_ve = sigma / alpha with optional churn, last
-           step Euler; 'dpmpp_2m', 'dpmpp_3m' DPM-Solver++ multistep (`jaxdl.generative.solvers`).
-The grid is the path's own (`path.time_grid`) or one spaced evenly in t, the log-SNR or Karras's
-sigma^(1/rho) (`spacing`, `jaxdl.generative.spacings`).
-
-Each update is one entry of `SAMPLERS`, a pure `step(grid, variables, x, i, key, y_B) -> x_s`
-registered with `@register_sampler(name, continuous_only=...)`; the `Grid` gives it the time grid,
-(alpha, sigma), eta and the network as `grid.predict` (x_hat, eps_hat, out) and `grid.velocity`
-(dx/dt). A new sampler is one such function: `make_sampler(..., sampler=name)` then finds it.
-A multistep rule (`history` = k > 0) is `step(grid, variables, x, hist, i, key, y_B) -> (x_s,
-hist)` with k earlier arrays in the scan's carry; a rule's `prepare` computes its per-step
-constants on the host (`grid.coef`); `order` is the fewest steps it takes.
+Each update is one entry of `SAMPLERS`, a `SamplerRule`: a pure `step(grid, variables, x, i, key,
+y_B) -> x_s`, the paths it runs on, its order, its network calls, registered with
+`@register_sampler(name, ...)`; the `Grid` gives it the time grid, (alpha, sigma), eta and the
+network as `grid.predict` (x_hat, eps_hat, out) and `grid.velocity` (dx/dt). A new sampler is
+one such function: `make_sampler(..., sampler=name)` then finds it. A multistep rule (`history` =
+k > 0) is `step(grid, variables, x, hist, i, key, y_B) -> (x_s, hist)` with k earlier arrays in
+the scan's carry; a rule's `prepare` computes its per-step constants on the host (`grid.coef`).
 
 Shapes: B samples, N steps; x_B... is a batch of samples of `sample_shape`.
 """
@@ -47,66 +35,142 @@ import numpy as np
 
 from jaxdl.generative import paths as paths_lib
 from jaxdl.generative import solvers, spacings
+from jaxdl.schema import (NONNEG, OPEN_FRACTION, POSITIVE, ConfigError, Settings, each, one_of,
+                          setting)
+
+ALL_PATHS = ("flow", "ddpm", "edm")
+CONTINUOUS_PATHS = ("flow", "edm")  # where d x/dt exists: the ODE rules run here
 
 
 @dataclasses.dataclass(frozen=True)
 class SamplerRule:
   """A registered update: `step(grid, variables, x, i, key, y_B) -> x_{i+1}` from t_i to t_{i+1}.
 
-  continuous_only: the rule evaluates d x/dt (an ODE in continuous time), so it needs a path with
-  `path.continuous` (the flow path); on a DDPM path `make_sampler` refuses it.
+  paths: the names of the paths it runs on (`path.name`); `refusals` maps another path's name to
+    why not (one line), e.g. plain Heun on EDM calls the network at sigma = 0.
   order: the fewest steps the rule takes (a k-th order solver refuses N < k).
+  calls: its sequential network calls per step (an int), or `calls(coef, N) -> int` for N steps
+    when that depends on the grid (`coef`: what `prepare` returned, float64 numpy).
   history: k > 0 for a multistep rule, which carries k earlier arrays (see the module docstring).
-  prepare: `prepare(path, t_N1, alpha_N1, sigma_N1, options) -> dict` of per-step constants
-  (float64 numpy arrays, computed once; `grid.coef`), or None.
+  prepare: `prepare(path, t_N1, alpha_N1, sigma_N1, settings) -> dict` of per-step constants
+    (float64 numpy arrays, computed once; `grid.coef`), or None.
   """
   step: Callable
-  continuous_only: bool = False
+  paths: tuple = ALL_PATHS
   order: int = 1
+  calls: int | Callable = 1
   history: int = 0
   prepare: Callable | None = None
+  refusals: Any = None  # dict: path name -> why the rule cannot run there
+
+  def refusal(self, path) -> str | None:
+    """Why the rule cannot run on `path` (one line, naming what to use), or None."""
+    if path.name in self.paths:
+      return None
+    why = (self.refusals or {}).get(path.name)
+    if why:
+      return why
+    runs = sorted(n for n, r in SAMPLERS.items() if path.name in r.paths)
+    needs = ("works in continuous time and needs the 'flow' path"
+             if set(self.paths) <= set(CONTINUOUS_PATHS) and not path.continuous
+             else f"runs on the {', '.join(map(repr, self.paths))} paths")
+    return f"it {needs}; for a {path.name!r} path use one of {runs}"
+
+  def network_calls(self, steps: int, coef) -> int:
+    """Sequential network calls of `steps` updates on the grid whose constants are `coef`."""
+    return self.calls * steps if isinstance(self.calls, int) else int(self.calls(coef, steps))
 
 
 # name -> SamplerRule, filled by @register_sampler below (and by any module that adds a sampler).
 SAMPLERS: dict[str, SamplerRule] = {}
 
 
-def register_sampler(name: str, *, continuous_only: bool = False, order: int = 1,
-                     history: int = 0, prepare: Callable | None = None):
+def register_sampler(name: str, **rule):
   """Decorator: registers `step(grid, variables, x, i, key, y_B) -> x_next` as sampler `name`
-  (with `history` > 0: `step(grid, variables, x, hist, i, key, y_B) -> (x_next, hist)`)."""
+  (with history > 0: `step(grid, variables, x, hist, i, key, y_B) -> (x_next, hist)`); `rule`
+  holds the other fields of `SamplerRule` (paths, order, calls, history, prepare, refusals)."""
   def register(step: Callable) -> Callable:
     if name in SAMPLERS:
       # A second registration would silently change what an existing config samples with.
       raise ValueError(f"sampler {name!r} is already registered: {sorted(SAMPLERS)}")
-    SAMPLERS[name] = SamplerRule(step, continuous_only, order, history, prepare)
+    SAMPLERS[name] = SamplerRule(step, **rule)
     return step
   return register
 
 
-def ddim_update(x_hat, eps_hat, alpha_t, sigma_t, alpha_s, sigma_s, eta=0.0, z=None):
-  """One DDIM step t -> s: x_s = alpha_s x_hat + sqrt(sigma_s^2 - c^2) eps_hat + c z.
+@dataclasses.dataclass(frozen=True)
+class SamplerSettings(Settings):
+  """Every setting of a Gaussian-path sampler, its default and its range, declared once.
 
-  c^2 = eta^2 sigma_s^2 (1 - (alpha_t sigma_s)^2 / (alpha_s sigma_t)^2); with eta = 0 (z unused)
-  the step keeps x_hat and eps_hat and mixes them again at the new noise level.
+  sampler: a name in `SAMPLERS`: 'ddpm' (ancestral), 'ddim', 'euler' or 'heun' (the last two
+    need a continuous path), 'edm_heun', 'dpmpp_2m', 'dpmpp_3m', or one added with
+    `register_sampler`. A rule runs on the paths it names (`SamplerRule.paths`).
+  steps: number of updates N >= the rule's order (network calls: `SamplerRule.calls`, N for most,
+    2N for Heun, 2N - 1 for EDM-Heun to sigma = 0; each call is 2B wide under guidance). On a
+    DDPM path the grid is an integer sub-sequence of T..0, steps <= T.
+  sample_shape: shape of one sample, e.g. (2,) or (8, 8, 1).
+  prediction: the network's output, one of `path.predictions`: 'velocity' or 'x0' on the flow,
+    'eps', 'x0' or 'v' on DDPM, 'edm', 'v', 'eps' or 'x0' on EDM (`paths.to_x_eps`).
+  eta: DDIM noise scale, c^2 = eta^2 sigma_s^2 (1 - SNR_t/SNR_s); 0 is deterministic.
+  guidance: w >= 0 in out~ = out(x) + w (out(x, c) - out(x)); None samples with y as given
+    (unconditional if y is None). Needs num_classes > 0.
+  num_classes: K classes of a conditional model; class K is the null class.
+  t_end: final flow time (< 1 when the field is singular at t = 1, e.g. the two-point field).
+  clip_x0: clip x_hat to [-clip_x0, clip_x0] at each step (pixel data), or None.
+  spacing: None (the path's own grid), 'time', 'logsnr' or 'karras' (`spacings.time_grid`);
+  rho: Karras's exponent of the 'karras' spacing, > 0.
+  s_churn, s_tmin, s_tmax, s_noise: EDM-Heun's churn: gamma = min(s_churn / N, sqrt 2 - 1)
+    where s_tmin <= sigma_ve <= s_tmax (None: no upper bound), fresh noise scaled by s_noise;
+    s_churn = 0 (the default) is the deterministic sampler.
   """
-  b = paths_lib._bc
-  ratio = (alpha_t * sigma_s) / (alpha_s * sigma_t)
-  c2 = eta**2 * sigma_s**2 * jnp.maximum(1.0 - ratio**2, 0.0)
-  x_s = b(alpha_s, x_hat) * x_hat + b(jnp.sqrt(jnp.maximum(sigma_s**2 - c2, 0.0)), x_hat) * eps_hat
-  if z is not None:
-    x_s = x_s + b(jnp.sqrt(c2), x_hat) * z
-  return x_s
+  sampler: str = "heun"
+  steps: int = setting(50, POSITIVE)
+  sample_shape: tuple = setting((2,), each(POSITIVE))
+  prediction: str = "velocity"
+  eta: float = setting(0.0, NONNEG)
+  guidance: float | None = setting(None, NONNEG)
+  num_classes: int = setting(0, NONNEG)
+  t_end: float = setting(1.0, OPEN_FRACTION)
+  clip_x0: float | None = setting(None, POSITIVE)
+  spacing: str | None = setting(None, one_of(*spacings.SPACINGS))
+  rho: float = setting(paths_lib.KARRAS_RHO, POSITIVE)
+  s_churn: float = setting(0.0, NONNEG)
+  s_tmin: float = setting(0.0, NONNEG)
+  s_tmax: float | None = setting(None, NONNEG)  # None: no upper bound
+  s_noise: float = setting(1.0, NONNEG)
 
+  def __post_init__(self):
+    super().__post_init__()
+    if self.sampler not in SAMPLERS:
+      self.fail("sampler", f"expected one of {sorted(SAMPLERS)}, got {self.sampler!r}")
+    if not isinstance(self.steps, (int, np.integer)):
+      self.fail("steps", f"the number of sampler steps must be an integer, got {self.steps!r}")
+    if self.steps < SAMPLERS[self.sampler].order:
+      order = SAMPLERS[self.sampler].order
+      self.fail("steps", f"sampler {self.sampler!r} is of order {order} and takes steps >= "
+                f"{order}, got {self.steps}")
+    if self.s_tmax is not None and self.s_tmax < self.s_tmin:
+      self.fail("s_tmax", f"must be >= s_tmin = {self.s_tmin}, got {self.s_tmax}")
+    if self.s_churn and self.sampler != "edm_heun":
+      self.fail("s_churn", f"churn is an option of 'edm_heun', not {self.sampler!r}; got "
+                f"{self.s_churn}")
 
-def ancestral_mean_var(x_t, x_hat, alpha_t, sigma_t, alpha_s, sigma_s):
-  """Mean and variance of the Gaussian posterior q(x_s | x_t, x = x_hat) for s < t in noise."""
-  b = paths_lib._bc
-  alpha_ts = alpha_t / alpha_s
-  sigma_ts2 = sigma_t**2 - alpha_ts**2 * sigma_s**2
-  mean = (b(alpha_ts * sigma_s**2 / sigma_t**2, x_t) * x_t
-          + b(alpha_s * sigma_ts2 / sigma_t**2, x_t) * x_hat)
-  return mean, sigma_ts2 * sigma_s**2 / sigma_t**2
+  @classmethod
+  def of(cls, **settings) -> "SamplerSettings":
+    """`SamplerSettings(**settings)`, an unknown key refused in one line naming the known ones."""
+    known = [f.name for f in dataclasses.fields(cls)]
+    unknown = [k for k in settings if k not in known]
+    if unknown:
+      raise ConfigError(f"{unknown[0]}: not a sampler setting; expected one of {known}")
+    return cls(**settings)
+
+  @classmethod
+  def pick(cls, settings, **overrides) -> "SamplerSettings":
+    """The sampler settings of an object holding them (a run's `gen` settings), with
+    `overrides` (a None override keeps the object's value)."""
+    values = {f.name: getattr(settings, f.name) for f in dataclasses.fields(cls)}
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return cls.of(**values)
 
 
 def guided_output(apply_fn, variables, x_t, tm_1, y_B, guidance, null_class):
@@ -177,106 +241,69 @@ class Grid:
 
 
 # ----------------------------------------------------------------------------- the built-in rules
-# Step i goes from t = t_i to s = t_{i+1}; each body is its equation in the module docstring.
-
-
-@register_sampler("ddpm")
-def ddpm(grid, variables, x, i, key, y_B):
-  """Ancestral: x_s ~ q(x_s | x_t, x = x_hat) = N(mean, var)."""
-  x_hat, _, _ = grid.predict(variables, x, i, y_B)
-  mean, var = ancestral_mean_var(x, x_hat, grid.alpha[i], grid.sigma[i],
-                                 grid.alpha[i + 1], grid.sigma[i + 1])
-  z = jax.random.normal(key, x.shape, x.dtype)
-  return mean + jnp.sqrt(jnp.maximum(var, 0.0)) * z
-
-
-@register_sampler("ddim")
-def ddim(grid, variables, x, i, key, y_B):
-  """x_s = alpha_s x_hat + sqrt(sigma_s^2 - c^2) eps_hat + c z (z unused when eta = 0)."""
-  x_hat, eps_hat, _ = grid.predict(variables, x, i, y_B)
-  z = jax.random.normal(key, x.shape, x.dtype) if grid.eta > 0 else None
-  return ddim_update(x_hat, eps_hat, grid.alpha[i], grid.sigma[i],
-                     grid.alpha[i + 1], grid.sigma[i + 1], grid.eta, z)
-
-
-@register_sampler("euler", continuous_only=True)
-def euler(grid, variables, x, i, key, y_B):
-  """x_s = x_t + h v(x_t, t), h = s - t."""
-  h = grid.t[i + 1] - grid.t[i]
-  return x + h * grid.velocity(variables, x, i, y_B)
-
-
-@register_sampler("heun", continuous_only=True)
-def heun(grid, variables, x, i, key, y_B):
-  """x' = x_t + h v(x_t, t); x_s = x_t + h/2 (v(x_t, t) + v(x', s))."""
-  h = grid.t[i + 1] - grid.t[i]
-  v_t = grid.velocity(variables, x, i, y_B)
-  x_e = x + h * v_t
-  return x + 0.5 * h * (v_t + grid.velocity(variables, x_e, i + 1, y_B))
-
-
-register_sampler("edm_heun", order=2, prepare=solvers.edm_heun_coefficients)(solvers.edm_heun)
+# Each update is its equation in `solvers`' docstring; here, what the registry knows of it.
+register_sampler("ddpm")(solvers.ddpm)
+register_sampler("ddim")(solvers.ddim)
+register_sampler("euler", paths=CONTINUOUS_PATHS)(solvers.euler)
+register_sampler("heun", paths=("flow",), calls=2, refusals={
+    "edm": "it calls the network at sigma = 0, where c_noise = ln(0)/4; use 'edm_heun' (its "
+           "last step is Euler)"})(solvers.heun)
+register_sampler("edm_heun", order=2, calls=solvers.edm_heun_calls,
+                 prepare=solvers.edm_heun_coefficients)(solvers.edm_heun)
 register_sampler("dpmpp_2m", order=2, history=1,
                  prepare=solvers.multistep_coefficients(2))(solvers.dpmpp)
 register_sampler("dpmpp_3m", order=3, history=2,
                  prepare=solvers.multistep_coefficients(3))(solvers.dpmpp)
 
 
-def _check_churn(s_churn, s_tmin, s_tmax, s_noise):
-  if not s_churn >= 0 or not s_tmin >= 0 or not s_noise >= 0:
-    raise ValueError(f"s_churn={s_churn}, s_tmin={s_tmin}, s_noise={s_noise}: each must be >= 0")
-  if s_tmax is not None and not s_tmax >= s_tmin:
-    raise ValueError(f"s_tmax={s_tmax}: expected s_tmax >= s_tmin = {s_tmin} (None: no bound)")
+def plan_grid(path, settings: SamplerSettings):
+  """The host side of a sampler on `path`: (rule, t_N1, alpha_N1, sigma_N1, coef), float64
+  numpy, once the rule is known to run on the path; its network calls are
+  `rule.network_calls(steps, coef)`."""
+  rule = SAMPLERS[settings.sampler]
+  why = rule.refusal(path)
+  if why:
+    raise ConfigError(f"sampler={settings.sampler!r} cannot run on the {path.name!r} path: {why}")
+  t_N1 = spacings.time_grid(path, settings.steps, settings.spacing, rho=settings.rho,
+                            t_end=settings.t_end)
+  alpha_N1, sigma_N1 = (np.asarray(a, np.float64) for a in path.alpha_sigma(t_N1))
+  coef = (None if rule.prepare is None
+          else rule.prepare(path, t_N1, alpha_N1, sigma_N1, settings))
+  return rule, t_N1, alpha_N1, sigma_N1, coef
 
 
-def build_parts(apply_fn, path, *, sampler, steps, sample_shape, prediction, eta, guidance,
-                num_classes, t_end, clip_x0, spacing=None, rho=7.0, s_churn=0.0, s_tmin=0.0,
-                s_tmax=None, s_noise=1.0):
-  """Validates `make_sampler`'s settings and returns (init_fn, step_fn, n_steps, rule): the scan
-  here and the one-step-at-a-time forms of `jaxdl.generative.stepwise` build from it."""
-  if sampler not in SAMPLERS:
-    raise ValueError(f"sampler={sampler!r}: expected one of {sorted(SAMPLERS)}")
-  if not isinstance(steps, (int, np.integer)) or steps < 1:
-    raise ValueError(f"steps={steps!r}: the number of sampler steps must be an integer >= 1")
-  rule = SAMPLERS[sampler]
-  if rule.continuous_only and not path.continuous:
-    discrete = sorted(n for n, r in SAMPLERS.items() if not r.continuous_only)
-    raise ValueError(f"sampler={sampler!r} works in continuous time and needs the 'flow' path; "
-                     f"for a {path.name!r} path use one of {discrete}")
-  refused = getattr(path, "refuses", {}).get(sampler)
-  if refused:
-    raise ValueError(f"sampler={sampler!r} cannot run on the {path.name!r} path: {refused}")
-  if steps < rule.order:
-    raise ValueError(f"steps={steps}: sampler={sampler!r} is of order {rule.order} and takes "
-                     f"steps >= {rule.order}")
-  _check_churn(s_churn, s_tmin, s_tmax, s_noise)
-  if s_churn and sampler != "edm_heun":
-    raise ValueError(f"s_churn={s_churn}: churn is an option of 'edm_heun', not {sampler!r}")
+def network_calls(path, **settings) -> int:
+  """Sequential network calls per sample of the sampler `settings` (`SamplerSettings`' keys:
+  sampler, steps, spacing, rho, ...) describe on `path`, each one 2B wide under guidance;
+  nothing is compiled (`make_sampler`'s `sample.calls` is the same number)."""
+  settings = SamplerSettings.of(**settings)
+  rule, *_, coef = plan_grid(path, settings)
+  return rule.network_calls(settings.steps, coef)
+
+
+def build_parts(apply_fn, path, settings: SamplerSettings):
+  """Returns (init_fn, step_fn, rule, calls) of the sampler `settings` describe: the scan here
+  and the one-step-at-a-time forms of `jaxdl.generative.stepwise` build from it."""
+  rule, t_N1, alpha_N1, sigma_N1, coef_np = plan_grid(path, settings)
   # The conversions to (x_hat, eps_hat) hold only on their paths: elsewhere they would return
   # a wrong x_hat silently, so a prediction that does not fit the path is refused here.
-  paths_lib.check_prediction(prediction, path)
-  if guidance is not None and not num_classes:
-    raise ValueError(f"guidance={guidance}: classifier-free guidance needs a class-conditional "
-                     "model (num_classes > 0 with a null class); this model is unconditional")
-  if eta < 0:
-    raise ValueError(f"eta={eta}: expected eta >= 0")
-
-  t_N1 = spacings.time_grid(path, steps, spacing, rho=rho, t_end=t_end)
-  alpha_N1, sigma_N1 = (np.asarray(a, np.float64) for a in path.alpha_sigma(t_N1))
+  paths_lib.check_prediction(settings.prediction, path)
+  if settings.guidance is not None and not settings.num_classes:
+    raise ConfigError(f"guidance={settings.guidance}: classifier-free guidance needs a "
+                      "class-conditional model (num_classes > 0 with a null class); this model "
+                      "is unconditional")
   da, ds = path.d_alpha_sigma(t_N1) if path.continuous else (None, None)
-  coef = None
-  if rule.prepare is not None:
-    options = dict(s_churn=s_churn, s_tmin=s_tmin, s_tmax=s_tmax, s_noise=s_noise)
-    coef = {k: jnp.asarray(v, jnp.bool_ if v.dtype == bool else jnp.float32)
-            if isinstance(v, np.ndarray) else v
-            for k, v in rule.prepare(path, t_N1, alpha_N1, sigma_N1, options).items()}
+  coef = None if coef_np is None else {
+      k: jnp.asarray(v, jnp.bool_ if v.dtype == bool else jnp.float32)
+      if isinstance(v, np.ndarray) else v for k, v in coef_np.items()}
   grid = Grid(
       t=jnp.asarray(t_N1, jnp.float32), tm=jnp.asarray(path.model_time(t_N1), jnp.float32),
       alpha=jnp.asarray(alpha_N1, jnp.float32), sigma=jnp.asarray(sigma_N1, jnp.float32),
-      eta=eta, d_alpha=da, d_sigma=ds, apply_fn=apply_fn, prediction=prediction,
-      guidance=guidance, null_class=num_classes if num_classes else None,
-      clip_x0=None if clip_x0 is None else clip_x0 / path.data_scale, coef=coef,
-      model_time=path.model_time)
+      eta=settings.eta, d_alpha=da, d_sigma=ds, apply_fn=apply_fn,
+      prediction=settings.prediction, guidance=settings.guidance,
+      null_class=settings.num_classes or None,
+      clip_x0=None if settings.clip_x0 is None else settings.clip_x0 / path.data_scale,
+      coef=coef, model_time=path.model_time)
 
   def step_fn(variables, carry, i, key, y_B):
     """One update on the scan's carry (x, hist); hist is () for a one-step rule."""
@@ -286,9 +313,9 @@ def build_parts(apply_fn, path, *, sampler, steps, sample_shape, prediction, eta
     return rule.step(grid, variables, x, i, key, y_B), hist
 
   def init_fn(rng, num):
-    return jax.random.normal(rng, (num,) + tuple(sample_shape), jnp.float32)
+    return jax.random.normal(rng, (num,) + tuple(settings.sample_shape), jnp.float32)
 
-  return init_fn, step_fn, steps, rule
+  return init_fn, step_fn, rule, rule.network_calls(settings.steps, coef_np)
 
 
 def check_labels(y, num, num_classes):
@@ -305,12 +332,7 @@ def check_labels(y, num, num_classes):
   return jnp.broadcast_to(jnp.asarray(y, jnp.int32), (num,))
 
 
-def make_sampler(apply_fn: Callable, path, *, sampler: str = "heun", steps: int = 50,
-                 sample_shape=(2,), prediction: str = "velocity", eta: float = 0.0,
-                 guidance: float | None = None, num_classes: int = 0, t_end: float = 1.0,
-                 clip_x0: float | None = None, return_trajectory: bool = False,
-                 spacing: str | None = None, rho: float = 7.0, s_churn: float = 0.0,
-                 s_tmin: float = 0.0, s_tmax: float | None = None, s_noise: float = 1.0):
+def make_sampler(apply_fn: Callable, path, *, return_trajectory: bool = False, **settings):
   """Builds a jitted sampler for a denoiser trained on `path`.
 
   Args:
@@ -318,42 +340,24 @@ def make_sampler(apply_fn: Callable, path, *, sampler: str = "heun", steps: int 
       convention; `t_1` is `path.model_time(t)` with shape (1,), shared by the batch; y = None
       or the null class means unconditional).
     path: `paths.FlowPath()`, a `paths.DDPMPath` or a `paths.EDMPath` (`paths.make_path`).
-    sampler: a name in `SAMPLERS`: 'ddpm' (ancestral), 'ddim', 'euler' or 'heun' (the last two
-      need a continuous path), 'edm_heun', 'dpmpp_2m', 'dpmpp_3m', or one added with
-      `register_sampler`. A path may refuse one (`path.refuses`: 'heun' on EDM).
-    steps: number of updates N >= the rule's order (network calls: N; 2N for Heun, 2N - 1 for
-      EDM-Heun to sigma = 0; doubled under guidance). On a DDPM path the grid is an integer
-      sub-sequence of T..0, steps <= T.
-    sample_shape: shape of one sample, e.g. (2,) or (8, 8, 1).
-    prediction: the network's output, one of `path.predictions`: 'velocity' or 'x0' on the flow,
-      'eps', 'x0' or 'v' on DDPM, 'edm', 'v', 'eps' or 'x0' on EDM (`paths.to_x_eps`); another
-      raises ValueError.
-    eta: DDIM noise scale, c^2 = eta^2 sigma_s^2 (1 - SNR_t/SNR_s); 0 is deterministic.
-    guidance: w in out~ = out(x) + w (out(x, c) - out(x)); None samples with y as given
-      (unconditional if y is None). Needs num_classes > 0.
-    num_classes: K classes of a conditional model; class K is the null class.
-    t_end: final flow time (< 1 when the field is singular at t = 1, e.g. the two-point field).
-    clip_x0: clip x_hat to [-clip_x0, clip_x0] at each step (pixel data), or None.
     return_trajectory: also return x_t at every grid point, shape (N + 1, B, ...), noise first
       (in the path's coordinates: on EDM the data end holds x / sigma_data).
-    spacing: None (the path's own grid), 'time', 'logsnr' or 'karras' (`spacings.time_grid`);
-      rho: Karras's exponent, > 0.
-    s_churn, s_tmin, s_tmax, s_noise: EDM-Heun's churn: gamma = min(s_churn / N, sqrt 2 - 1)
-      where s_tmin <= sigma_ve <= s_tmax (None: no upper bound), fresh noise scaled by s_noise;
-      s_churn = 0 (the default) is the deterministic sampler.
+    **settings: the keys of `SamplerSettings` (sampler, steps, sample_shape, prediction, eta,
+      guidance, num_classes, t_end, clip_x0, spacing, rho, s_churn, s_tmin, s_tmax, s_noise),
+      each checked there; a key left out takes its default there. A bad one raises ConfigError.
 
   Returns:
     `sample(variables, rng, num, y=None, x_init=None)` -> x_B... (or (x_B..., traj_N1xB...)):
     starts from x_init (num, *sample_shape) if given, else eps ~ N(0, I) drawn from `rng`, and
     runs the N updates as one `lax.scan`; step i uses the key fold_in(rng_loop, i); returns
     path.data_scale x_N. `y` is an int or (num,) ints in 0..K-1, checked before the compiled call.
+    `sample.calls` is the sequential network calls per sample, `sample.settings` the
+    `SamplerSettings` it was built with.
   """
-  init_fn, step_fn, n, rule = build_parts(
-      apply_fn, path, sampler=sampler, steps=steps, sample_shape=sample_shape,
-      prediction=prediction, eta=eta, guidance=guidance, num_classes=num_classes, t_end=t_end,
-      clip_x0=clip_x0, spacing=spacing, rho=rho, s_churn=s_churn, s_tmin=s_tmin, s_tmax=s_tmax,
-      s_noise=s_noise)
-  needs_y = guidance is not None
+  settings = SamplerSettings.of(**settings)
+  init_fn, step_fn, rule, calls = build_parts(apply_fn, path, settings)
+  n, num_classes, sample_shape = settings.steps, settings.num_classes, settings.sample_shape
+  needs_y = settings.guidance is not None
   data_scale = path.data_scale
 
   def core(variables, rng, num, y_B, x_init):
@@ -380,5 +384,5 @@ def make_sampler(apply_fn: Callable, path, *, sampler: str = "heun", steps: int 
                        f"{(int(num),) + tuple(sample_shape)}")
     return core_jit(variables, rng, int(num), check_labels(y, int(num), num_classes), x_init)
 
-  sample.n_steps = n
+  sample.calls, sample.settings = calls, settings
   return sample

@@ -22,9 +22,10 @@ from typing import ClassVar
 
 import ml_collections
 
-from jaxdl.generative import paths, samplers, spacings
+from jaxdl.generative import paths, samplers
 from jaxdl.schema import (NONNEG, POSITIVE, UNIT, ConfigError, Settings, default_section, one_of,
                           parse_section, setting)
+from jaxdl.train.tasks import kind_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,45 +36,28 @@ class GenSettings(Settings):
   sample_shape: tuple = (2,)    # what `jaxdl sample` draws: model.data_shape
   eval_num: int = setting(2000, POSITIVE)   # samples the post-training checks draw
   # The digits judge of the class checks (`jaxdl.course.digits_judge`): 'svm' (an RBF SVM,
-  # seconds to fit) or an experiment spec trained into <workdir>/classifier ('digits_cnn').
-  classifier: str = "svm"
+  # seconds to fit) or 'digits_cnn' (its config trained into <workdir>/classifier).
+  classifier: str = setting("svm", one_of("svm", "digits_cnn"))
   # K classes of a class-conditional run: only the Gaussian paths condition (their `gen` section
   # has the key); every other family is unconditional.
   num_classes: ClassVar[int] = 0
 
 
 @dataclasses.dataclass(frozen=True)
-class PathSettings(GenSettings):
+class PathSettings(GenSettings, samplers.SamplerSettings):
   """flow_matching's `gen` section (DDPMSettings changes two defaults).
 
   path: 'flow' for flow_matching; 'ddpm' uses `schedule` and `T`. `prediction` is the network's
   output and regression target (`jaxdl.generative.losses`); `num_classes` K > 0 conditions on
   the label, each replaced by the null class K with probability `p_uncond` in training
-  (classifier-free guidance). The sampler keys are `make_run_sampler`'s defaults.
+  (classifier-free guidance). The sampler keys (sampler, steps, eta, guidance, clip_x0, spacing,
+  rho, the churn, t_end) are `samplers.SamplerSettings`', declared there with their defaults:
+  what `make_run_sampler` and `jaxdl sample` draw with.
   """
   schedule: str = setting("linear", one_of(*paths.SCHEDULES))
   T: int = setting(1000, POSITIVE)
-  prediction: str = "velocity"
-  num_classes: int = setting(0, NONNEG)     # 0: unconditional
+  num_classes: int = setting(0, NONNEG)     # 0: unconditional (GenSettings' ClassVar otherwise)
   p_uncond: float = setting(0.1, UNIT)
-  sampler: str = setting("heun", one_of(*samplers.SAMPLERS))
-  steps: int = setting(50, POSITIVE)
-  eta: float = setting(0.0, NONNEG)
-  guidance: float | None = None             # w: (1 + w) f(x, y) - w f(x, null); None: unguided
-  clip_x0: float | None = setting(None, POSITIVE)
-  # The grid: None is the path's own ('time'; 'karras' on EDM); `jaxdl.generative.spacings`.
-  spacing: str | None = setting(None, one_of(*spacings.SPACINGS))
-  rho: float = setting(7.0, POSITIVE)       # Karras's exponent of the 'karras' spacing
-  # EDM-Heun's churn (`jaxdl.generative.solvers`): 0 is the deterministic sampler.
-  s_churn: float = setting(0.0, NONNEG)
-  s_tmin: float = setting(0.0, NONNEG)
-  s_tmax: float | None = setting(None, NONNEG)  # None: no upper bound
-  s_noise: float = setting(1.0, NONNEG)
-
-  def __post_init__(self):
-    super().__post_init__()
-    if self.s_tmax is not None and self.s_tmax < self.s_tmin:
-      self.fail("s_tmax", f"must be >= s_tmin = {self.s_tmin}, got {self.s_tmax}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,10 +128,11 @@ def default_gen_config(task: str) -> ml_collections.ConfigDict:
 def path_from_config(config, settings: PathSettings | None = None):
   """The Gaussian path of the run: FlowPath for 'flow_matching', DDPMPath for 'ddpm', EDMPath
   for 'edm'."""
-  if config.task == "flow_matching":
+  path = kind_of(config.task).path
+  if path == "flow":
     return paths.FlowPath()
   settings = settings or parse_gen(config)
-  if config.task == "edm":
+  if path == "edm":
     return paths.EDMPath(sigma_data=settings.sigma_data, sigma_min=settings.sigma_min,
                          sigma_max=settings.sigma_max, p_mean=settings.p_mean,
                          p_std=settings.p_std)

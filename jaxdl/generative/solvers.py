@@ -1,10 +1,25 @@
-"""The EDM Heun sampler and DPM-Solver++ as update rules of `jaxdl.generative.samplers`.
+"""The update rules of the Gaussian-path samplers (registered in `jaxdl.generative.samplers`).
 
-Both step in the noise level sigma_ve = sigma / alpha = exp(-lambda) of any Gaussian path, in which
-the probability-flow ODE of y = x_t / alpha reads dy / d sigma_ve = eps_hat (`paths`); the state
-the scan carries stays x_t = alpha y. Step i goes from t = t_i to s = t_{i+1}; every coefficient
-that depends only on the grid is computed once on the host, in float64 (`*_coefficients`, the
-rules' `prepare`), and read as grid.coef[name][i].
+Step i goes from t = t_i to s = t_{i+1}, with (alpha, sigma) the path's coefficients; every rule
+works on the pair (x_hat, eps_hat) the network's output converts to (`grid.predict`):
+
+  'ddim'   x_s = alpha_s x_hat + sqrt(sigma_s^2 - c^2) eps_hat + c z,
+           c^2 = eta^2 sigma_s^2 (1 - SNR_t / SNR_s), SNR = alpha^2 / sigma^2   (Song et al., 2021)
+           eta = 0 is deterministic; eta = 1 has the variance of the ancestral step. On the flow
+           path DDIM with eta = 0 is exactly the Euler step.
+  'ddpm'   ancestral: x_s ~ q(x_s | x_t, x = x_hat) = N(mean, var) with alpha_ts = alpha_t/alpha_s,
+           sigma_ts^2 = sigma_t^2 - alpha_ts^2 sigma_s^2,
+           mean = alpha_ts sigma_s^2/sigma_t^2 x_t + alpha_s sigma_ts^2/sigma_t^2 x_hat,
+           var = sigma_ts^2 sigma_s^2 / sigma_t^2      (Ho et al., 2020, on any sub-sequence).
+  'euler'  x_s = x_t + h v(x_t, t), h = s - t, v = alpha' x_hat + sigma' eps_hat
+           (flow: x_hat - eps_hat).
+  'heun'   x' = x_t + h v(x_t, t); x_s = x_t + h/2 (v(x_t, t) + v(x', s)).
+
+EDM-Heun and DPM-Solver++ step in the noise level sigma_ve = sigma / alpha = exp(-lambda) of any
+Gaussian path (`spacings.sigma_ve`), in which the probability-flow ODE of y = x_t / alpha reads
+dy / d sigma_ve = eps_hat (`paths`); the state the scan carries stays x_t = alpha y. Every
+coefficient that depends only on the grid is computed once on the host, in float64
+(`*_coefficients`, the rules' `prepare`), and read as grid.coef[name][i].
 
 'edm_heun' (Karras et al., 2022, algorithm 2). Optional churn first raises the noise level to
   sig^ = sig_t (1 + gamma_t), gamma_t = min(S_churn / N, sqrt 2 - 1) where S_min <= sig_t <= S_max
@@ -39,24 +54,79 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-
-def _ve_sigma(alpha_N1, sigma_N1):
-  with np.errstate(divide="ignore"):
-    return sigma_N1 / alpha_N1
+from jaxdl.generative import paths as paths_lib
+from jaxdl.generative import spacings
 
 
-def edm_heun_coefficients(path, t_N1, alpha_N1, sigma_N1, options):
-  """Per-step constants of 'edm_heun': the churned time and scales, and which steps correct."""
+def ddim_update(x_hat, eps_hat, alpha_t, sigma_t, alpha_s, sigma_s, eta=0.0, z=None):
+  """One DDIM step t -> s: x_s = alpha_s x_hat + sqrt(sigma_s^2 - c^2) eps_hat + c z.
+
+  c^2 = eta^2 sigma_s^2 (1 - (alpha_t sigma_s)^2 / (alpha_s sigma_t)^2); with eta = 0 (z unused)
+  the step keeps x_hat and eps_hat and mixes them again at the new noise level.
+  """
+  b = paths_lib._bc
+  ratio = (alpha_t * sigma_s) / (alpha_s * sigma_t)
+  c2 = eta**2 * sigma_s**2 * jnp.maximum(1.0 - ratio**2, 0.0)
+  x_s = b(alpha_s, x_hat) * x_hat + b(jnp.sqrt(jnp.maximum(sigma_s**2 - c2, 0.0)), x_hat) * eps_hat
+  if z is not None:
+    x_s = x_s + b(jnp.sqrt(c2), x_hat) * z
+  return x_s
+
+
+def ancestral_mean_var(x_t, x_hat, alpha_t, sigma_t, alpha_s, sigma_s):
+  """Mean and variance of the Gaussian posterior q(x_s | x_t, x = x_hat) for s < t in noise."""
+  b = paths_lib._bc
+  alpha_ts = alpha_t / alpha_s
+  sigma_ts2 = sigma_t**2 - alpha_ts**2 * sigma_s**2
+  mean = (b(alpha_ts * sigma_s**2 / sigma_t**2, x_t) * x_t
+          + b(alpha_s * sigma_ts2 / sigma_t**2, x_t) * x_hat)
+  return mean, sigma_ts2 * sigma_s**2 / sigma_t**2
+
+
+def ddpm(grid, variables, x, i, key, y_B):
+  """Ancestral: x_s ~ q(x_s | x_t, x = x_hat) = N(mean, var)."""
+  x_hat, _, _ = grid.predict(variables, x, i, y_B)
+  mean, var = ancestral_mean_var(x, x_hat, grid.alpha[i], grid.sigma[i],
+                                 grid.alpha[i + 1], grid.sigma[i + 1])
+  z = jax.random.normal(key, x.shape, x.dtype)
+  return mean + jnp.sqrt(jnp.maximum(var, 0.0)) * z
+
+
+def ddim(grid, variables, x, i, key, y_B):
+  """x_s = alpha_s x_hat + sqrt(sigma_s^2 - c^2) eps_hat + c z (z unused when eta = 0)."""
+  x_hat, eps_hat, _ = grid.predict(variables, x, i, y_B)
+  z = jax.random.normal(key, x.shape, x.dtype) if grid.eta > 0 else None
+  return ddim_update(x_hat, eps_hat, grid.alpha[i], grid.sigma[i],
+                     grid.alpha[i + 1], grid.sigma[i + 1], grid.eta, z)
+
+
+def euler(grid, variables, x, i, key, y_B):
+  """x_s = x_t + h v(x_t, t), h = s - t."""
+  h = grid.t[i + 1] - grid.t[i]
+  return x + h * grid.velocity(variables, x, i, y_B)
+
+
+def heun(grid, variables, x, i, key, y_B):
+  """x' = x_t + h v(x_t, t); x_s = x_t + h/2 (v(x_t, t) + v(x', s))."""
+  h = grid.t[i + 1] - grid.t[i]
+  v_t = grid.velocity(variables, x, i, y_B)
+  x_e = x + h * v_t
+  return x + 0.5 * h * (v_t + grid.velocity(variables, x_e, i + 1, y_B))
+
+
+def edm_heun_coefficients(path, t_N1, alpha_N1, sigma_N1, settings):
+  """Per-step constants of 'edm_heun': the churned time and scales, and which steps correct
+  (`settings`: the sampler's `SamplerSettings`, whose churn keys it reads)."""
   n = len(t_N1) - 1
-  sig_N1 = _ve_sigma(alpha_N1, sigma_N1)
+  sig_N1 = spacings.sigma_ve(path, t_N1)
   sig_N, finite_N = sig_N1[:-1], np.isfinite(sig_N1[:-1])
-  s_tmax = math.inf if options["s_tmax"] is None else options["s_tmax"]
+  s_tmax = math.inf if settings.s_tmax is None else settings.s_tmax
   level_N = sig_N * path.data_scale  # S_min, S_max are in the data's units (Karras's sigma)
-  in_range_N = finite_N & (level_N >= options["s_tmin"]) & (level_N <= s_tmax)
-  gamma_N = np.where(in_range_N, min(options["s_churn"] / n, math.sqrt(2) - 1), 0.0)
+  in_range_N = finite_N & (level_N >= settings.s_tmin) & (level_N <= s_tmax)
+  gamma_N = np.where(in_range_N, min(settings.s_churn / n, math.sqrt(2) - 1), 0.0)
   churn = bool(np.any(gamma_N > 0))
   if churn and not path.continuous:
-    raise ValueError(f"s_churn={options['s_churn']}: churn raises sigma to levels between the "
+    raise ValueError(f"s_churn={settings.s_churn}: churn raises sigma to levels between the "
                      f"grid's times, which the discrete {path.name!r} path does not have; use "
                      "s_churn=0 or a continuous path")
   sig_hat_N = sig_N * (1 + gamma_N)
@@ -75,9 +145,14 @@ def edm_heun_coefficients(path, t_N1, alpha_N1, sigma_N1, options):
     alpha_hat_N, sigma_hat_N = (np.asarray(a, np.float64) for a in path.alpha_sigma(t_hat_N))
     out.update(t_hat=t_hat_N, alpha_hat=alpha_hat_N, sigma_hat=sigma_hat_N,
                scale=np.where(gamma_N > 0, alpha_hat_N / alpha_N1[:-1], 1.0),
-               noise=np.where(gamma_N > 0, alpha_hat_N * options["s_noise"]
+               noise=np.where(gamma_N > 0, alpha_hat_N * settings.s_noise
                               * np.sqrt(np.maximum(sig_hat_N**2 - sig_N**2, 0.0)), 0.0))
   return out
+
+
+def edm_heun_calls(coef, steps: int) -> int:
+  """Network calls of N steps of 'edm_heun': N, plus one for each step with Heun's correction."""
+  return steps + int(np.sum(coef["heun"]))
 
 
 def edm_heun(grid, variables, x, i, key, y_B):
@@ -125,8 +200,8 @@ def _multistep_weights(h, h1, h2, order):
 def multistep_coefficients(order: int):
   """`prepare` of DPM-Solver++(order M): per step the weights w_i of
   x_s = w0 x_t + w1 D_i + w2 D_{i-1} + w3 D_{i-2}."""
-  def prepare(path, t_N1, alpha_N1, sigma_N1, options):
-    del path, t_N1, options
+  def prepare(path, t_N1, alpha_N1, sigma_N1, settings):
+    del path, t_N1, settings
     with np.errstate(divide="ignore"):
       lam_N1 = np.log(alpha_N1) - np.log(sigma_N1)
     h_N = np.diff(lam_N1)

@@ -5,7 +5,7 @@ one variable of the noise level sigma_ve = sigma / alpha (`paths`):
 
   'time'     t itself: the path's own grid (`path.time_grid`; on EDM t = sigma_ve)
   'logsnr'   lambda = -log sigma_ve, half the log signal-to-noise ratio (Lu et al., 2022)
-  'karras'   sigma_ve^(1/rho), rho = 7 by default (Karras et al., 2022, eq. 5)
+  'karras'   sigma_ve^(1/rho), rho = `paths.KARRAS_RHO` by default (Karras et al., 2022, eq. 5)
 
 over the finite, nonzero noise levels the grid visits:
   DDPM   N points from t = T down to t = 1, then t = 0 (alpha_bar = 1: the data); the points are
@@ -25,13 +25,14 @@ SPACINGS = ("time", "logsnr", "karras")
 
 
 def sigma_ve(path, t_N1):
-  """sigma / alpha at each time (inf where alpha = 0), float64."""
+  """sigma / alpha at each time (inf where alpha = 0), float64: the noise level the grids and
+  the EDM / DPM-Solver++ rules (`solvers`) step in."""
   alpha, sigma = (np.asarray(a, np.float64) for a in path.alpha_sigma(np.asarray(t_N1)))
   with np.errstate(divide="ignore"):
     return sigma / alpha
 
 
-def spaced_sigmas(n: int, hi: float, lo: float, spacing: str, rho: float = 7.0):
+def spaced_sigmas(n: int, hi: float, lo: float, spacing: str, rho: float):
   """n noise levels from hi down to lo, evenly spaced in sigma ('time'), log sigma ('logsnr') or
   sigma^(1/rho) ('karras'); float64."""
   if spacing == "karras":
@@ -41,20 +42,18 @@ def spaced_sigmas(n: int, hi: float, lo: float, spacing: str, rho: float = 7.0):
   return np.linspace(hi, lo, n)
 
 
-def time_grid(path, steps: int, spacing: str | None = None, *, rho: float = 7.0,
-              t_end: float = 1.0):
+def time_grid(path, steps: int, spacing: str | None = None, *,
+              rho: float = paths_lib.KARRAS_RHO, t_end: float = 1.0):
   """The N + 1 = steps + 1 times of a sampler on `path` (see the module docstring); spacing
   None is the path's own grid ('time' on DDPM and the flow, 'karras' on EDM)."""
   if spacing is not None and spacing not in SPACINGS:
     raise ValueError(f"spacing={spacing!r}: expected one of {SPACINGS}")
-  if not rho > 0:
-    raise ValueError(f"rho={rho}: expected rho > 0 (Karras et al. use 7)")
   if path.name == "edm":
     if t_end != 1.0:
       raise ValueError(f"t_end={t_end}: the EDM path's grid always ends at sigma = 0")
     if spacing in (None, "karras"):
       return path.time_grid(steps, rho)
-    return np.append(spaced_sigmas(steps, path.sigma_max, path.sigma_min, spacing), 0.0)
+    return np.append(spaced_sigmas(steps, path.sigma_max, path.sigma_min, spacing, rho), 0.0)
   uniform = path.time_grid(steps, t_end) if path.continuous else path.time_grid(steps)
   if spacing in (None, "time") or steps < 2:
     return uniform

@@ -7,8 +7,8 @@ Both read `config.gen` (`jaxdl.generative.settings.PathSettings`):
               'v' for DDPM; 'edm', Karras's F, for EDM), see `jaxdl.generative.losses`
   num_classes, p_uncond: class conditioning; each label becomes the null class K = num_classes
               with probability p_uncond in training (classifier-free guidance)
-  sample_shape, sampler, steps, eta, guidance, clip_x0, spacing, rho, s_churn, s_tmin, s_tmax,
-  s_noise:    the default sampler of `make_run_sampler` (and `jaxdl sample`)
+  sampler, steps, eta, guidance, ...: the default sampler of `make_run_sampler` (and `jaxdl
+              sample`), `samplers.SamplerSettings`' keys
 
 Batches are {'x': (B, ...)} and optionally {'y': int (B,)} and {'mask': (B,)}. The loss draws t
 from rngs['time'], eps from rngs['noise'] and the condition drop from rngs['label_drop']; in
@@ -21,7 +21,7 @@ import jax
 
 from jaxdl.generative import losses, samplers
 from jaxdl.generative.settings import default_gen_config, parse_gen, path_from_config
-from jaxdl.train.tasks import Task, register_task
+from jaxdl.train.tasks import Family, Task, register_task
 
 _EVAL_KEY = 20260101
 
@@ -56,48 +56,40 @@ def _make_task(config) -> Task:
                                        prediction=prediction, mask_B=batch.get("mask"))
     return loss, ({}, new_state["state"])
 
-  return Task(loss_fn, kind="generative")
+  return Task(loss_fn)
 
 
-@register_task("flow_matching")
+@register_task("flow_matching", Family.GENERATIVE, path="flow", likelihood="ode")
 def flow_matching(config, train_settings) -> Task:
   """Velocity MSE on x_t = t x + (1 - t) eps, t ~ U[0, 1]."""
   del train_settings
   return _make_task(config)
 
 
-@register_task("ddpm")
+@register_task("ddpm", Family.GENERATIVE, path="ddpm", likelihood="ode")
 def ddpm(config, train_settings) -> Task:
   """eps-MSE (or x0 / v) on x_t = sqrt(alpha_bar_t) x + sqrt(1 - alpha_bar_t) eps, t ~ U{1..T}."""
   del train_settings
   return _make_task(config)
 
 
-@register_task("edm")
+@register_task("edm", Family.GENERATIVE, path="edm")
 def edm(config, train_settings) -> Task:
   """Karras et al.'s loss: the MSE of F on the EDM path, ln sigma ~ N(p_mean, p_std^2)."""
   del train_settings
   return _make_task(config)
 
 
-def make_run_sampler(config, model, *, sampler=None, steps=None, guidance=None, eta=None,
-                     sample_shape=None, return_trajectory=False):
-  """`make_sampler` for a trained run: the path, prediction and classes come from its config.
-
-  Arguments left None take the config's `gen.*` defaults, guidance too: to sample a guided run
-  without guidance, pass a copy of its config with `gen.guidance = None`.
+def make_run_sampler(config, model, *, return_trajectory=False, **overrides):
+  """`make_sampler` for a trained run: the path and every sampler setting (prediction, classes,
+  sampler, steps, guidance, ...) come from its `gen` section; `overrides` (keys of
+  `samplers.SamplerSettings`) left None keep the run's values, guidance too: to sample a guided
+  run without guidance, pass a copy of its config with `gen.guidance = None`.
   """
   gen = parse_gen(config)
-  if sample_shape is None:
-    sample_shape = tuple(gen.sample_shape)
-  return samplers.make_sampler(
-      model.apply, path_from_config(config, gen), sampler=sampler or gen.sampler,
-      steps=int(gen.steps if steps is None else steps), sample_shape=tuple(sample_shape),
-      prediction=gen.prediction,
-      eta=gen.eta if eta is None else eta, guidance=guidance if guidance is not None else
-      gen.guidance, num_classes=gen.num_classes, clip_x0=gen.clip_x0,
-      return_trajectory=return_trajectory, spacing=gen.spacing, rho=gen.rho,
-      s_churn=gen.s_churn, s_tmin=gen.s_tmin, s_tmax=gen.s_tmax, s_noise=gen.s_noise)
+  settings = samplers.SamplerSettings.pick(gen, **overrides)
+  return samplers.make_sampler(model.apply, path_from_config(config, gen),
+                               return_trajectory=return_trajectory, **vars(settings))
 
 
 # Re-exported: experiments and the likelihood read them from here.

@@ -199,8 +199,10 @@ def apply_rope(x_BxTxHxK, positions_T, base: float = 10000.0):
 
 
 class MultiHeadAttention(nn.Module):
-  """Multi-head self- or cross-attention with output projection W_O; `num_kv_heads` N key/value
-  heads (0: N = H; N < H: grouped-query attention, module docstring).
+  """Multi-head self- or cross-attention with output projection W_O: `n_head` H query heads and
+  `n_kv_head` N key/value heads (N = H: multi-head; N < H: grouped-query attention, module
+  docstring; a model's setting of 0 is resolved to H before it gets here, by
+  `TransformerModel.kv_heads`).
 
   Self-attention uses one fused projection `c_attn` (D -> (H + 2 N) K: queries, keys, values;
   3D and the GPT-2 layout when N = H); cross-attention projects queries with `q_proj` and
@@ -214,8 +216,8 @@ class MultiHeadAttention(nn.Module):
   A cache holds keys/values BxSmaxxNxK; the T new tokens sit at positions pos .. pos + T - 1.
   """
 
-  num_heads: int
-  num_kv_heads: int = 0
+  n_head: int
+  n_kv_head: int
   causal: bool = False
   qk_norm: bool = False
   rope: bool = False
@@ -234,9 +236,9 @@ class MultiHeadAttention(nn.Module):
   def __call__(self, x_BxTxD, context=None, *, train: bool, mask=None, cache=None, pos=0,
                positions=None, return_weights=False):
     b, t, d = x_BxTxD.shape
-    if d % self.num_heads:
-      raise ValueError(f"{self.name}: width {d} is not divisible by num_heads {self.num_heads}")
-    h, n, k = self.num_heads, self.num_kv_heads or self.num_heads, d // self.num_heads
+    if d % self.n_head:
+      raise ValueError(f"{self.name}: width {d} is not divisible by n_head {self.n_head}")
+    h, n, k = self.n_head, self.n_kv_head, d // self.n_head
     check_heads(h, n)
     def dense(features, name, init, bias=self.use_bias):
       return nn.Dense(features, use_bias=bias, kernel_init=init, dtype=self.dtype,

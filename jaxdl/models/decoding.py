@@ -5,13 +5,18 @@ Shapes: B batch, P prompt length, N total length, S cache length, V vocab, L lay
 
 Generation: the prompt fills the cache in one forward pass; each new token t_i is drawn from
 p(t_i | t_<i) = softmax(logits_i / temperature), restricted to the top_k largest logits and to the
-smallest set whose mass reaches top_p, then fed back as one cached decoding step.
+smallest set whose mass reaches top_p (temperature 0: the argmax), then fed back as one cached
+decoding step (`make_generator`, what `jaxdl generate` runs).
 """
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
+
+from jaxdl.schema import ConfigError
 
 
 def init_cache(model, batch_size: int, max_len: int | None = None, dtype=None) -> dict:
@@ -19,7 +24,7 @@ def init_cache(model, batch_size: int, max_len: int | None = None, dtype=None) -
   key/value heads (n_kv_head; fewer than the H query heads under grouped-query attention); for
   mixer='ssm' the recurrent state {'h'} (L, B, E, N), fp32, and the convolution's last inputs
   {'conv'} (L, B, ssm_conv - 1, E), whatever the length."""
-  if getattr(model, "mixer", "attention") == "ssm":
+  if getattr(model, "mixer", None) == "ssm":
     e = model.ssm_expand * model.d_model
     return {"h": jnp.zeros((model.n_layer, batch_size, e, model.ssm_state), jnp.float32),
             "conv": jnp.zeros((model.n_layer, batch_size, model.ssm_conv - 1, e),
@@ -32,11 +37,28 @@ def init_cache(model, batch_size: int, max_len: int | None = None, dtype=None) -
   return {"k": z, "v": z}
 
 
-def sample_logits(rng, logits_BxV, *, temperature=1.0, top_k: int = 0, top_p: float = 1.0,
-                  greedy: bool = False):
-  """Next tokens (B,) from logits: argmax if greedy, else softmax(logits / temperature) sampled
-  after keeping the top_k largest (top_k > 0) and the smallest set whose mass reaches top_p."""
-  if greedy:
+def check_sampling(vocab_size: int, *, temperature: float = 1.0, top_k: int = 0,
+                   top_p: float = 1.0, names=("temperature", "top_k", "top_p")) -> None:
+  """Refuses, in one line naming the setting (`names`: how the caller spells temperature, top_k,
+  top_p), what `sample_logits` cannot draw with: a temperature that is not finite or < 0 (0 is
+  greedy), a top_k outside 0 (all) .. vocab_size, a top_p outside (0, 1]. Checked from the sizes
+  alone, before anything is allocated or compiled."""
+  t_name, k_name, p_name = names
+  if not (isinstance(temperature, (int, float)) and math.isfinite(temperature)
+          and temperature >= 0):
+    raise ConfigError(f"{t_name}: must be a finite number >= 0 (0: greedy), got {temperature!r}")
+  if not (isinstance(top_k, int) and 0 <= top_k <= vocab_size):
+    raise ConfigError(f"{k_name}: must be in 1..{vocab_size} (the model's vocabulary) or 0 "
+                      f"(all tokens), got {top_k!r}")
+  if not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
+    raise ConfigError(f"{p_name}: must be in (0, 1], got {top_p!r}")
+
+
+def sample_logits(rng, logits_BxV, *, temperature=1.0, top_k: int = 0, top_p: float = 1.0):
+  """Next tokens (B,) from logits: the argmax at temperature 0, else softmax(logits / temperature)
+  sampled after keeping the top_k largest (top_k > 0) and the smallest set whose mass reaches
+  top_p."""
+  if temperature == 0:
     return jnp.argmax(logits_BxV, axis=-1)
   neg = jnp.finfo(jnp.float32).min
   logits_BxV = logits_BxV.astype(jnp.float32) / temperature
@@ -53,23 +75,26 @@ def sample_logits(rng, logits_BxV, *, temperature=1.0, top_k: int = 0, top_p: fl
   return jax.random.categorical(rng, logits_BxV, axis=-1)
 
 
-def make_sampler(model, max_new_tokens: int, *, temperature: float = 1.0, top_k: int = 0,
-                 top_p: float = 1.0, greedy: bool = False):
-  """Returns jitted `sample(params, prompt_BxP, rng) -> tokens BxN`, N = P + max_new_tokens.
+def make_generator(model, max_new_tokens: int, *, temperature: float = 1.0, top_k: int = 0,
+                   top_p: float = 1.0):
+  """Returns jitted `generate(params, prompt_BxP, rng) -> tokens BxN`, N = P + max_new_tokens:
+  text continuation (`jaxdl generate`); the Gaussian-path samplers are
+  `jaxdl.generative.samplers.make_sampler`.
 
   Args:
     model: a `GPT` (dropout is switched off for decoding).
     max_new_tokens: tokens appended after the prompt; P + N must fit in block_size for learned
       positions.
-    temperature: logits are divided by it before the softmax (-> 0 approaches greedy).
-    top_k: keep only the k largest logits (0: all).
+    temperature: logits are divided by it before the softmax; 0 takes the argmax (greedy).
+    top_k: keep only the k largest logits, 1 <= k <= vocab_size (0: all).
     top_p: keep the smallest set of tokens whose probability mass reaches p (1.0: all).
-    greedy: take the argmax instead of sampling.
+  A bad value raises ConfigError (`check_sampling`) before anything is compiled.
   """
+  check_sampling(model.vocab_size, temperature=temperature, top_k=top_k, top_p=top_p)
   model = model.clone(dropout=0.0, attn_dropout=0.0)
 
   @jax.jit
-  def sample(params, prompt_BxP, rng):
+  def generate(params, prompt_BxP, rng):
     b, p = prompt_BxP.shape
     total = p + max_new_tokens
     if model.pos == "learned" and total > model.block_size:
@@ -82,8 +107,8 @@ def make_sampler(model, max_new_tokens: int, *, temperature: float = 1.0, top_k:
     def step(i, carry):
       out_BxN, cache, last_BxV, rng = carry
       rng, sub = jax.random.split(rng)
-      tok_B = sample_logits(sub, last_BxV, temperature=temperature, top_k=top_k, top_p=top_p,
-                            greedy=greedy).astype(out_BxN.dtype)
+      tok_B = sample_logits(sub, last_BxV, temperature=temperature, top_k=top_k,
+                            top_p=top_p).astype(out_BxN.dtype)
       out_BxN = jax.lax.dynamic_update_slice(out_BxN, tok_B[:, None], (0, p + i))
       logits, cache = model.apply({"params": params}, tok_B[:, None], train=False, cache=cache,
                                   pos=p + i)
@@ -92,9 +117,9 @@ def make_sampler(model, max_new_tokens: int, *, temperature: float = 1.0, top_k:
     out_BxN, *_ = jax.lax.fori_loop(0, max_new_tokens, step, (out_BxN, cache, logits[:, -1], rng))
     return out_BxN
 
-  return sample
+  return generate
 
 
 def generate(model, params, prompt_BxP, rng, max_new_tokens: int, **sampling):
-  """One-off convenience around `make_sampler` (which callers should keep to reuse the jit)."""
-  return make_sampler(model, max_new_tokens, **sampling)(params, prompt_BxP, rng)
+  """One-off convenience around `make_generator` (which callers should keep to reuse the jit)."""
+  return make_generator(model, max_new_tokens, **sampling)(params, prompt_BxP, rng)

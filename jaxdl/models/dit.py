@@ -16,8 +16,9 @@ makes a modulation (Dense_6D, Dense_2D) and the output Dense_{P^2 C} start at ze
 initialization every gate g is 0, every block is exactly the identity on the token stream, and
 the output is exactly 0 whatever x, t and y. Attention and MLP are the shared
 `attention.MultiHeadAttention` (non-causal) and `transformer.MlpBlock`, configured by the
-`TransformerModel` settings through a `BlockSpec`; the position embedding is the paper's fixed
-2-D sin-cos.
+`TransformerModel` settings through a `BlockSpec`, the patch embedding and the stack of L blocks
+(scanned or unrolled, remat) the shared `transformer.patch_embed` and `transformer.stack_blocks`;
+the position embedding is the paper's fixed 2-D sin-cos.
 
 Shapes: B batch, H/W/C image height/width/channels, P patch size, T tokens, Q = P P C features
 of a patch, D model width, E condition width (`emb_dim`), L layers, N = T grid cells.
@@ -33,7 +34,8 @@ import numpy as np
 
 from jaxdl.models import attention, register_model
 from jaxdl.models.denoiser import Denoiser
-from jaxdl.models.transformer import BlockSpec, MlpBlock, TransformerModel
+from jaxdl.models.transformer import (BlockSpec, MlpBlock, TransformerModel, patch_embed,
+                                      stack_blocks, unpatchify)
 from jaxdl.schema import POSITIVE, each, fail, setting
 
 _ZEROS = nn.initializers.zeros
@@ -51,21 +53,6 @@ def sincos_2d(gh: int, gw: int, d: int) -> np.ndarray:
   return np.concatenate([s(i_N), s(j_N)], axis=1).astype(np.float32)
 
 
-def patchify(x_BxHxWxC, p: int):
-  """(B, H, W, C) -> (B, H W / P^2, P P C), patches row-major, each patch (P, P, C) flattened."""
-  b, h, w, c = x_BxHxWxC.shape
-  x = x_BxHxWxC.reshape(b, h // p, p, w // p, p, c).transpose(0, 1, 3, 2, 4, 5)
-  return x.reshape(b, (h // p) * (w // p), p * p * c)
-
-
-def unpatchify(x_BxTxQ, p: int, h: int, w: int):
-  """The inverse of `patchify`: (B, T, P P C) -> (B, H, W, C)."""
-  b, _, q = x_BxTxQ.shape
-  c = q // (p * p)
-  x = x_BxTxQ.reshape(b, h // p, w // p, p, p, c).transpose(0, 1, 3, 2, 4, 5)
-  return x.reshape(b, h, w, c)
-
-
 def modulate(x_BxTxD, shift_BxD, scale_BxD):
   """x (1 + scale) + shift, the condition broadcast over the T tokens."""
   return x_BxTxD * (1 + scale_BxD[:, None]) + shift_BxD[:, None]
@@ -81,8 +68,8 @@ def plain_norm(cfg: BlockSpec, name: str):
 
 class DiTBlock(nn.Module):
   """x <- x + g_1 Attn(mod(LN x)); x <- x + g_2 MLP(mod(LN x)); `__call__(x, c) -> (x, None)`
-  (scan-friendly). Dropout (`cfg.dropout`) and stochastic depth (`cfg.drop_path`) act on each
-  gated branch as in `transformer.Block`."""
+  (`transformer.stack_blocks`' block). Dropout (`cfg.dropout`) and stochastic depth
+  (`cfg.drop_path`) act on each gated branch as in `transformer.Block`."""
 
   cfg: BlockSpec
   train: bool = False
@@ -99,7 +86,7 @@ class DiTBlock(nn.Module):
                         name="drop_path")
       drop = lambda h, drop=drop: path(drop(h))  # noqa: E731
     attn = attention.MultiHeadAttention(
-        num_heads=cfg.n_head, num_kv_heads=cfg.n_kv_head, causal=False, qk_norm=cfg.qk_norm,
+        n_head=cfg.n_head, n_kv_head=cfg.n_kv_head, causal=False, qk_norm=cfg.qk_norm,
         use_bias=cfg.use_bias, attn_dropout=cfg.attn_dropout, impl=cfg.attn_impl,
         kernel_init=cfg.kernel_init, out_init=cfg.out_init, dtype=cfg.dtype,
         param_dtype=cfg.param_dtype, name="attn")
@@ -146,19 +133,10 @@ class DiTDenoiser(TransformerModel, Denoiser):
                        "(as (B, H, W, C) or flat (B, H W C))")
     x_BxHxWxC = x.reshape(x.shape[0], h, w, ch)
     c_BxE = self.condition(x, t, y)
-    x_BxTxD = nn.Dense(d, kernel_init=cfg.kernel_init, name="patch_embed", **kw)(
-        patchify(x_BxHxWxC.astype(self.dtype), p))
+    x_BxTxD = patch_embed(self, x_BxHxWxC, p, cfg.kernel_init)
     x_BxTxD = x_BxTxD + jnp.asarray(sincos_2d(h // p, w // p, d), self.dtype)
     x_BxTxD = nn.Dropout(self.dropout, deterministic=not train)(x_BxTxD)
-    block = nn.remat(DiTBlock, prevent_cse=not self.scan_layers) if self.remat else DiTBlock
-    if self.scan_layers:
-      stack = nn.scan(block, variable_axes={"params": 0, "watch": 0},
-                      split_rngs={"params": True, "dropout": True}, in_axes=nn.broadcast,
-                      length=self.n_layer, unroll=max(1, min(self.scan_unroll, self.n_layer)))
-      x_BxTxD, _ = stack(cfg, train, name="h")(x_BxTxD, c_BxE)
-    else:
-      for i in range(self.n_layer):
-        x_BxTxD, _ = block(cfg, train, name=f"h_{i}")(x_BxTxD, c_BxE)
+    x_BxTxD, _ = stack_blocks(self, DiTBlock, x_BxTxD, c_BxE, train=train, layer_axes=(None,))
     a_BxD, b_BxD = jnp.split(nn.Dense(2 * d, kernel_init=_ZEROS, name="final_adaLN", **kw)(c_BxE),
                              2, axis=-1)
     x_BxTxD = modulate(plain_norm(cfg, "ln_f")(x_BxTxD), a_BxD, b_BxD)

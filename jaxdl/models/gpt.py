@@ -18,9 +18,10 @@ Shapes: B batch, T sequence, D model width, V vocab.
 Attention has n_head query heads and n_kv_head key/value heads (grouped-query attention; 0 means
 n_head). With lora_rank > 0 low-rank adapters sit beside the dense layers lora_targets names and
 only they train (`jaxdl.models.lora`; `lora.merge` folds them into the base weights).
-Parameter names follow GPT-2 (wte, wpe, h.ln_1, h.attn.c_attn, ...), so `convert.py` is a
-renaming; `hf.py` maps Hugging Face Llama / Mistral / Qwen2 checkpoints onto pos='rope',
-norm='rms', mlp='swiglu' with rope_theta and qkv_bias. Decoding (KV cache, sampling, generate)
+Parameter names follow GPT-2 (wte, wpe, h.ln_1, h.attn.c_attn, ...), so GPT-2's checkpoint is a
+renaming; `hf.py` reads and writes Hugging Face directories of GPT-2 and of Llama / Mistral / Qwen2
+(pos='rope', norm='rms', mlp='swiglu' with rope_theta and qkv_bias), their tables in
+`hf_families.py`. Decoding (KV cache, sampling, generate)
 is in `jaxdl.models.decoding`.
 """
 
@@ -80,7 +81,7 @@ class GPT(transformer.TransformerModel):
 
   def check(self):
     super().check()
-    _ = self.lora_spec  # resolves lora_targets: a pattern that matches nothing fails here
+    lora.check_rank(self)  # resolves lora_targets (a pattern matching nothing fails) and the rank
     if self.moe_experts and self.moe_top_k > self.moe_experts:
       fail("model.", "moe_top_k", f"must be in [1, {self.moe_experts}] (moe_experts), got "
            f"{self.moe_top_k}")

@@ -87,6 +87,32 @@ def resolve_sites(patterns, sites) -> tuple[str, ...]:
   return tuple(s for s in sites if s in chosen)
 
 
+def site_widths(model) -> dict[str, tuple[int, int]]:
+  """(D_in, D_out) of each adaptable site of a transformer `model` (D width, H K = D query
+  features, N K key/value features, F = `mlp_width`; SwiGLU's c_fc is [gate, up], 2 F wide)."""
+  d, k = model.d_model, model.d_model // model.n_head
+  f = model.mlp_width
+  f_in = 2 * f if model.mlp == "swiglu" else f
+  return {"attn/q": (d, d), "attn/k": (d, model.kv_heads * k), "attn/v": (d, model.kv_heads * k),
+          "attn/o": (d, d), "mlp/c_fc": (d, f_in), "mlp/c_proj": (f, d)}
+
+
+def check_rank(model) -> None:
+  """Refuses lora_rank r above min(D_in, D_out) of an adapted layer, from the settings alone (no
+  array is made): A B then has rank at most that, so a larger r adds parameters and nothing
+  else, and an absurd r would only be found out of memory. One-line ConfigError."""
+  spec = model.lora_spec
+  if spec is None:
+    return
+  widths = site_widths(model)
+  site = min(spec.sites, key=lambda s: min(widths[s]))
+  most = min(widths[site])
+  if spec.rank > most:
+    d_in, d_out = widths[site]
+    raise ConfigError(f"model.lora_rank: must be at most {most}, the narrower side of the adapted "
+                      f"layer {site} ({d_in} -> {d_out}); got {spec.rank}")
+
+
 class Lora(nn.Module):
   """delta(x) = scale (x A) B: the low-rank update beside a dense layer of `features` outputs."""
 
@@ -111,7 +137,9 @@ def adapter(spec: LoraSpec | None, site: str, features: int, dtype, param_dtype)
   None when `spec` does not adapt it."""
   if spec is None or not spec.adapts(site):
     return None
-  return Lora(features, spec.rank, spec.scale, dtype, param_dtype,
+  # Float32 (or wider) adapters even beside a bf16 frozen base (model.param_dtype=bfloat16):
+  # their small updates would round away in bf16, and they are few.
+  return Lora(features, spec.rank, spec.scale, dtype, jnp.promote_types(param_dtype, jnp.float32),
               name=PREFIX + site.rsplit("/", 1)[-1])
 
 
@@ -149,7 +177,7 @@ def merge(model, params) -> tuple[Any, dict]:
   spec = model.lora_spec
   if spec is None:
     return model, params
-  h, n = model.n_head, model.n_kv_head or model.n_head
+  h, n = model.n_head, model.kv_heads
   k = model.d_model // h
   self_attn = {"q": ("c_attn", 0, h * k), "k": ("c_attn", h * k, n * k),
                "v": ("c_attn", (h + n) * k, n * k)}

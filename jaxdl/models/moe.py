@@ -91,8 +91,8 @@ def route(z_NxE: jax.Array, spec: MoeSpec, capacity: int):
 class MoeMlp(nn.Module):
   """E expert GELU MLPs behind a top-k router (module docstring); x (..., D) -> (..., D).
 
-  `cfg` is the block's settings (`transformer.BlockSpec`): its `moe_spec`, `mlp_hidden` (F; 0:
-  4 D), initializers and dtypes.
+  `cfg` is the block's settings (`transformer.BlockSpec`): its `moe_spec`, `mlp_hidden` (F,
+  resolved by `TransformerModel.mlp_width`: 4 D when the setting is 0), initializers and dtypes.
   """
 
   cfg: Any
@@ -101,12 +101,12 @@ class MoeMlp(nn.Module):
   def __call__(self, x_BxTxD):
     cfg, spec = self.cfg, self.cfg.moe_spec
     d = x_BxTxD.shape[-1]
-    f, e = cfg.mlp_hidden or 4 * d, spec.experts
+    f, e = cfg.mlp_hidden, spec.experts
     x_NxD = x_BxTxD.reshape(-1, d)
     n = x_NxD.shape[0]
     capacity = spec.capacity(n)
     # Expert weights are 'expert_*' with the expert axis third from last (the `expert` mesh axis
-    # shards that axis; see `jaxdl.train.fsdp.expert_spec`).
+    # shards that axis; see `jaxdl.train.sharding_rules.param_spec`).
     w_r = self.param("router", cfg.kernel_init, (d, e), cfg.param_dtype)
     w1_ExDxF = self.param("expert_fc", _batched(cfg.kernel_init), (e, d, f), cfg.param_dtype)
     w2_ExFxD = self.param("expert_proj", _batched(cfg.out_init), (e, f, d), cfg.param_dtype)

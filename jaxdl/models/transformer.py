@@ -1,20 +1,31 @@
-"""The transformer block GPT and ViT share, and the stack of L blocks (scanned or unrolled).
+"""The transformer block, the stack of L blocks (scanned or unrolled) and the patch embedding that
+GPT, ViT and DiT share.
 
-Shapes: B batch, T sequence, D model width, F MLP hidden width, L layers.
+Shapes: B batch, T sequence, D model width, F MLP hidden width, L layers; for images H, W, C
+height, width, channels, P patch size, Q = P P C features of a patch.
 
 Block, pre-LN (GPT-2):  x <- x + Attn(LN(x));  x <- x + MLP(LN(x))   (the stack ends with LN_f)
 Block, post-LN:         x <- LN(x + Attn(x));  x <- LN(x + MLP(x))
 DropPath (stochastic depth, `drop_path` p): in training each residual branch of each example is
 dropped whole with probability p and kept ones are scaled by 1 / (1 - p), so E[branch] holds.
-MLP: c_proj(GELU(c_fc x)) with F = 4D, or SwiGLU c_proj(silu(x W_g) * (x W_u)) with F = 8D/3.
-Attention: H = n_head query heads, N = n_kv_head key/value heads (grouped-query when N < H).
+MLP: c_proj(GELU(c_fc x)), or SwiGLU c_proj(silu(x W_g) * (x W_u)); F = mlp_hidden, whose 0
+means 4D (GELU) or 8D/3 (SwiGLU, the same parameter count as 4D with two input matrices):
+`TransformerModel.mlp_width`.
+Attention: H = n_head query heads, N = n_kv_head key/value heads (grouped-query when N < H; 0
+means N = H: `TransformerModel.kv_heads`).
 LoRA (`lora_spec`, `jaxdl.models.lora`): low-rank adapters beside the sites it names.
 Variants: the MLP a mixture of experts (`moe_spec`, `jaxdl.models.moe`), the attention a
 selective state-space mixer (`ssm_spec`, `jaxdl.models.ssm`), each in the same residual slot.
-Settings: GPT and ViT subclass `TransformerModel`, whose fields are the shared `model` keys; the
-blocks receive them as one hashable `BlockSpec` (`cfg`), read from the model's attributes.
-With `scan_layers` the L blocks are one `nn.scan` (params under 'h' with a leading L axis), so
-compile time does not grow with depth; unrolled they are 'h_0' .. 'h_{L-1}'.
+Settings: GPT, ViT and DiT subclass `TransformerModel`, whose fields are the shared `model`
+keys; the blocks receive them as one hashable `BlockSpec` (`cfg`), read from the model's
+attributes.
+The stack (`stack_blocks`, written once for every block kind: GPT's and ViT's `Block`, DiT's
+adaLN block): with `scan_layers` the L blocks are one `nn.scan` (params under 'h' with a leading
+L axis), so compile time does not grow with depth; unrolled they are 'h_0' .. 'h_{L-1}'; with
+`remat` each block's activations are recomputed in the backward pass.
+Patch embedding (`patch_embed`, ViT's and DiT's): x_BxTxD = patchify(x_BxHxWxC) W + b with W
+(Q, D), T = H W / P^2 patches row-major, each flattened as (P, P, C): a P x P convolution of
+stride P written as one matmul, whose layout `unpatchify` inverts.
 """
 
 from __future__ import annotations
@@ -84,8 +95,15 @@ class TransformerModel(layers.Model):
 
   @property
   def kv_heads(self) -> int:
-    """N, the key/value heads (n_kv_head, or n_head when it is 0)."""
+    """N, the key/value heads: n_kv_head, or n_head when it is 0 (the one place that reads 0 so;
+    the blocks, the KV cache, LoRA, the HF tables and the sharding rules all take N from here)."""
     return self.n_kv_head or self.n_head
+
+  @property
+  def mlp_width(self) -> int:
+    """F, the MLP hidden width: mlp_hidden, or when it is 0 4 D (GELU) or 8 D / 3 (SwiGLU: its
+    three D x F matrices hold as many parameters as GELU's two D x 4D ones). The one place."""
+    return self.mlp_hidden or (8 * self.d_model // 3 if self.mlp == "swiglu" else 4 * self.d_model)
 
   @property
   def block_spec(self) -> BlockSpec:
@@ -98,11 +116,11 @@ class BlockSpec:
   MoE and SSM) takes one `cfg` field instead of restating every setting and its default."""
 
   n_head: int
-  n_kv_head: int  # 0: n_head
+  n_kv_head: int  # N, resolved: the model's kv_heads (never 0 here)
   causal: bool
   n_residual: int  # residual branches in the stack, 2 L: scales the output projections' init
   mlp: str
-  mlp_hidden: int
+  mlp_hidden: int  # F, resolved: the model's mlp_width (never 0 here)
   norm: str
   ln: str
   dropout: float
@@ -124,9 +142,12 @@ class BlockSpec:
 
   @classmethod
   def of(cls, model: TransformerModel) -> BlockSpec:
-    """`model`'s attributes of the same names; n_residual = 2 L (attention and MLP per block)."""
+    """`model`'s attributes of the same names, with N and F resolved (`kv_heads`, `mlp_width`);
+    n_residual = 2 L (attention and MLP per block)."""
+    derived = dict(n_kv_head=model.kv_heads, mlp_hidden=model.mlp_width,
+                   n_residual=2 * model.n_layer)
     return cls(**{f.name: getattr(model, f.name) for f in dataclasses.fields(cls)
-                  if f.name != "n_residual"}, n_residual=2 * model.n_layer)
+                  if f.name not in derived}, **derived)
 
   @property
   def kernel_init(self) -> Callable:
@@ -143,7 +164,8 @@ class BlockSpec:
 
 
 class MlpBlock(nn.Module):
-  """c_proj(GELU(c_fc x)), F = 4D; or SwiGLU: c_fc gives [gate, up], c_proj(silu(gate) * up).
+  """c_proj(GELU(c_fc x)); or SwiGLU: c_fc gives [gate, up], c_proj(silu(gate) * up). F is
+  `cfg.mlp_hidden` (resolved by `TransformerModel.mlp_width`).
 
   GELU is the tanh form, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as in GPT-2.
   """
@@ -160,12 +182,11 @@ class MlpBlock(nn.Module):
       delta = lora.adapter(cfg.lora_spec, site, layer.features, cfg.dtype, cfg.param_dtype)
       return layer(h_BxTxN) if delta is None else layer(h_BxTxN) + delta(h_BxTxN)
 
+    f = cfg.mlp_hidden
     if cfg.mlp == "gelu":
-      f = cfg.mlp_hidden or 4 * d
       h_BxTxF = nn.gelu(adapted(dense(f, kernel_init=cfg.kernel_init, name="c_fc"), "mlp/c_fc",
                                 x_BxTxD), approximate=True)
     else:  # swiglu
-      f = cfg.mlp_hidden or 8 * d // 3
       gate, up = jnp.split(adapted(dense(2 * f, kernel_init=cfg.kernel_init, name="c_fc"),
                                    "mlp/c_fc", x_BxTxD), 2, axis=-1)
       h_BxTxF = nn.silu(gate) * up
@@ -210,7 +231,7 @@ class Block(nn.Module):
         y_BxTxD, (h_BxExN, tail_BxKm1xE) = mix(h_BxTxD, (cache["h"], cache["conv"]))
         return y_BxTxD, {"h": h_BxExN, "conv": tail_BxKm1xE}
       attn = attention.MultiHeadAttention(
-          num_heads=cfg.n_head, num_kv_heads=cfg.n_kv_head, causal=cfg.causal,
+          n_head=cfg.n_head, n_kv_head=cfg.n_kv_head, causal=cfg.causal,
           qk_norm=cfg.qk_norm, rope=cfg.rope, rope_theta=cfg.rope_theta, use_bias=cfg.use_bias,
           qkv_bias=cfg.qkv_bias,
           attn_dropout=cfg.attn_dropout, impl=cfg.attn_impl, kernel_init=cfg.kernel_init,
@@ -233,37 +254,72 @@ class Block(nn.Module):
     return x_BxTxD, new_cache
 
 
-def apply_blocks(model: TransformerModel, x_BxTxD, *, train: bool, cache=None, pos=0,
-                 mask=None, positions=None, segment_ids=None):
-  """The stack of `model`: L = n_layer `Block(model.block_spec)` in order, then the final norm
-  'ln_f' under pre-LN; returns (x, new_cache).
+def stack_blocks(model: TransformerModel, block: type[nn.Module], x_BxTxD, *args, train: bool,
+                 layer_axes: tuple[int | None, ...]):
+  """x <- block_i(x, *args) for i = 0 .. L-1, L = model.n_layer; returns (x, ys).
 
-  Call inside `model`'s compact method: the params land in its scope ('h' scanned, 'h_i'
-  unrolled, 'ln_f'). `cache` (L, B, S, N, K) per key is split by layer; `remat` recomputes each
-  block's activations in the backward pass; `scan_unroll` layers run per scan iteration;
-  `mask`, `positions` and `segment_ids` go to every block unchanged.
+  Each `block(model.block_spec, train)` is called as `block(x, *args) -> (x, y)`; ys stacks the
+  y_i along a leading L axis (None when they are None). `layer_axes[j]` is 0 when args[j] holds
+  one slice per layer along its leading axis (a KV cache), None when every block gets it whole
+  (positions, a mask, DiT's condition). Call inside `model`'s compact method: the params land
+  in its scope, one `nn.scan` 'h' (leading L axis) with `scan_layers` or 'h_0' .. 'h_{L-1}';
+  `remat` recomputes each block's activations in the backward pass; `scan_unroll` layers run per
+  scan iteration. The one stack every transformer of jaxdl runs (GPT, ViT, DiT).
   """
   cfg, n_layer = model.block_spec, model.n_layer
-  block_cls = nn.remat(Block, prevent_cse=not model.scan_layers) if model.remat else Block
+  # CSE across the unrolled blocks would undo the recomputation; inside a scan there is none.
+  block_cls = nn.remat(block, prevent_cse=not model.scan_layers) if model.remat else block
   if model.scan_layers:
     stack = nn.scan(block_cls, variable_axes={"params": 0, moe.AUX: 0, "watch": 0},
                     split_rngs={"params": True, "dropout": True},
-                    in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
-                    length=n_layer,
-                    unroll=max(1, min(model.scan_unroll, n_layer)))
-    x_BxTxD, new_cache = stack(cfg, train, name="h")(x_BxTxD, cache, pos, mask, positions,
-                                                     segment_ids)
-  else:
-    new = []
-    for i in range(n_layer):
-      layer_cache = None if cache is None else jax.tree.map(lambda a, i=i: a[i], cache)
-      x_BxTxD, c = block_cls(cfg, train, name=f"h_{i}")(x_BxTxD, layer_cache, pos, mask,
-                                                        positions, segment_ids)
-      new.append(c)
-    new_cache = None if cache is None else jax.tree.map(lambda *a: jnp.stack(a), *new)
-  if cfg.ln == "pre":
-    x_BxTxD = cfg.make_norm("ln_f", train)(x_BxTxD)
+                    in_axes=tuple(nn.broadcast if a is None else a for a in layer_axes),
+                    length=n_layer, unroll=max(1, min(model.scan_unroll, n_layer)))
+    return stack(cfg, train, name="h")(x_BxTxD, *args)
+  ys = []
+  for i in range(n_layer):
+    layer_args = [a if axis is None else jax.tree.map(lambda v, i=i: v[i], a)
+                  for a, axis in zip(args, layer_axes)]
+    x_BxTxD, y = block_cls(cfg, train, name=f"h_{i}")(x_BxTxD, *layer_args)
+    ys.append(y)
+  if all(y is None for y in ys):
+    return x_BxTxD, None
+  return x_BxTxD, jax.tree.map(lambda *a: jnp.stack(a), *ys)
+
+
+def apply_blocks(model: TransformerModel, x_BxTxD, *, train: bool, cache=None, pos=0,
+                 mask=None, positions=None, segment_ids=None):
+  """GPT's and ViT's stack: L `Block`s (`stack_blocks`), then the final norm 'ln_f' under
+  pre-LN; returns (x, new_cache). `cache` (L, B, S, N, K) per key is split by layer; `mask`,
+  `positions` and `segment_ids` go to every block unchanged."""
+  x_BxTxD, new_cache = stack_blocks(model, Block, x_BxTxD, cache, pos, mask, positions,
+                                    segment_ids, train=train,
+                                    layer_axes=(0, None, None, None, None))
+  if model.ln == "pre":
+    x_BxTxD = model.block_spec.make_norm("ln_f", train)(x_BxTxD)
   return x_BxTxD, new_cache
+
+
+def patchify(x_BxHxWxC, p: int):
+  """(B, H, W, C) -> (B, H W / P^2, P P C), patches row-major, each patch (P, P, C) flattened."""
+  b, h, w, c = x_BxHxWxC.shape
+  x = x_BxHxWxC.reshape(b, h // p, p, w // p, p, c).transpose(0, 1, 3, 2, 4, 5)
+  return x.reshape(b, (h // p) * (w // p), p * p * c)
+
+
+def unpatchify(x_BxTxQ, p: int, h: int, w: int):
+  """The inverse of `patchify`: (B, T, P P C) -> (B, H, W, C)."""
+  b, _, q = x_BxTxQ.shape
+  c = q // (p * p)
+  x = x_BxTxQ.reshape(b, h // p, w // p, p, p, c).transpose(0, 1, 3, 2, 4, 5)
+  return x.reshape(b, h, w, c)
+
+
+def patch_embed(model: TransformerModel, x_BxHxWxC, p: int, kernel_init: Callable):
+  """x_BxTxD = patchify(x) W + b, W (P P C, D) named 'patch_embed' (module docstring); call
+  inside `model`'s compact method. H and W must be multiples of P (the caller says so first)."""
+  return nn.Dense(model.d_model, kernel_init=kernel_init, dtype=model.dtype,
+                  param_dtype=model.param_dtype, name="patch_embed")(
+                      patchify(x_BxHxWxC.astype(model.dtype), p))
 
 
 def unstack_layers(params: dict, n_layer: int) -> dict:

@@ -1,5 +1,8 @@
 """Vision transformer: P x P patches, a class token or mean pooling, the GPT block, non-causal.
 
+The patch embedding and the stack are `jaxdl.models.transformer`'s (`patch_embed`, shared with
+DiT: its kernel is (P P C, D), one matmul over the flattened patches; `apply_blocks`).
+
 Shapes: B batch, H height, W width, C channels, P patch size, T = H W / P^2 tokens (+1 with the
 class token), D model width, K classes.
 """
@@ -13,14 +16,15 @@ import jax.numpy as jnp
 
 from jaxdl.models import layers, register_model
 from jaxdl.models.cnn import as_image
-from jaxdl.models.transformer import TransformerModel, apply_blocks
+from jaxdl.models.transformer import TransformerModel, apply_blocks, patch_embed
 from jaxdl.schema import POSITIVE, each, one_of, setting
 
 
 @register_model("vit")
 class ViT(TransformerModel):
-  """Patch embedding (a P x P conv with stride P) + position embedding + L encoder blocks (the
-  block settings are `TransformerModel`'s; ViT's own defaults for some of them below)."""
+  """Patch embedding (a P x P conv with stride P, as one matmul) + position embedding + L
+  encoder blocks (the block settings are `TransformerModel`'s; ViT's own defaults for some of
+  them below)."""
 
   causal: ClassVar[bool] = False
   patch_size: int = setting(2, POSITIVE)
@@ -34,14 +38,15 @@ class ViT(TransformerModel):
   @nn.compact
   def __call__(self, x, *, train: bool):
     x_BxHxWxC = as_image(x, self.image_shape, "ViT").astype(self.dtype)
-    b, h, w, _ = x_BxHxWxC.shape
+    b, h, w, c = x_BxHxWxC.shape
     p = self.patch_size
     if h % p or w % p:
       raise ValueError(f"ViT: image {h}x{w} is not divisible into {p}x{p} patches")
-    x_BxTxD = nn.Conv(self.d_model, (p, p), strides=(p, p), padding="VALID",
-                      kernel_init=layers.get_initializer(self.init_name), dtype=self.dtype,
-                      param_dtype=self.param_dtype, name="patch_embed")(x_BxHxWxC)
-    x_BxTxD = x_BxTxD.reshape(b, (h // p) * (w // p), self.d_model)
+    conv_init, kernel_shape = layers.get_initializer(self.init_name), (p, p, c, self.d_model)
+    # Drawn as the P x P convolution's (P, P, C, D) kernel, whose fans (P P C in, P P D out) the
+    # ViT's results were measured with, then flattened to the matmul's (P P C, D): same values.
+    x_BxTxD = patch_embed(self, x_BxHxWxC, p, lambda key, shape, dtype: conv_init(
+        key, kernel_shape, dtype).reshape(shape))
     if self.pool == "cls":
       cls = self.param("cls", nn.initializers.zeros, (1, 1, self.d_model), self.param_dtype)
       x_BxTxD = jnp.concatenate([jnp.broadcast_to(cls, (b, 1, self.d_model)).astype(self.dtype),

@@ -1,11 +1,13 @@
 """The `optim` section, parsed once: `parse_optim(optim_cfg) -> OptimConfig`.
 
 `OptimConfig` holds the keys every rule shares (lr, clip_norm, ema_decay, decay_embeddings,
-decay_mask), the rule (`jaxdl.optim.rules`, its own keys and defaults) and the schedule
-(`jaxdl.optim.schedules`). `default_optim_config()`, the ConfigDict experiments copy and `--set`
-overrides, is written from these classes: common keys carry their defaults, and each rule's or
-schedule's own key is a typed placeholder, None meaning "the chosen class's default". So a key
-is set only when someone means it, and a rule given a key it does not have refuses it:
+decay_mask), the rule (`jaxdl.optim.rules`, its own keys and defaults, in the section itself) and
+the schedule (`jaxdl.optim.schedules`, in `optim.schedule`), both `schema.subsection`s, so
+`schema.parse_section` parses the whole section and `schema.default_section` writes
+`default_optim_config()`, the ConfigDict experiments copy and `--set` overrides: common keys
+carry their defaults, and each rule's or schedule's own key is a typed placeholder, None meaning
+"the chosen class's default". So a key is set only when someone means it, and a rule given a key
+it does not have refuses it:
 `optim.weight_decay: optimizer 'adam' has no weight decay (got 0.01); use 'adamw' (decoupled)
 or 'adam_l2', or leave it unset`.
 """
@@ -16,7 +18,6 @@ import dataclasses
 from typing import ClassVar
 
 import ml_collections
-from ml_collections import config_dict
 import optax
 
 from jaxdl import schema
@@ -39,8 +40,8 @@ class OptimConfig(schema.Settings):
   """
 
   prefix: ClassVar[str] = "optim."
-  optimizer: Optimizer = dataclasses.field(default_factory=AdamW)        # key `name`
-  schedule: Schedule = dataclasses.field(default_factory=WarmupCosine)   # section `schedule`
+  optimizer: Optimizer = schema.subsection(OPTIMIZERS, AdamW, flat=True)  # key `name`, its keys
+  schedule: Schedule = schema.subsection(SCHEDULES, WarmupCosine)         # section `schedule`
   lr: float = schema.setting(1e-3, schema.NONNEG)                        # peak eta0
   clip_norm: float | None = schema.setting(1.0, POSITIVE_OR_NONE)        # c: g min(1, c/|g|)
   ema_decay: float | None = schema.setting(None, UNIT_OR_NONE)           # d of the EMA
@@ -88,40 +89,18 @@ class OptimConfig(schema.Settings):
     return optax.chain(*parts), schedule
 
 
-_COMMON = ("lr", "clip_norm", "ema_decay", "decay_embeddings", "decay_mask")
-
-
-def _put(c: ml_collections.ConfigDict, key: str, default, t: type) -> None:
-  c[key] = config_dict.placeholder(t)  # typed, so `--set` checks types and None stays allowed
-  if default is not None:
-    c[key] = default
-
-
 def default_optim_config(name: str | None = None, *, schedule: str | None = None,
                          **keys) -> ml_collections.ConfigDict:
   """Every `optim.*` key: common keys with their defaults, each rule's and schedule's own keys
-  as typed placeholders (None = that class's default); built from the registered classes.
+  as typed placeholders (None = that class's default): `schema.default_section(OptimConfig)`.
 
   `name` picks the rule, `schedule` the schedule, and each of `keys` sets the key of that name
   in the section or its `schedule` subsection (`default_optim_config("adam", lr=0.01,
   schedule="constant", warmup_frac=0.0)`), so an experiment states only what differs from the
   defaults. An unknown key is a ValueError naming it.
   """
-  d, common = OptimConfig(), schema.hints(OptimConfig)
-  c = ml_collections.ConfigDict()
-  c.name = d.optimizer.name
-  for key in _COMMON:
-    _put(c, key, getattr(d, key), schema.config_type(common[key]))
-  for key, t in schema.types_of(OPTIMIZERS).items():
-    _put(c, key, None, t)
-  s = ml_collections.ConfigDict()
-  s.name = d.schedule.name
-  base = schema.hints(Schedule)
-  for key, hint in base.items():
-    _put(s, key, getattr(d.schedule, key), schema.config_type(hint))
-  for key, t in schema.types_of(SCHEDULES, base=Schedule).items():
-    _put(s, key, None, t)
-  c.schedule = s
+  c = schema.default_section(OptimConfig)
+  s = c.schedule
   if name is not None:
     c.name = name
   if schedule is not None:
@@ -135,42 +114,24 @@ def default_optim_config(name: str | None = None, *, schedule: str | None = None
   return c
 
 
-def _refuse_unknown(given: dict, known: dict, prefix: str) -> None:
-  """Unknown keys (typos) are errors, not silently ignored settings."""
-  for k, v in given.items():
-    if k not in known:
-      raise schema.ConfigError(f"{prefix}.{k}: unknown key; expected one of {sorted(known)}")
-    if isinstance(v, dict) and isinstance(known[k], dict):
-      _refuse_unknown(v, known[k], f"{prefix}.{k}")
-
-
 def parse_optim(optim_cfg, *, strict: bool = True) -> OptimConfig:
   """The typed `OptimConfig` of an `optim` section (ConfigDict or plain dict; missing keys take
-  their defaults). Raises ValueError naming the key for unknown keys, wrong types, values out
-  of range and keys the chosen rule or schedule does not have. `strict=False` drops the latter
-  instead: for the `config.json` of a past run, written before they were refused."""
+  their defaults), by `schema.parse_section`. Raises ValueError naming the key for unknown keys,
+  wrong types, values out of range and keys the chosen rule or schedule does not have.
+  `strict=False` drops the latter instead: for the `config.json` of a past run, written before
+  they were refused."""
   if isinstance(optim_cfg, OptimConfig):
     return optim_cfg
   given = schema.plain(optim_cfg)
-  _refuse_unknown(given, default_optim_config().to_dict(), "optim")
-  sched = given.pop("schedule", None) or {}
-  default = OptimConfig()
-  optimizer = schema.parse_section({k: v for k, v in given.items() if k not in _COMMON},
-                                   OPTIMIZERS, default=default.optimizer.name, strict=strict)
-  schedule = schema.parse_section(sched, SCHEDULES, default=default.schedule.name, strict=strict)
-  hints = schema.hints(OptimConfig)
-  common = {k: schema.coerce(f"optim.{k}", given[k], hints[k]) for k in _COMMON if k in given}
-  if not strict and "weight_decay" not in schema.hints(type(optimizer)):
-    common.pop("decay_mask", None), common.pop("decay_embeddings", None)  # nothing to mask
-  return OptimConfig(optimizer=optimizer, schedule=schedule, **common)
+  rule = OPTIMIZERS.get(given.get("name"))
+  if not strict and rule is not None and "weight_decay" not in schema.hints(rule):
+    given.pop("decay_mask", None), given.pop("decay_embeddings", None)  # nothing to mask
+  return schema.parse_section(given, OptimConfig, strict=strict)
 
 
 def parse_schedule(sched_cfg, *, strict: bool = True) -> Schedule:
   """The typed schedule of an `optim.schedule` section alone (see `parse_optim`)."""
-  given = schema.plain(sched_cfg)
-  _refuse_unknown(given, default_optim_config().schedule.to_dict(), "optim.schedule")
-  return schema.parse_section(given, SCHEDULES, default=OptimConfig().schedule.name,
-                              strict=strict)
+  return parse_optim({"schedule": schema.plain(sched_cfg)}, strict=strict).schedule
 
 
 def decay_table(params, optim_cfg) -> str:

@@ -23,8 +23,6 @@ adds directories beside them (`grid`). The modules:
   runner   a grid on this machine: which runs a rerun skips, the queue the scheduler takes
   slots    each run's share of the CPUs and GPUs, applied by the run itself at startup (SIGTERM
            when the sweep dies)
-  child    `python -m jaxdl.sweep.child`: how the scheduler starts `python -m jaxdl`, the slot
-           entered first
   slurm    the same runs as a SLURM job array through submitit (`--executor slurm`); a rerun
            waits for queued jobs and resubmits cancelled ones, which resume
   resources what each run asks SLURM for: the --executor slurm flags and --executor-config

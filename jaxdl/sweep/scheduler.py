@@ -23,7 +23,7 @@ sweep's process group (Ctrl-C in a terminal, systemd's stop, `kill -TERM -PGID`)
 sweep only, and the sweep stops each run once, with the signal it got; a second signal landing
 while a run saves its stop step would cut the save short. A SIGKILLed sweep cannot forward
 anything: each run asked the kernel for SIGTERM when the sweep dies (`slots.enter_slot`, run by
-`python -m jaxdl.sweep.child` before jax loads), so it saves its step and exits, never orphaned.
+`jaxdl.cli.main` before jax loads), so it saves its step and exits, never orphaned.
 """
 
 from __future__ import annotations
@@ -58,13 +58,6 @@ def train_command(plan, record: dict, workdir: pathlib.Path) -> list[str]:
   sets = [a for o in (*plan.shared, *record["overrides"]) for a in ("--set", o)]
   return [sys.executable, "-m", "jaxdl", "train", plan.experiment, "--workdir", str(workdir),
           "--no-progress", *sets]
-
-
-def child_command(command: list[str]) -> list[str]:
-  """`command` (a `python -m jaxdl ...` line) started through `jaxdl.sweep.child`, which takes
-  the run's slot before the program starts."""
-  assert command[1:3] == ["-m", "jaxdl"], command
-  return [command[0], "-m", "jaxdl.sweep.child", *command[3:]]
 
 
 def lock_holder(workdir: pathlib.Path) -> str | None:
@@ -215,7 +208,7 @@ def start(sweep_dir: pathlib.Path, plan, index: dict, name: str, slot: Slot) -> 
   log.write(f"{HEADER}{datetime.datetime.now().isoformat(timespec='seconds')} attempt "
             f"{record['attempts']}: {shlex.join(cmd)}\n")
   log.flush()
-  proc = subprocess.Popen(child_command(cmd), stdin=subprocess.DEVNULL, stdout=log,
+  proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
                           stderr=subprocess.STDOUT, env=child_env(slot), start_new_session=True)
   return Active(name, proc, log, time.monotonic())
 
@@ -228,7 +221,7 @@ class InProcess:
   variants one after another inside the study's own run."""
 
   def __init__(self, train: Callable[[], dict], preempt: Preemption, failures=None):
-    from jaxdl.stop_signals import Interrupted
+    from jaxdl.stop_signals import Stopped
     from jaxdl.train import RunError
     failures = failures or RunError  # what a failed run raises; anything else propagates
     self.pid, self.error, self.summary = os.getpid(), None, None
@@ -237,7 +230,7 @@ class InProcess:
       stopped = "SIGTERM" if self.summary.get("preempted") else None
     except failures as e:
       self.returncode, self.error, stopped = 1, str(e).splitlines()[0], None
-    except Interrupted as e:
+    except Stopped as e:
       stopped = e.signal_name
     if stopped:
       self.returncode = 128 + getattr(signal, stopped)

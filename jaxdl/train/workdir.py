@@ -26,6 +26,7 @@ import time
 
 import jax
 
+from jaxdl.data.staging import alive
 from jaxdl.train import checkpoint as jckpt
 
 log = logging.getLogger("jaxdl")
@@ -60,20 +61,8 @@ def _holder(path: pathlib.Path) -> dict | None:
     return {} if age < _EMPTY_LOCK_GRACE_S else {"host": socket.gethostname(), "pid": -1}
 
 
-def _alive(pid: int) -> bool:
-  if pid <= 0:
-    return False
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  except PermissionError:  # exists, owned by someone else
-    return True
-  return True
-
-
 def _stale(holder: dict) -> bool:
-  return bool(holder) and holder.get("host") == socket.gethostname() and not _alive(
+  return bool(holder) and holder.get("host") == socket.gethostname() and not alive(
       int(holder.get("pid", -1)))
 
 

@@ -44,21 +44,23 @@ def decoupled_decay_factor(optim_cfg, steps: int) -> float:
 # ------------------------------------------------------------------------- normalization
 
 
-def batchnorm_moons_curves(steps: int = 200) -> dict:
-  """Per-step BCE training loss of experiments/moons_mlp.py without and with its 'bn' arg.
+def batchnorm_moons_curves(plain, bn, steps: int = 200) -> dict:
+  """Per-step BCE training loss of experiments/moons_mlp.py without and with its 'bn' arg (the
+  configs `plain` and `bn`).
 
   Each run is `jaxdl.train.run` for `steps` full-batch epochs in a temporary workdir; returns
   {'plain': (steps_S, loss_S), 'bn': (steps_S, loss_S)} from the runs' metrics.jsonl. The loss of
   step s is the training-mode loss (BatchNorm on batch statistics) before update s.
   """
   import tempfile
-  from jaxdl.config import load_config
+  from jaxdl.config import variant_config
   from jaxdl.train import run
   from jaxdl.train.writers import read_metrics
   out = {}
-  for name, spec in (("plain", "moons_mlp"), ("bn", "moons_mlp:bn")):
-    config, _ = load_config(spec, [f"train.steps={steps}", "train.plot=False", "train.log_every=1",
-                                   f"train.ckpt_every={steps}", f"train.eval_every={steps}"])
+  for name, config in (("plain", plain), ("bn", bn)):
+    config = variant_config(config, {"train.steps": steps, "train.plot": False,
+                                     "train.log_every": 1, "train.ckpt_every": steps,
+                                     "train.eval_every": steps})
     with tempfile.TemporaryDirectory() as workdir:
       run(config, workdir, progress=False)
       records = read_metrics(workdir, "train")
@@ -66,9 +68,9 @@ def batchnorm_moons_curves(steps: int = 200) -> dict:
   return out
 
 
-def batchnorm_moons_losses(seeds=(0, 1, 2), steps: int = 200) -> dict:
-  """Per-step BCE training loss of experiments/moons_mlp.py without and with its 'bn' arg, over
-  S seeds: {'plain': loss_SxT, 'bn': loss_SxT}, T = `steps`.
+def batchnorm_moons_losses(plain, bn, seeds=(0, 1, 2), steps: int = 200) -> dict:
+  """Per-step BCE training loss of experiments/moons_mlp.py without and with its 'bn' arg (the
+  configs `plain` and `bn`), over S seeds: {'plain': loss_SxT, 'bn': loss_SxT}, T = `steps`.
 
   The same updates as `jaxdl.train.run` (`batchnorm_moons_curves`) with `seed=k`: the config's
   model, task, optimizer and train step (`jaxdl.train.make_train_step`), and `build`'s keys of
@@ -80,13 +82,12 @@ def batchnorm_moons_losses(seeds=(0, 1, 2), steps: int = 200) -> dict:
   summation order (equal to ~1e-7 over the first steps; the BN curve oscillates at this lr, so
   later steps drift apart).
   """
-  from jaxdl.config import load_config
+  from jaxdl.config import variant_config
   from jaxdl.train import build, make_train_step
   keys_Sx2 = jnp.stack([jax.random.split(jax.random.PRNGKey(k)) for k in seeds])
   out = {}
-  for name, spec in (("plain", "moons_mlp"), ("bn", "moons_mlp:bn")):
-    config, _ = load_config(spec, [f"train.steps={steps}"])
-    r = build(config)
+  for name, config in (("plain", plain), ("bn", bn)):
+    r = build(variant_config(config, {"train.steps": steps}))
     batch = next(r.ds.train_iter(process_index=0, process_count=1))
     assert len(jax.tree.leaves(batch)[0]) == r.ds.source.train.num, "moons_mlp is full-batch"
 

@@ -1,0 +1,315 @@
+"""What a Hugging Face checkpoint of each supported family means as a jaxdl GPT: its config.json
+fields and its tensor table, both directions. The files themselves (safetensors, shards) and the
+entry points `load_hf` / `save_hf` are `jaxdl.models.hf`'s.
+
+A family's table lists, for every parameter of the GPT (unrolled layout: h_i is layer i; the
+scanned layout is index i of h's leading axis), the HF tensors it is made of, concatenated along
+the output axis, and whether they are transposed: a torch Linear holds W (out, in) and computes
+x W^T, a flax Dense kernel is (in, out).
+
+GPT-2 (model_type gpt2) = GPT's defaults (learned positions, LayerNorm, tanh-GELU MLP of 4 D,
+biases, tied head). Names under GPT2LMHeadModel's 'transformer.' (read with or without it);
+Conv1D stores (in, out), already a Dense kernel, so nothing is transposed:
+  wte.weight (V, D) -> wte.embedding         wpe.weight (S, D) -> wpe.embedding
+  h.{i}.ln_1.{weight,bias} -> h_i.ln_1.{scale,bias}      (likewise ln_2, ln_f)
+  h.{i}.attn.c_attn.{weight (D, 3D), bias} -> h_i.attn.c_attn.{kernel, bias}
+  h.{i}.attn.c_proj / mlp.c_fc / mlp.c_proj -> h_i.attn.c_proj / h_i.mlp.c_fc / h_i.mlp.c_proj
+Buffers (attn.bias, attn.masked_bias) and the tied lm_head.weight hold nothing to import.
+
+Llama family (model_type llama, mistral, qwen2) = GPT(pos='rope', norm='rms', mlp='swiglu',
+ln='pre', use_bias=False; qkv_bias=True for Qwen2). Per layer, prefix model.layers.{i}.:
+  input_layernorm.weight (D,)                -> h_i.ln_1.scale
+  self_attn.{q,k,v}_proj.weight (HK|NK|NK, D) -> h_i.attn.c_attn.kernel = [q^T k^T v^T] (D, (H+2N)K)
+  self_attn.{q,k,v}_proj.bias (Qwen2)        -> h_i.attn.c_attn.bias = [q k v]
+  self_attn.o_proj.weight (D, HK)            -> h_i.attn.c_proj.kernel = o^T
+  post_attention_layernorm.weight (D,)       -> h_i.ln_2.scale
+  mlp.{gate,up}_proj.weight (F, D)           -> h_i.mlp.c_fc.kernel = [gate^T up^T] (D, 2F)
+  mlp.down_proj.weight (D, F)                -> h_i.mlp.c_proj.kernel = down^T
+and model.embed_tokens.weight (V, D) -> wte.embedding, model.norm.weight -> ln_f.scale,
+lm_head.weight (V, D) -> lm_head.kernel = lm_head^T (untied only; tied, the head is wte^T).
+The maths agree term by term: RMSNorm w * x / sqrt(mean(x^2) + eps); RoPE rotates feature pairs
+(j, j + K/2) ("rotate_half") by pos * theta^(-2j/K); query head h reads key/value head
+h // (H/N) (HF's repeat_kv); MLP down(silu(gate x) * (up x)).
+
+config.json -> GPT, Llama family: hidden_size d_model, intermediate_size mlp_hidden,
+num_attention_heads n_head, num_key_value_heads n_kv_head, num_hidden_layers n_layer,
+vocab_size, rms_norm_eps epsilon, rope_theta (or rope_parameters.rope_theta) rope_theta,
+tie_word_embeddings tie_embeddings (absent: tied iff the weights have no lm_head.weight),
+max_position_embeddings block_size. GPT-2: n_embd, n_layer, n_head, n_positions, vocab_size,
+layer_norm_epsilon. Refused, in one line naming the field: hidden_act other than silu, any RoPE
+scaling, head_dim != hidden_size / heads, attention_bias or mlp_bias (Llama's all-projection
+biases), quantization; for GPT-2 an activation other than the tanh GELU or n_inner other than
+4 n_embd. A sliding window W (Mistral; Qwen2 with use_sliding_window) lets position i see j only
+when i - j < W, which never binds on W tokens or fewer: the import sets block_size =
+min(max_position_embeddings, W), so a longer input is refused by the model instead of computed
+differently (an export writes no window: block_size bounds it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdl.models.gpt import GPT
+from jaxdl.models.transformer import unstack_layers
+from jaxdl.schema import ConfigError
+
+LLAMA_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
+               "qwen2": "Qwen2ForCausalLM"}
+MODEL_TYPES = tuple(LLAMA_TYPES) + ("gpt2",)
+GPT2_PREFIX = "transformer."  # GPT2LMHeadModel's names; the bare GPT2Model's lack it
+
+# Per layer: (jaxdl path under h_i, HF names concatenated along the output axis, transposed?).
+_LLAMA_LAYER = (
+    (("ln_1", "scale"), ("input_layernorm.weight",), False),
+    (("attn", "c_attn", "kernel"), ("self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                                    "self_attn.v_proj.weight"), True),
+    (("attn", "c_attn", "bias"), ("self_attn.q_proj.bias", "self_attn.k_proj.bias",
+                                  "self_attn.v_proj.bias"), False),
+    (("attn", "c_proj", "kernel"), ("self_attn.o_proj.weight",), True),
+    (("ln_2", "scale"), ("post_attention_layernorm.weight",), False),
+    (("mlp", "c_fc", "kernel"), ("mlp.gate_proj.weight", "mlp.up_proj.weight"), True),
+    (("mlp", "c_proj", "kernel"), ("mlp.down_proj.weight",), True))
+_GPT2_LAYER = (
+    (("ln_1", "scale"), ("ln_1.weight",), False), (("ln_1", "bias"), ("ln_1.bias",), False),
+    (("attn", "c_attn", "kernel"), ("attn.c_attn.weight",), False),
+    (("attn", "c_attn", "bias"), ("attn.c_attn.bias",), False),
+    (("attn", "c_proj", "kernel"), ("attn.c_proj.weight",), False),
+    (("attn", "c_proj", "bias"), ("attn.c_proj.bias",), False),
+    (("ln_2", "scale"), ("ln_2.weight",), False), (("ln_2", "bias"), ("ln_2.bias",), False),
+    (("mlp", "c_fc", "kernel"), ("mlp.c_fc.weight",), False),
+    (("mlp", "c_fc", "bias"), ("mlp.c_fc.bias",), False),
+    (("mlp", "c_proj", "kernel"), ("mlp.c_proj.weight",), False),
+    (("mlp", "c_proj", "bias"), ("mlp.c_proj.bias",), False))
+# Tensors checkpoints carry that hold nothing to import: old Llama's RoPE buffer, GPT-2's causal
+# mask buffers and its tied head.
+_IGNORED = re.compile(r"(^|\.)rotary_emb\.inv_freq$|^h\.\d+\.attn\.(bias|masked_bias)$")
+
+
+# ---------------------------------------------------------------------------------------------
+# config.json <-> GPT.
+
+
+def refuse(where: str, field: str, value, expected: str):
+  raise ConfigError(f"{where}: {field}={json.dumps(value)} cannot be imported; expected {expected}")
+
+
+def _rope_theta(cfg: dict, where: str) -> float:
+  """The RoPE base of a v4 (rope_theta, rope_scaling) or v5 (rope_parameters) config."""
+  if cfg.get("rope_scaling") not in (None, {}):
+    refuse(where, "rope_scaling", cfg["rope_scaling"], "null (RoPE scaling is not implemented)")
+  rp = cfg.get("rope_parameters") or {}
+  if not isinstance(rp, dict) or set(rp) - {"rope_type", "type", "rope_theta"}:
+    refuse(where, "rope_parameters", rp, "only rope_type 'default' and rope_theta")
+  kind = rp.get("rope_type", rp.get("type", "default"))
+  if kind != "default":
+    refuse(where, "rope_parameters.rope_type", kind, "'default' (RoPE scaling is not implemented)")
+  theta = rp.get("rope_theta")
+  if theta is None:
+    theta = cfg.get("rope_theta")
+  return float(10000.0 if theta is None else theta)  # transformers' base where none is stated
+
+
+def model_from_config(cfg: dict, where: str = "config.json", **overrides) -> GPT:
+  """The GPT a Hugging Face config describes (module docstring); `overrides` are GPT fields."""
+  def need(key):
+    if cfg.get(key) is None:
+      raise ConfigError(f"{where}: {key} is missing")
+    return cfg[key]
+
+  if cfg["model_type"] == "gpt2":
+    act = cfg.get("activation_function", "gelu_new")
+    if act not in ("gelu_new", "gelu_pytorch_tanh"):
+      refuse(where, "activation_function", act, "gelu_new (the tanh GELU)")
+    d = need("n_embd")
+    if cfg.get("n_inner") not in (None, 4 * d):
+      refuse(where, "n_inner", cfg["n_inner"], f"null or {4 * d} (4 n_embd)")
+    for key, ok in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False),
+                    ("add_cross_attention", False)):
+      if cfg.get(key, ok) != ok:
+        refuse(where, key, cfg[key], json.dumps(ok))
+    fields = dict(vocab_size=need("vocab_size"), block_size=need("n_positions"),
+                  n_layer=need("n_layer"), n_head=need("n_head"), d_model=d,
+                  epsilon=cfg.get("layer_norm_epsilon", 1e-5))
+    return GPT(**{**fields, **overrides})
+
+  if cfg.get("hidden_act", "silu") != "silu":
+    refuse(where, "hidden_act", cfg["hidden_act"], "silu (the SwiGLU MLP)")
+  for key in ("attention_bias", "mlp_bias"):
+    if cfg.get(key):
+      refuse(where, key, cfg[key], "false (Llama's biased projections are not implemented)")
+  if cfg.get("quantization_config"):
+    refuse(where, "quantization_config", sorted(cfg["quantization_config"]),
+           "none (unquantized weights)")
+  d, h = need("hidden_size"), need("num_attention_heads")
+  if cfg.get("head_dim") not in (None, d // h) or d % h:
+    refuse(where, "head_dim", cfg.get("head_dim"), f"hidden_size / num_attention_heads = {d / h}")
+  block = need("max_position_embeddings")
+  window = cfg.get("sliding_window")
+  if cfg["model_type"] == "qwen2" and not (cfg.get("use_sliding_window") or
+                                           "sliding_attention" in (cfg.get("layer_types") or ())):
+    window = None
+  fields = dict(vocab_size=need("vocab_size"), block_size=min(block, window or block),
+                n_layer=need("num_hidden_layers"), n_head=h,
+                n_kv_head=cfg.get("num_key_value_heads") or h, d_model=d,
+                mlp_hidden=need("intermediate_size"), epsilon=cfg.get("rms_norm_eps", 1e-6),
+                rope_theta=_rope_theta(cfg, where), tie_embeddings=bool(
+                    cfg.get("tie_word_embeddings", False)),
+                pos="rope", norm="rms", mlp="swiglu", ln="pre", use_bias=False,
+                qkv_bias=cfg["model_type"] == "qwen2")
+  return GPT(**{**fields, **overrides})
+
+
+def export_type(model: GPT, model_type: str | None) -> str:
+  """The model_type `model` is saved as (default: gpt2 for learned positions, else qwen2 with
+  qkv_bias and llama without), refusing in one line naming the setting a model that layout
+  cannot hold."""
+  if model_type is not None and model_type not in MODEL_TYPES:
+    raise ConfigError(f"model_type: {model_type!r}; expected one of {', '.join(MODEL_TYPES)}")
+  if model.lora_rank:
+    raise ConfigError("model.lora_rank: the adapters must be merged first (lora.merge), got "
+                      f"{model.lora_rank}")
+  common = dict(ln="pre", qk_norm=False, moe_experts=0, mixer="attention")
+  gpt2 = model_type == "gpt2" or (model_type is None and model.pos == "learned")
+  if gpt2:
+    want = dict(common, pos="learned", norm="layer", mlp="gelu", use_bias=True,
+                tie_embeddings=True, mlp_width=4 * model.d_model, kv_heads=model.n_head)
+  else:
+    want = dict(common, pos="rope", norm="rms", mlp="swiglu", use_bias=False)
+  for key, value in want.items():
+    if getattr(model, key) != value:
+      setting = {"mlp_width": "mlp_hidden", "kv_heads": "n_kv_head"}.get(key, key)
+      raise ConfigError(f"model.{setting}: a {'GPT-2' if gpt2 else 'Llama-family'} checkpoint "
+                        f"needs {value!r}, got {getattr(model, key)!r}")
+  if gpt2:
+    return "gpt2"
+  model_type = model_type or ("qwen2" if model.qkv_bias else "llama")
+  if model.qkv_bias != (model_type == "qwen2"):
+    raise ConfigError(f"model.qkv_bias: {model_type} checkpoints have "
+                      f"{'' if model_type == 'qwen2' else 'no '}query/key/value biases, got "
+                      f"{model.qkv_bias}")
+  return model_type
+
+
+def hf_config(model: GPT, model_type: str) -> dict:
+  """config.json for `model` as `model_type` (transformers 4 and 5 both read it)."""
+  if model_type == "gpt2":
+    return {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
+            "vocab_size": model.vocab_size, "n_positions": model.block_size,
+            "n_ctx": model.block_size, "n_embd": model.d_model, "n_layer": model.n_layer,
+            "n_head": model.n_head, "layer_norm_epsilon": model.epsilon,
+            "activation_function": "gelu_new", "tie_word_embeddings": True,
+            "torch_dtype": "float32"}
+  cfg = {"architectures": [LLAMA_TYPES[model_type]], "model_type": model_type,
+         "vocab_size": model.vocab_size, "hidden_size": model.d_model,
+         "intermediate_size": model.mlp_width, "num_hidden_layers": model.n_layer,
+         "num_attention_heads": model.n_head, "num_key_value_heads": model.kv_heads,
+         "hidden_act": "silu", "max_position_embeddings": model.block_size,
+         "rms_norm_eps": model.epsilon, "rope_theta": model.rope_theta, "rope_scaling": None,
+         "tie_word_embeddings": model.tie_embeddings, "torch_dtype": "float32"}
+  if model_type == "qwen2":
+    cfg.update(use_sliding_window=False, sliding_window=None)
+  else:
+    cfg.update(head_dim=model.d_model // model.n_head, attention_bias=False, mlp_bias=False)
+    if model_type == "mistral":
+      cfg["sliding_window"] = None
+  return cfg
+
+
+# ---------------------------------------------------------------------------------------------
+# Tensors <-> params.
+
+
+def _table(model: GPT, model_type: str):
+  """({HF name: torch shape}, [(jaxdl path unrolled, HF names, transposed?)]) of every tensor a
+  `model_type` checkpoint of `model` holds (module docstring)."""
+  d, v, f = model.d_model, model.vocab_size, model.mlp_width
+  if model_type == "gpt2":
+    top = {"wte.weight": (("wte", "embedding"), (v, d)),
+           "wpe.weight": (("wpe", "embedding"), (model.block_size, d)),
+           "ln_f.weight": (("ln_f", "scale"), (d,)), "ln_f.bias": (("ln_f", "bias"), (d,))}
+    per_layer = dict(zip((m[1][0] for m in _GPT2_LAYER),
+                         ((d,), (d,), (d, 3 * d), (3 * d,), (d, d), (d,), (d,), (d,), (d, f),
+                          (f,), (f, d), (d,))))
+    layer, prefix = _GPT2_LAYER, "h.{i}."
+  else:
+    q, kv = d, model.kv_heads * (d // model.n_head)
+    top = {"model.embed_tokens.weight": (("wte", "embedding"), (v, d)),
+           "model.norm.weight": (("ln_f", "scale"), (d,))}
+    if not model.tie_embeddings:
+      top["lm_head.weight"] = (("lm_head", "kernel"), (v, d))
+    per_layer = {"input_layernorm.weight": (d,), "post_attention_layernorm.weight": (d,),
+                 "self_attn.q_proj.weight": (q, d), "self_attn.k_proj.weight": (kv, d),
+                 "self_attn.v_proj.weight": (kv, d), "self_attn.o_proj.weight": (d, q),
+                 "mlp.gate_proj.weight": (f, d), "mlp.up_proj.weight": (f, d),
+                 "mlp.down_proj.weight": (d, f)}
+    if model.qkv_bias:
+      per_layer.update({"self_attn.q_proj.bias": (q,), "self_attn.k_proj.bias": (kv,),
+                        "self_attn.v_proj.bias": (kv,)})
+    layer = [row for row in _LLAMA_LAYER if row[1][0] in per_layer]
+    prefix = "model.layers.{i}."
+  shapes = {name: shape for name, (_, shape) in top.items()}
+  items = [(path, (name,), name == "lm_head.weight") for name, (path, _) in top.items()]
+  for i in range(model.n_layer):
+    shapes.update({prefix.format(i=i) + k: s for k, s in per_layer.items()})
+    items += [((f"h_{i}",) + path, tuple(prefix.format(i=i) + n for n in names), transposed)
+              for path, names, transposed in layer]
+  return shapes, items
+
+
+def _names(names: list[str], most: int = 4) -> str:
+  return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def to_params(tensors: dict[str, np.ndarray], model: GPT, model_type: str,
+              where: str = "weights") -> dict:
+  """A `model_type` state dict (HF names) -> params of `model` (its scan_layers layout).
+
+  One-line ConfigError naming the missing, misshaped or unexpected tensors."""
+  if model_type == "gpt2":
+    tensors = {k.removeprefix(GPT2_PREFIX): a for k, a in tensors.items()}
+  want, items = _table(model, model_type)
+  missing = [k for k in want if k not in tensors]
+  misshaped = [f"{k} {tuple(tensors[k].shape)} (expected {want[k]})" for k in want
+               if k in tensors and tuple(tensors[k].shape) != want[k]]
+  tied_head = "lm_head.weight" if model.tie_embeddings else None
+  extra = sorted(k for k in tensors if k not in want and k != tied_head and not _IGNORED.search(k))
+  for label, bad in (("missing", missing), ("misshaped", misshaped), ("unexpected", extra)):
+    if bad:
+      raise ConfigError(f"{where}: {label} tensors for {model.n_layer} layers: {_names(bad)}")
+  params = {}
+  for path, names, transposed in items:
+    parts = [np.asarray(tensors[n], np.float32) for n in names]
+    node = params
+    for p in path[:-1]:
+      node = node.setdefault(p, {})
+    node[path[-1]] = np.concatenate([p.T if transposed else p for p in parts], axis=-1)
+  if model.scan_layers:  # stacked in numpy: jnp.stack would compile a program per shape
+    layers = [params.pop(f"h_{i}") for i in range(model.n_layer)]
+    params["h"] = jax.tree.map(lambda *a: np.stack(a), *layers)
+  return jax.tree.map(lambda a: jnp.asarray(a, model.param_dtype), params)
+
+
+def to_tensors(params: dict, model: GPT, model_type: str, dtype=np.float32
+               ) -> dict[str, np.ndarray]:
+  """jaxdl params (scanned or unrolled) -> the `model_type` state dict with HF names (GPT-2's
+  under 'transformer.', its tied head omitted as transformers saves it)."""
+  params = jax.tree.map(np.asarray, params)  # indexed in numpy: no program per layer slice
+  if "h" in params:
+    params = unstack_layers(params, model.n_layer)
+  shapes, items = _table(model, model_type)
+  prefix = GPT2_PREFIX if model_type == "gpt2" else ""
+  out = {}
+  for path, names, transposed in items:
+    value = params
+    for p in path:
+      value = value[p]
+    value = np.asarray(value, np.float32)
+    sizes = np.cumsum([shapes[n][0] for n in names])[:-1]  # each part's output rows
+    for name, part in zip(names, np.split(value, sizes, axis=-1)):
+      out[prefix + name] = np.ascontiguousarray(part.T if transposed else part).astype(dtype)
+  return out
