@@ -15,10 +15,17 @@ positions) and qwen2 (its query/key/value biases). Weights are drawn wider than 
 init (std 0.15, norm weights 1 + 0.1 noise, biases random) so the logits are far from uniform
 and every tensor, the biases and norm weights too, changes the output. llama also gets a
 tokenizer.json (a 64-id BPE made with `tokenizers`, '</s>' its end of text).
+
+`python scripts/make_hf_fixtures.py --eval [OUT_DIR]` writes only llama/eval.json from the
+committed llama model: a 120-word text's summed NLL and perplexity under the strided windows of
+`jaxdl eval` (`strided_nll`, transformers' documented loop, at strides 32 and 64 of its 64-token
+context, the text after the '</s>' prefix), and 20 multiple-choice items with each choice's
+log-likelihood, acc and acc_norm as lm-evaluation-harness computes them.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -117,6 +124,94 @@ def main(out_root: str) -> None:
           f"{exp['margin']:.4f}")
 
 
+# `--eval`: what `jaxdl eval` must report on the committed llama model, computed here with
+# transformers (its tokenizer and forward pass) and written to llama/eval.json.
+EVAL_WORDS = ("the quick brown fox jumps over the lazy dog a tiny model reads the text she sells "
+              "sea shells by the sea shore").split()
+EVAL_STRIDES = (32, 64)
+
+
+def strided_nll(model, ids: list[int], context: int, stride: int) -> tuple[float, int]:
+  """Transformers' strided perplexity loop (its docs' "Perplexity of fixed-length models"): a
+  window of up to context + 1 tokens every `stride`, scoring only the targets past the previous
+  window's end; (summed NLL, targets scored)."""
+  ids_t = torch.tensor([ids])
+  total, count, prev_end = 0.0, 0, 0
+  for begin in range(0, len(ids), stride):
+    end = min(begin + context + 1, len(ids))
+    window = ids_t[:, begin:end]
+    logp = torch.log_softmax(model(window[:, :-1]).logits.double(), -1)[0]
+    targets = window[0, 1:]
+    nll_t = -logp.gather(-1, targets[:, None])[:, 0]
+    new = end - 1 - prev_end  # the window's last `new` targets were not scored before
+    total += float(nll_t[-new:].sum())
+    count += new
+    prev_end = end - 1
+    if end == len(ids):
+      break
+  return total, count
+
+
+def encode_pair(tok, context: str, choice: str) -> tuple[list[int], list[int]]:
+  """lm-evaluation-harness's split of context and continuation tokens."""
+  n_spaces = len(context) - len(context.rstrip())
+  if n_spaces:
+    context, choice = context[:-n_spaces], context[-n_spaces:] + choice
+  whole = tok.encode(context + choice, add_special_tokens=False)
+  n = len(tok.encode(context, add_special_tokens=False))
+  return whole[:n], whole[n:]
+
+
+def eval_expected(out_root: str) -> None:
+  directory = os.path.join(out_root, "llama")
+  model = transformers.LlamaForCausalLM.from_pretrained(directory, torch_dtype=torch.float32,
+                                                        attn_implementation="eager").eval()
+  tok = transformers.PreTrainedTokenizerFast(tokenizer_file=os.path.join(directory,
+                                                                         "tokenizer.json"))
+  rng = np.random.default_rng(0)
+  text = " ".join(rng.choice(EVAL_WORDS, 120)) + ".\n"
+  ids = tok.encode(text, add_special_tokens=False)
+  eot = tok.convert_tokens_to_ids("</s>")
+  context = model.config.max_position_embeddings
+  items = []
+  for _ in range(20):
+    n_choices = int(rng.integers(2, 5))
+    items.append({"context": " ".join(rng.choice(EVAL_WORDS, int(rng.integers(3, 9)))) + " ",
+                  "choices": [" ".join(rng.choice(EVAL_WORDS, int(rng.integers(1, 4))))
+                              for _ in range(n_choices)],
+                  "answer": int(rng.integers(0, n_choices))})
+  lls, acc, acc_norm = [], 0, 0
+  with torch.no_grad():
+    text_nll = {s: strided_nll(model, [eot] + ids, context, s) for s in EVAL_STRIDES}
+    for item in items:
+      ll = []
+      for a in item["choices"]:
+        c, x = encode_pair(tok, item["context"], a)
+        logp = torch.log_softmax(model(torch.tensor([c + x])).logits.double(), -1)[0]
+        ll.append(float(sum(logp[len(c) - 1 + j, t] for j, t in enumerate(x))))
+      lls.append(ll)
+      n_bytes = np.array([len(a.encode("utf-8")) for a in item["choices"]], np.float64)
+      acc += int(np.argmax(ll)) == item["answer"]
+      acc_norm += int(np.argmax(np.array(ll) / n_bytes)) == item["answer"]
+  out = {"text": text, "text_ids": ids, "eot_id": eot, "context": context,
+         "strided": {str(s): {"nll": v[0], "tokens": v[1], "perplexity": float(np.exp(v[0] / v[1])),
+                              "bits_per_byte": v[0] / np.log(2) / len(text.encode("utf-8"))}
+                     for s, v in text_nll.items()},
+         "items": items, "loglikelihoods": lls, "acc": acc / len(items),
+         "acc_norm": acc_norm / len(items),
+         "versions": {"torch": torch.__version__, "transformers": transformers.__version__}}
+  with open(os.path.join(directory, "eval.json"), "w", encoding="utf-8") as f:
+    json.dump(out, f, indent=1)
+  print(f"llama/eval.json: {len(ids)} text tokens, perplexity "
+        f"{ {s: round(v['perplexity'], 4) for s, v in out['strided'].items()} }, acc {out['acc']}, "
+        f"acc_norm {out['acc_norm']}")
+
+
 if __name__ == "__main__":
-  main(sys.argv[1] if len(sys.argv) > 1 else
-       os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "hf"))
+  args = [a for a in sys.argv[1:] if a != "--eval"]
+  root = args[0] if args else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                           "tests", "data", "hf")
+  if "--eval" in sys.argv[1:]:  # only llama/eval.json, from the committed llama model
+    eval_expected(root)
+  else:
+    main(root)

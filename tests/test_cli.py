@@ -79,7 +79,8 @@ def test_every_command_help_is_light():
 
 def test_every_command_is_a_module_with_help_arguments_and_main():
   assert list(cli.COMMANDS) == ["train", "list", "sample", "generate", "nfe", "likelihood",
-                                "doctor", "reproduce", "bench", "data", "plot", "sweep", "export"]
+                                "doctor", "reproduce", "bench", "data", "plot", "sweep", "export",
+                                "eval"]
   for name, module in cli.COMMANDS.items():
     assert module.__name__.startswith("jaxdl.cli."), name
     assert isinstance(module.HELP, str) and callable(module.add_arguments), name

@@ -1,5 +1,5 @@
 """The `jaxdl` command line: train, list, sample, generate, nfe, likelihood, doctor, reproduce,
-bench, data, plot, sweep, export.
+bench, data, plot, sweep, export, eval.
 
 Exit codes, from the type of what a command raised, through one handler (`main`): 0 success, also
 after a SIGTERM (a preemption), which stops any command cleanly at any moment (`train` saves its
@@ -29,11 +29,12 @@ import sys
 from jaxdl import disk_errors, stop_signals
 from jaxdl.cli import (bench, data, doctor, export, generate, likelihood, listing, logs, nfe, plot,
                        reproduce, sample, sweep, train)
+from jaxdl.cli import eval as eval_command  # as 'eval' it would hide the builtin
 
 # The commands in the order `jaxdl --help` lists them.
 COMMANDS = {"train": train, "list": listing, "sample": sample, "generate": generate, "nfe": nfe,
             "likelihood": likelihood, "doctor": doctor, "reproduce": reproduce, "bench": bench,
-            "data": data, "plot": plot, "sweep": sweep, "export": export}
+            "data": data, "plot": plot, "sweep": sweep, "export": export, "eval": eval_command}
 
 
 def build_parser() -> argparse.ArgumentParser:

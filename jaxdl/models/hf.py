@@ -10,7 +10,9 @@ mean as a GPT (the conversion tables, and what is refused) is `jaxdl.models.hf_f
 safetensors file: 8-byte little-endian header length N, then N bytes of JSON
 {name: {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}, "__metadata__": {...}},
 then the raw little-endian C-order bytes (offsets relative to the end of the header). Read and
-written here with numpy, so no extra package is needed.
+written here with numpy, so no extra package is needed; read lazily (`index_weights`: the headers,
+then one tensor at a time as `load_hf` assembles the parameters), so loading never holds a whole
+shard, and the checkpoint's dtype is kept (bf16 stays bf16 unless `param_dtype` widens it).
 """
 
 from __future__ import annotations
@@ -53,9 +55,14 @@ def read_config(directory: str) -> dict:
 
 def weight_files(directory: str) -> list[str]:
   """The weight files of a directory: model.safetensors, or the shards
-  model.safetensors.index.json names; a missing one is a one-line ConfigError (checked before
-  anything is read, so a run refuses a damaged base before it writes)."""
+  model.safetensors.index.json names, or with neither pytorch_model.bin or the shards its index
+  names (`read_bin`: refused here in one line, saying how to convert, when torch is not
+  installed); a missing one is a one-line ConfigError (checked before anything is read, so a
+  run refuses a damaged base before it writes)."""
   index = os.path.join(directory, INDEX)
+  if _bin_only(directory):
+    _import_torch(directory)
+    index = os.path.join(directory, BIN_FILES[1])
   if os.path.isfile(index):
     with open(index, encoding="utf-8") as f:
       weight_map = json.load(f).get("weight_map")
@@ -64,6 +71,8 @@ def weight_files(directory: str) -> list[str]:
     files = sorted(set(weight_map.values()))
   elif os.path.isfile(os.path.join(directory, "model.safetensors")):
     files = ["model.safetensors"]
+  elif _bin_only(directory):
+    files = [BIN_FILES[0]]
   else:
     raise ConfigError(f"{directory}: no model.safetensors or {INDEX}")
   for name in files:
@@ -72,16 +81,115 @@ def weight_files(directory: str) -> list[str]:
   return files
 
 
-def read_weights(directory: str) -> dict[str, np.ndarray]:
-  """Every tensor of model.safetensors, or of the shards model.safetensors.index.json names."""
-  tensors = {}
+def index_weights(directory: str) -> dict:
+  """{tensor name: `LazyTensor`} over every shard, from their headers alone: nothing is read
+  until numpy asks for a tensor (np.asarray), one tensor at a time. The PyTorch files of a
+  directory without safetensors are read through torch (`BIN_FILES`)."""
+  if _bin_only(directory):
+    return read_bin(directory)
+  out = {}
   for name in weight_files(directory):
-    path = os.path.join(directory, name)
     try:
-      tensors.update(read_safetensors(path))
+      out.update(safetensors_index(os.path.join(directory, name)))
     except ValueError as e:
       raise ConfigError(str(e).splitlines()[0]) from None
-  return tensors
+  return out
+
+
+def read_weights(directory: str) -> dict[str, np.ndarray]:
+  """Every tensor of model.safetensors, or of the shards model.safetensors.index.json names."""
+  return {k: np.asarray(v) for k, v in index_weights(directory).items()}
+
+
+class LazyTensor:
+  """One tensor of a safetensors file, read (seek + readinto one buffer of its own dtype) when
+  numpy asks for it: `np.asarray(t)`; `.shape` and `.dtype` without reading."""
+  __slots__ = ("path", "offset", "shape", "dtype")
+
+  def __init__(self, path: str, offset: int, shape: tuple, dtype):
+    self.path, self.offset, self.shape, self.dtype = path, offset, shape, np.dtype(dtype)
+
+  def __array__(self, dtype=None, copy=None):
+    a = np.empty(self.shape, self.dtype)
+    with open(self.path, "rb") as f:
+      f.seek(self.offset)
+      if f.readinto(a.reshape(-1).view(np.uint8)) != a.nbytes:
+        raise ConfigError(f"{self.path}: truncated (a tensor runs past the end of the file)")
+    return a if dtype is None else a.astype(dtype, copy=False)
+
+
+def _header(path: str) -> tuple[dict, int]:
+  """(the JSON header, where the data begins) of a safetensors file, reading only those."""
+  with open(path, "rb") as f:
+    head = f.read(8)
+    size = os.fstat(f.fileno()).st_size
+    if len(head) < 8:
+      raise ValueError(f"{path}: not a safetensors file (shorter than its 8-byte header length)")
+    (n,) = struct.unpack("<Q", head)
+    if n > size - 8:
+      raise ValueError(f"{path}: header length {n} runs past the end of the file")
+    return json.loads(f.read(n).decode("utf-8")), 8 + n
+
+
+def safetensors_index(path: str) -> dict[str, LazyTensor]:
+  """{name: LazyTensor} of a safetensors file (module docstring), offsets checked."""
+  header, start = _header(path)
+  data_size = os.path.getsize(path) - start
+  out = {}
+  for name, info in header.items():
+    if name == "__metadata__":
+      continue
+    if info["dtype"] not in _ST_DTYPES:
+      raise ValueError(f"{path}: tensor {name!r} has dtype {info['dtype']}; "
+                       f"expected one of {sorted(_ST_DTYPES)}")
+    dt = np.dtype(_ST_DTYPES[info["dtype"]]).newbyteorder("<")
+    begin, end = info["data_offsets"]
+    shape = tuple(info["shape"])
+    if end > data_size or end - begin != int(np.prod(shape)) * dt.itemsize:
+      raise ValueError(f"{path}: tensor {name!r} offsets {begin}..{end} do not hold "
+                       f"{info['dtype']} {list(shape)}")
+    out[name] = LazyTensor(path, start + begin, shape, dt)
+  return out
+
+
+# PyTorch's pickled checkpoints, read only through torch (a pickle runs code; torch's
+# weights_only loader refuses anything but tensors).
+BIN_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+def _bin_only(directory: str) -> bool:
+  return (not os.path.isfile(os.path.join(directory, "model.safetensors")) and
+          not os.path.isfile(os.path.join(directory, INDEX)) and
+          any(os.path.isfile(os.path.join(directory, f)) for f in BIN_FILES))
+
+
+def _import_torch(directory: str):
+  """torch, or the one-line ConfigError saying how to convert a PyTorch-only directory."""
+  try:
+    import torch  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    raise ConfigError(
+        f"{directory}: holds only PyTorch weights (pytorch_model.bin), which need torch to read: "
+        "pip install torch, or convert once where transformers is installed: python -c \"import "
+        "transformers as t; t.AutoModelForCausalLM.from_pretrained('DIR').save_pretrained('OUT')"
+        "\" (writes safetensors)") from None
+  return torch
+
+
+def read_bin(directory: str) -> dict[str, np.ndarray]:
+  """The tensors of pytorch_model.bin (or its shards), through torch when it is installed (each
+  file memory-mapped, dtype kept); without torch a one-line ConfigError saying how to convert
+  the directory to safetensors."""
+  torch = _import_torch(directory)
+  out = {}
+  for name in weight_files(directory):
+    state = torch.load(os.path.join(directory, name), map_location="cpu", weights_only=True,
+                       mmap=True)
+    for k, t in state.items():
+      # numpy has no bfloat16: its bits, viewed as ml_dtypes' bfloat16.
+      out[k] = (t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+                if t.dtype == torch.bfloat16 else t.numpy())
+  return out
 
 
 def write_weights(directory: str, tensors: dict[str, np.ndarray],
@@ -115,31 +223,8 @@ def write_weights(directory: str, tensors: dict[str, np.ndarray],
 
 
 def read_safetensors(path: str) -> dict[str, np.ndarray]:
-  """All tensors of a safetensors file as numpy arrays (views on one read of the file)."""
-  with open(path, "rb") as f:
-    raw = f.read()
-  if len(raw) < 8:
-    raise ValueError(f"{path}: not a safetensors file (shorter than its 8-byte header length)")
-  (n,) = struct.unpack("<Q", raw[:8])
-  if n > len(raw) - 8:
-    raise ValueError(f"{path}: header length {n} runs past the end of the file")
-  header = json.loads(raw[8:8 + n].decode("utf-8"))
-  data = memoryview(raw)[8 + n:]
-  out = {}
-  for name, info in header.items():
-    if name == "__metadata__":
-      continue
-    if info["dtype"] not in _ST_DTYPES:
-      raise ValueError(f"{path}: tensor {name!r} has dtype {info['dtype']}; "
-                       f"expected one of {sorted(_ST_DTYPES)}")
-    dt = np.dtype(_ST_DTYPES[info["dtype"]])
-    begin, end = info["data_offsets"]
-    shape = tuple(info["shape"])
-    if end > len(data) or end - begin != int(np.prod(shape)) * dt.itemsize:
-      raise ValueError(f"{path}: tensor {name!r} offsets {begin}..{end} do not hold "
-                       f"{info['dtype']} {list(shape)}")
-    out[name] = np.frombuffer(data[begin:end], dtype=dt.newbyteorder("<")).reshape(shape)
-  return out
+  """All tensors of a safetensors file as numpy arrays (each read on its own)."""
+  return {k: np.asarray(v) for k, v in safetensors_index(path).items()}
 
 
 def write_safetensors(path: str, tensors: dict[str, np.ndarray],
@@ -168,19 +253,30 @@ def write_safetensors(path: str, tensors: dict[str, np.ndarray],
   os.replace(tmp, path)
 
 
-def load_hf(path: str, *, scan_layers: bool = True, dtype=jnp.float32, **overrides
-            ) -> tuple[GPT, dict]:
-  """A Hugging Face model directory (module docstring) -> (GPT, params in param_dtype).
+def load_hf(path: str, *, scan_layers: bool = True, dtype=jnp.float32, param_dtype=None,
+            shardings=None, **overrides) -> tuple[GPT, dict]:
+  """A Hugging Face model directory (module docstring) -> (GPT, params).
 
-  `dtype` is the compute dtype; `overrides` set other GPT fields (attn_impl, dropout, ...)."""
+  `dtype` is the compute dtype; `param_dtype` the parameters', by default the checkpoint's own
+  (its floating tensors' widest dtype: a bf16 checkpoint stays bf16, nothing is widened on the
+  way); `overrides` set other GPT fields (attn_impl, dropout, ...). The weights are read tensor by
+  tensor into their final dtype and placed on the device parameter by parameter, each straight
+  into its sharding when `shardings` (a tree like the params, or fn(path) -> Sharding) gives one
+  (`hf_families.to_params`): the host never holds the whole checkpoint, nor a float32 copy of
+  it (`jaxdl bench --only hf_load` measures the peak)."""
   cfg = read_config(path)
+  tensors = index_weights(path)
+  if param_dtype is None:
+    floats = {np.dtype(t.dtype) for t in tensors.values() if np.dtype(t.dtype).kind == "f" or
+              np.dtype(t.dtype) == ml_dtypes.bfloat16}
+    param_dtype = max(floats, key=lambda d: d.itemsize) if floats else jnp.float32
   model = hf_families.model_from_config(cfg, os.path.join(path, "config.json"),
-                                        scan_layers=scan_layers, dtype=dtype, **overrides)
-  tensors = read_weights(path)
+                                        scan_layers=scan_layers, dtype=dtype,
+                                        param_dtype=param_dtype, **overrides)
   if "tie_word_embeddings" not in cfg and cfg["model_type"] != "gpt2":
     # Its default moved (transformers 4: tied, 5: untied): a head in the weights says untied.
     model = model.clone(tie_embeddings="lm_head.weight" not in tensors)
-  return model, hf_families.to_params(tensors, model, cfg["model_type"], path)
+  return model, hf_families.to_params(tensors, model, cfg["model_type"], path, shardings)
 
 
 def save_hf(out_dir: str, model: GPT, params: dict, *, model_type: str | None = None,

@@ -265,10 +265,18 @@ def _names(names: list[str], most: int = 4) -> str:
   return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
-def to_params(tensors: dict[str, np.ndarray], model: GPT, model_type: str,
-              where: str = "weights") -> dict:
-  """A `model_type` state dict (HF names) -> params of `model` (its scan_layers layout).
+def to_params(tensors, model: GPT, model_type: str, where: str = "weights",
+              shardings=None) -> dict:
+  """A `model_type` state dict (HF names) -> params of `model` (its scan_layers layout), as jax
+  arrays in `model.param_dtype`.
 
+  `tensors` maps names to arrays or to lazily read tensors (`jaxdl.models.hf.index_weights`:
+  anything with .shape that np.asarray reads), so only the shapes are looked at before the
+  checks pass. Memory: each parameter is assembled alone, largest first, and placed on the
+  device before the next is read; a scanned stack is filled layer by layer in place (a donated
+  update), so the host holds the finished parameters plus one layer's tensors at a time.
+  `shardings` (a tree like the params, or `fn(path tuple) -> Sharding or None`) places each
+  parameter straight into its sharding (fsdp, tensor) instead of the default device.
   One-line ConfigError naming the missing, misshaped or unexpected tensors."""
   if model_type == "gpt2":
     tensors = {k.removeprefix(GPT2_PREFIX): a for k, a in tensors.items()}
@@ -281,17 +289,75 @@ def to_params(tensors: dict[str, np.ndarray], model: GPT, model_type: str,
   for label, bad in (("missing", missing), ("misshaped", misshaped), ("unexpected", extra)):
     if bad:
       raise ConfigError(f"{where}: {label} tensors for {model.n_layer} layers: {_names(bad)}")
-  params = {}
+  dtype = jnp.dtype(model.param_dtype)
+  leaves = {}  # final path -> [(layer index or None, HF names, transposed)]
   for path, names, transposed in items:
-    parts = [np.asarray(tensors[n], np.float32) for n in names]
+    layer = re.fullmatch(r"h_(\d+)", path[0]) if model.scan_layers else None
+    key = ("h",) + path[1:] if layer else path
+    leaves.setdefault(key, []).append((int(layer.group(1)) if layer else None, names,
+                                       transposed))
+  size = lambda parts: sum(int(np.prod(want[n])) for _, names, _ in parts for n in names)  # noqa: E731
+  params = {}
+  for key, parts in sorted(leaves.items(), key=lambda kv: -size(kv[1])):
+    sharding = _sharding_of(shardings, key)
+    if parts[0][0] is None:
+      value = jax.device_put(_part(tensors, parts[0][1], parts[0][2], dtype), sharding)
+    else:  # one slice per layer into a stack allocated once (filled in order)
+      first = _part(tensors, parts[0][1], parts[0][2], dtype)
+      zeros, set_layer = _stack_ops(sharding)
+      value = zeros((len(parts),) + first.shape, dtype)
+      for i, names, transposed in parts:
+        layer_part = first if i == 0 else _part(tensors, names, transposed, dtype)
+        value = set_layer(value, layer_part, i)
+        value.block_until_ready()  # bounds the host copies in flight to one layer's
+      del first
+    value.block_until_ready()
     node = params
-    for p in path[:-1]:
+    for p in key[:-1]:
       node = node.setdefault(p, {})
-    node[path[-1]] = np.concatenate([p.T if transposed else p for p in parts], axis=-1)
-  if model.scan_layers:  # stacked in numpy: jnp.stack would compile a program per shape
-    layers = [params.pop(f"h_{i}") for i in range(model.n_layer)]
-    params["h"] = jax.tree.map(lambda *a: np.stack(a), *layers)
-  return jax.tree.map(lambda a: jnp.asarray(a, model.param_dtype), params)
+    node[key[-1]] = value
+  return params
+
+
+def _part(tensors, names, transposed: bool, dtype) -> np.ndarray:
+  """One parameter (or one layer's slice) from its HF tensors, cast to `dtype`: the tensors
+  read one by one, transposed, concatenated along the output axis (module docstring)."""
+  arrays = [np.asarray(tensors[n]) for n in names]
+  arrays = [a.T if transposed else a for a in arrays]
+  if len(arrays) == 1:
+    return np.ascontiguousarray(arrays[0], dtype=dtype)
+  return np.concatenate(arrays, axis=-1, dtype=dtype)
+
+
+def _sharding_of(shardings, key: tuple):
+  if shardings is None or callable(shardings):
+    return shardings(key) if shardings else None
+  node = shardings
+  for k in key:
+    node = node[k]
+  return node
+
+
+def _zeros(shape, dtype):
+  return jnp.zeros(shape, dtype)
+
+
+def _set_layer(stack, part, i):
+  """stack[i] = part, in place when the stack is donated."""
+  return jax.lax.dynamic_update_index_in_dim(stack, part.astype(stack.dtype), i, 0)
+
+
+_DEFAULT_STACK_OPS = (jax.jit(_zeros, static_argnums=(0, 1)),
+                      jax.jit(_set_layer, donate_argnums=0))
+
+
+def _stack_ops(sharding):
+  """(zeros(shape, dtype), set_layer(stack, part, i), donating the stack) whose results have
+  `sharding` (None: the default device, one compiled program per shape for every load)."""
+  if sharding is None:
+    return _DEFAULT_STACK_OPS
+  return (jax.jit(_zeros, static_argnums=(0, 1), out_shardings=sharding),
+          jax.jit(_set_layer, donate_argnums=0, out_shardings=sharding))
 
 
 def to_tensors(params: dict, model: GPT, model_type: str, dtype=np.float32

@@ -247,6 +247,12 @@ def weighted_ce(logits_BxTxK: jax.Array, y_BxT: jax.Array, weight_BxT: jax.Array
   return (ce_BxT * weight_BxT).sum() / total, (correct_BxT * weight_BxT).sum() / total
 
 
+def next_token_ce(logits_BxTxV: jax.Array, y_BxT: jax.Array) -> jax.Array:
+  """CE_bt = -log softmax(z_bt)_{y_bt} in float32, the `lm` loss per target token (also what
+  `jaxdl.train.scoring` sums to score text and answer choices)."""
+  return optax.softmax_cross_entropy_with_integer_labels(logits_BxTxV.astype(jnp.float32), y_BxT)
+
+
 def scored_weight(key: str) -> Callable[[dict], Any]:
   """`batch -> sum_{b,t} w_bt`, w = batch[key] (a loss mask) times the eval padding mask, the
   denominator of `weighted_ce` and of the masked LM loss; None for a batch without `key`."""
@@ -322,7 +328,7 @@ def language_model(config, train_settings: TrainSettings) -> Task:
     logits_BxTxV, new_state, aux_loss, aux_metrics = apply_model_aux(
         apply_fn, params, model_state, batch["x"], rngs, train, **packed)
     logits_BxTxV = logits_BxTxV.astype(jnp.float32)
-    ce_BxT = optax.softmax_cross_entropy_with_integer_labels(logits_BxTxV, batch["y"])
+    ce_BxT = next_token_ce(logits_BxTxV, batch["y"])
     correct_BxT = jnp.argmax(logits_BxTxV, -1) == batch["y"]
     log_z_BxT = jax.nn.logsumexp(logits_BxTxV, axis=-1) if z_coef else None
     if "loss_mask" in batch:
