@@ -7,9 +7,11 @@ Layers (a module may import its own package and the layers below, never one abov
   2  jaxdl.data, jaxdl.models, jaxdl.optim        (not each other)
   3  jaxdl.train
   4  jaxdl.generative, jaxdl.doctor               (not each other)
-  5  jaxdl.course, jaxdl.bench                    (not each other)
-  6  jaxdl.cli, one module per command: the top layer, which nothing else imports
-     (7: jaxdl.__main__, which runs it)
+  5  jaxdl.sweep                                  (many runs: grid, search, SLURM, one scheduler)
+  6  jaxdl.course, jaxdl.bench                    (not each other; the course's studies and
+                                                  claims use the sweep's scheduler and statistics)
+  7  jaxdl.cli, one module per command: the top layer, which nothing else imports
+     (8: jaxdl.__main__, which runs it)
 
 Every import counts, including ones inside functions: a lazy import of a higher layer is still a
 dependency pointing the wrong way.
@@ -25,8 +27,8 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "jaxdl"
 LAYERS = {"schema": 0, "config": 1, "disk_errors": 1, "stop_signals": 1, "cache": 1,
           "data": 2, "models": 2, "optim": 2,
-          "train": 3, "generative": 4, "doctor": 4, "course": 5, "bench": 5, "cli": 6,
-          "__main__": 7, "__init__": 7}
+          "train": 3, "generative": 4, "doctor": 4, "sweep": 5, "course": 6, "bench": 6, "cli": 7,
+          "__main__": 8, "__init__": 8}
 
 
 def _module_name(path: pathlib.Path) -> str:

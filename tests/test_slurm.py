@@ -24,7 +24,7 @@ import pytest
 
 from jaxdl import cli
 from jaxdl.config import ConfigError, load_config
-from jaxdl.course.sweeps import grid, resources, runner, slurm
+from jaxdl.sweep import grid, resources, scheduler, slurm
 from jaxdl.train import run
 from jaxdl.train.checkpoint import load_state
 from jaxdl.train.writers import read_metrics
@@ -59,7 +59,7 @@ def test_resources_come_from_a_file_and_the_flags_override_it(tmp_path):
   assert res.distributed and not resources.parse({}).distributed
   plan = grid.plan(EXP, ["optim.lr=1e-3"])
   record = {"overrides": list(plan.runs[0].overrides)}
-  local = runner.train_command(plan, record, tmp_path / "w")
+  local = scheduler.train_command(plan, record, tmp_path / "w")
   assert slurm.task_command(plan, record, tmp_path / "w", res) == [*local, "--distributed"]
   assert slurm.task_command(plan, record, tmp_path / "w", resources.parse({})) == local
 
@@ -185,7 +185,7 @@ def test_a_cancelled_run_resumes_and_the_sweep_ends_with_the_local_results(clust
   # The process's exit, not the lock's release: the run lets its lock go before the CLI prints
   # the line read below.
   _wait_for(lambda: not _alive(pid), "the cancelled run to save and stop")
-  assert runner.lock_holder(victim) is None and not (victim / "summary.json").exists()
+  assert scheduler.lock_holder(victim) is None and not (victim / "summary.json").exists()
   log = (out / "logs" / f"{victim.name}.log").read_text()
   assert "jaxdl: stopped by SIGTERM at step " in log, log[-3000:]
   stopped_at = int(log.split("jaxdl: stopped by SIGTERM at step ")[1].split(";")[0])

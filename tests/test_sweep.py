@@ -1,9 +1,12 @@
 """`jaxdl sweep`: grids and names, validation before anything starts, the index, device slots,
 the report on hand-written workdirs, and one real sweep killed and rerun (slow)."""
 
+import contextlib
 import json
 import math
 import os
+import pathlib
+import shlex
 import signal
 import subprocess
 import sys
@@ -13,7 +16,7 @@ import pytest
 
 from jaxdl import cli
 from jaxdl.config import ConfigError
-from jaxdl.course.sweeps import grid, index, report, runner, slots
+from jaxdl.sweep import grid, index, report, scheduler, slots
 
 import warm_python
 
@@ -61,12 +64,33 @@ def test_a_bad_grid_is_one_config_error(flags, kwargs, message):
     grid.plan(EXP, flags, **kwargs)
 
 
-def test_a_bad_grid_exits_2_with_one_line_and_creates_nothing(tmp_path, capsys):
+@pytest.mark.parametrize("flags, line", [
+    (["--grid", "optim.lr=1e-3,oops"], "optim.lr: expected float, got 'oops'"),
+    (["--grid", "optim.lr=1e-3", "--seeds", "0"], "--seeds: expected a count >= 1, got 0"),
+    (["--seeds", "-2"], "--seeds: expected a count >= 1, got -2"),
+    (["--jobs", "0"], "--jobs: expected a count >= 1, got 0"),
+])
+def test_a_bad_sweep_exits_2_with_one_line_and_creates_nothing(flags, line, tmp_path, capsys):
   out = tmp_path / "sweep"
-  assert cli.main(["sweep", EXP, "--grid", "optim.lr=1e-3,oops", "--out", str(out)]) == 2
-  err = capsys.readouterr().err.strip().splitlines()
-  assert err == ["jaxdl: error: optim.lr: expected float, got 'oops'"]
+  assert cli.main(["sweep", EXP, *flags, "--out", str(out)]) == 2
+  assert capsys.readouterr().err.strip().splitlines() == [f"jaxdl: error: {line}"]
   assert not out.exists()
+
+
+def test_train_and_help_import_no_sweep_module():
+  """The sweep package is loaded by `jaxdl sweep` only: a run a sweep starts takes its slot
+  in `jaxdl.cli.main` only where the sweep's variable marks the process as a sweep's run."""
+  code = ("import runpy, sys\n"
+          "for argv in (['jaxdl', '--help'], ['jaxdl', 'train', '--help']):\n"
+          "  sys.argv = argv\n"
+          "  try:\n"
+          "    runpy.run_module('jaxdl', run_name='__main__', alter_sys=True)\n"
+          "  except SystemExit:\n"
+          "    pass\n"
+          "print('LOADED', sorted(m for m in sys.modules if m.startswith('jaxdl.sweep')))\n")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+  assert out.returncode == 0, out.stderr
+  assert "usage: jaxdl train" in out.stdout and out.stdout.splitlines()[-1] == "LOADED []"
 
 
 def test_the_index_grows_with_the_grid_and_refuses_another_sweep():
@@ -112,7 +136,7 @@ def test_slots_split_cpus_and_give_one_gpu_each():
 # gets when its parent dies (prctl PR_GET_PDEATHSIG) and whether the variables are gone.
 _ENTER = """
 import ctypes, json, os
-from jaxdl.course.sweeps import slots
+from jaxdl.sweep import slots
 slots.enter_slot()
 sig = ctypes.c_int()
 ctypes.CDLL(None).prctl(2, ctypes.byref(sig))
@@ -143,20 +167,93 @@ def test_a_run_takes_its_slot_at_startup_and_stops_if_the_sweep_is_gone():
 
 
 def test_exit_codes_become_statuses(tmp_path):
+  """Only an exit the run chose (1, 2) fails it; a signal leaves it resumable; a kill by any
+  other signal is a vanished run (the scheduler starts it once more)."""
   (tmp_path / "logs").mkdir()
   record = {"workdir": "runs/r", "log": "logs/r.log"}
   log = tmp_path / "logs" / "r.log"
   log.write_text("jaxdl: stopped by SIGTERM at step 1\n# jaxdl sweep: 2026 attempt 2: cmd\n"
                  "Traceback ...\njaxdl: non-finite loss at step 3\nmore\n")
-  assert runner.outcome(tmp_path, record, 1) == (
+  assert scheduler.outcome(tmp_path, record, 1) == (
       index.FAILED, "jaxdl: non-finite loss at step 3")
-  assert runner.outcome(tmp_path, record, -9)[0] == index.PENDING
+  for code, how in ((130, "SIGINT"), (143, "SIGTERM"), (-signal.SIGTERM, "SIGTERM"),
+                    (-signal.SIGINT, "SIGINT")):
+    assert scheduler.outcome(tmp_path, record, code) == (
+        index.PENDING, f"stopped ({how}); a rerun resumes it"), code
+  # Stopped by the sweep in its first second (exit 1 before it could say so): resumable.
+  assert scheduler.outcome(tmp_path, record, 1, signalled="SIGINT")[0] == index.PENDING
+  assert scheduler.outcome(tmp_path, record, -9) == (
+      index.PENDING, "vanished (killed by SIGKILL); a rerun resumes it")
+  assert scheduler.vanished(-9) == "SIGKILL" and scheduler.vanished(-9, "SIGTERM") is None
+  assert scheduler.vanished(-signal.SIGTERM) is None and scheduler.vanished(1) is None
   log.write_text("jaxdl: stopped by SIGTERM at step 10; its checkpoint is saved\n")
-  status, error = runner.outcome(tmp_path, record, 0)
+  status, error = scheduler.outcome(tmp_path, record, 0)
   assert status == index.PENDING and error.startswith("stopped (stopped by SIGTERM")
   with log.open("a") as f:  # the next attempt finishes: the previous one's line is history
     f.write("# jaxdl sweep: 2026 attempt 3: cmd\n{}\n")
-  assert runner.outcome(tmp_path, record, 0) == (index.FINISHED, None)
+  assert scheduler.outcome(tmp_path, record, 0) == (index.FINISHED, None)
+
+
+# A stand-in for `jaxdl train` (a bare interpreter, no jax): what it does is the point's
+# `train.steps` value, counted per attempt in its workdir.
+_FAKE_RUN = """
+import json, os, pathlib, signal, sys
+workdir, how = pathlib.Path(sys.argv[1]), sys.argv[2]
+workdir.mkdir(parents=True, exist_ok=True)
+attempt = len(list(workdir.glob("attempt-*"))) + 1
+(workdir / f"attempt-{attempt}").touch()
+if how == "fails":
+  print("jaxdl: loss became non-finite at step 3"); sys.exit(1)
+if how == "stopped":  # SIGTERM from someone else than the sweep: saved, said so, exit 0
+  print("jaxdl: stopped by SIGTERM at step 2; its checkpoint is saved"); sys.exit(0)
+if how == "vanishes" or (how == "vanishes-once" and attempt == 1):
+  os.kill(os.getpid(), signal.SIGKILL)
+if how == "stops-the-sweep":  # the sweep's own process group gets SIGTERM while it runs
+  signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+  os.kill(os.getppid(), signal.SIGTERM)
+  signal.sigwait([signal.SIGTERM])
+  print("jaxdl: stopped by SIGTERM at step 1; its checkpoint is saved"); sys.exit(0)
+(workdir / "summary.json").write_text(json.dumps({"step": 1, "eval": {"loss": 0.5}}))
+"""
+_HOW = {"1": "finishes", "2": "fails", "3": "stopped", "4": "vanishes-once", "5": "vanishes",
+        "6": "stops-the-sweep"}
+
+
+@pytest.mark.parametrize("steps, code, says", [
+    ("1,4", 0, None),  # finished, and vanished once (started again: finished)
+    ("1,2", 1, "1 run failed: train.steps=2,seed=0"),
+    ("1,3", 1, "1 run left unfinished (rerun the same command to resume): train.steps=3"),
+    ("5", 1, "1 run left unfinished (rerun the same command to resume): train.steps=5"),
+    ("6", 0, "jaxdl: sweep stopped by SIGTERM; its runs saved their current step"),
+])
+def test_the_exit_code_says_how_the_runs_ended(steps, code, says, tmp_path, capsys,
+                                               monkeypatch):
+  """0 only when every run finished (or the sweep was stopped by SIGTERM, its runs saved); a
+  run that failed, stopped or vanished twice is named, exit 1. The scheduler runs a stand-in
+  for `jaxdl train` (through the same subprocess start, session and signals)."""
+
+  def fake(plan, record, workdir):
+    how = _HOW[record["overrides"][0].split("=")[1]]
+    return [sys.executable, "-c", _FAKE_RUN, str(workdir), how]
+
+  monkeypatch.setattr(scheduler, "train_command", fake)
+  out = tmp_path / "s"
+  assert cli.main(["sweep", EXP, "--grid", f"train.steps={steps}", "--out", str(out)]) == code
+  err = capsys.readouterr().err
+  assert says is None or says in err, err
+  idx = json.loads((out / "sweep.json").read_text())
+  runs = idx["runs"]
+  if steps == "1,4":
+    assert runs["train.steps=4,seed=0"]["attempts"] == 2 and "retry    train.steps=4" in err
+    assert all(r["status"] == index.FINISHED for r in runs.values())
+  if steps == "5":
+    assert runs["train.steps=5,seed=0"]["attempts"] == 2
+    assert runs["train.steps=5,seed=0"]["error"].startswith("vanished (killed by SIGKILL)")
+  if steps == "6":  # stopped once, by the sweep (its own session: not by the group signal too)
+    assert runs["train.steps=6,seed=0"]["status"] == index.PENDING
+  # The report marks no best point on unfinished seeds.
+  assert not any(r["best_point"] and r["finished"] < r["seeds"]
+                 for r in report.summarize(out)["rows"])
 
 
 # --- the report, on hand-written workdirs ---
@@ -210,12 +307,14 @@ def test_the_report_gives_mean_and_t_interval_per_point(hand_written_sweep):
   assert a["best_mean"] == pytest.approx((0.4 + 0.45 + 0.47) / 3)  # 0.6 replaced 0.9 at step 10
   assert (a["finished"], b["finished"], b["running"]) == (3, 2, 1)
   assert b["final_mean"] == pytest.approx(0.33) and b["best_mean"] == pytest.approx(0.3)
-  assert b["best_point"] and not a["best_point"] and not c["best_point"]
+  # b's mean is better, but one of its seeds is still running: only a point whose every seed
+  # finished is marked best.
+  assert a["best_point"] and not b["best_point"] and not c["best_point"]
   assert (c["failed"], c["pending"], c["final_mean"]) == (2, 1, None)
   assert "seed 0: non-finite train/loss at step 10" in c["error"]
   assert "seed 1: jaxdl: error: data.n: must be > 0" in c["error"]
   table = report.format_table(rep)
-  assert table.splitlines()[2].startswith("*  optim.lr=0.01") and "3/0/0/0" in table
+  assert table.splitlines()[1].startswith("*  optim.lr=0.001") and "3/0/0/0" in table
 
 
 def test_report_command_writes_csv_json_and_figures(hand_written_sweep, tmp_path, capsys):
@@ -234,10 +333,14 @@ def test_report_command_writes_csv_json_and_figures(hand_written_sweep, tmp_path
   assert cli.main(["sweep", "report", str(tmp_path / "nothing")]) == 2
 
 
-# --- one real sweep, killed and rerun ---
+# --- real sweeps, killed and stopped, then rerun; against the same commands run alone (slow) ---
 
-SHARED = ["train.steps=40", "train.ckpt_every=10", "train.eval_every=10", "train.plot=False",
+# 100 steps, a checkpoint every 20: each stop below is forced at a checkpoint, and 40 or more
+# steps still to go leave the test's poll (10 ms) a wide margin on a loaded machine (0.7 CPU-s a
+# run more than 40 steps with a checkpoint every 10).
+SHARED = ["train.steps=100", "train.ckpt_every=20", "train.eval_every=10", "train.plot=False",
           "train.loggers=()", "train.count_flops=False"]
+SEEDS = (0, 1)
 
 
 def _sweep_cmd(out):
@@ -254,42 +357,147 @@ def _wait_for(condition, timeout=240.0):
 
 
 def _final(workdir):
-  """What a run ends with: its summary's metrics and its eval curve (a step once)."""
+  """What a run ends with: its summary's metrics, its eval curve (a step once), its params."""
+  import numpy as np
+  from jaxdl.train import load_state
   summary = json.loads((workdir / "summary.json").read_text())
   evals = {r["step"]: r["loss"] for r in map(json.loads, (workdir / "metrics.jsonl").open())
            if r.get("split") == "eval"}
-  return summary["train"], summary["eval"], evals
+  step, state = load_state(workdir)
+  params = {"/".join(map(str, k)): np.asarray(v).tobytes()
+            for k, v in _flat(state["params"]).items()}
+  return summary["train"], summary["eval"], evals, step, params
+
+
+def _flat(tree, prefix=()):
+  if isinstance(tree, dict):
+    return {k: v for key, sub in tree.items() for k, v in _flat(sub, (*prefix, key)).items()}
+  return {prefix: tree}
+
+
+def _runs(out):
+  return [out / "runs" / f"optim.lr=0.01,seed={s}" for s in SEEDS]
+
+
+def _logged_command(sweep, run):
+  """The `jaxdl train` command line the sweep's log says it ran for `run` (its first attempt)."""
+  header = next(ln for ln in (sweep / "logs" / f"{run}.log").open()
+                if ln.startswith(scheduler.HEADER))
+  return shlex.split(header.split(": ", 2)[2])
+
+
+@pytest.fixture(scope="module")
+def alone(tmp_path_factory):
+  """Each run of the sweep trained by its own `jaxdl train` command, run alone (the command the
+  sweep's log records, another workdir): {seed: what it ended with}."""
+  root = tmp_path_factory.mktemp("alone")
+  plan = grid.plan(EXP, ["optim.lr=1e-2"], shared=SHARED, seeds=len(SEEDS))
+  finals = {}
+  for r in plan.runs:
+    command = scheduler.train_command(plan, {"overrides": r.overrides}, root / r.name)
+    done = warm_python.run(command, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    finals[r.seed] = _final(root / r.name)
+  return finals
+
+
+def _assert_as_alone(out, alone):
+  """Every run of the sweep in `out` finished, bit-identical to its command run alone, the
+  command its log records being that command; no attempt's log holds a traceback."""
+  idx = json.loads((out / "sweep.json").read_text())
+  assert all(r["status"] == "finished" for r in idx["runs"].values())
+  plan = grid.plan(EXP, ["optim.lr=1e-2"], shared=SHARED, seeds=len(SEEDS))
+  for r, w in zip(plan.runs, _runs(out)):
+    assert _logged_command(out, w.name) == scheduler.train_command(plan, idx["runs"][w.name], w)
+    assert _final(w) == alone[r.seed], w.name
+    log = (out / "logs" / f"{w.name}.log").read_text()
+    assert "Traceback" not in log and "ERROR" not in log, log[-3000:]
+
+
+def _pending_signals(pid: int) -> int:
+  """The process's pending-signal mask (its own and its thread group's), from /proc."""
+  fields = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status"))
+  return int(fields["SigPnd"], 16) | int(fields["ShdPnd"], 16)
+
+
+def _holder(workdir, other_than=None, checkpoint=None):
+  """The pid holding `workdir`'s lock once it is not `other_than` and the run has saved
+  `checkpoint` (None: any time), else None."""
+  try:
+    pid = json.loads((workdir / ".lock").read_text())["pid"]
+  except (OSError, ValueError, KeyError):
+    return None
+  if pid == other_than or (checkpoint and not (workdir / "checkpoints" / checkpoint).is_dir()):
+    return None
+  return pid if scheduler.lock_holder(workdir) else None
+
+
+def _held(pid: int) -> bool:
+  """Whether every thread of the process is stopped (a group stop completes thread by thread: a
+  signal sent before it has may be taken by a thread still running)."""
+  states = []
+  for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
+    with contextlib.suppress(OSError):  # a thread that has just exited
+      states.append(next(ln for ln in (task / "status").read_text().splitlines()
+                         if ln.startswith("State:")).split()[1])
+  return bool(states) and all(s in "Tt" for s in states)
+
+
+def _stop_once(pid, stop):
+  """Holds run `pid` (SIGSTOP: before its last step, the moment forced), calls `stop()`, waits
+  until the run has SIGTERM pending (sent to it once, while it was held), then lets it go."""
+  os.kill(pid, signal.SIGSTOP)
+  try:
+    _wait_for(lambda: _held(pid))
+    stop()
+    _wait_for(lambda: _pending_signals(pid) & (1 << (signal.SIGTERM - 1)), timeout=60)
+  finally:
+    os.kill(pid, signal.SIGCONT)  # never leave it held
 
 
 @pytest.mark.slow
-def test_a_killed_sweep_reruns_to_the_results_of_uninterrupted_runs(tmp_path):
-  """SIGKILL of the sweep and of one of its two runs after that run's first checkpoint; the
-  other run is stopped by the sweep's death (PR_SET_PDEATHSIG) and saves; the rerun resumes
-  both and ends bit-identical to each run trained in one go."""
-  from jaxdl.config import load_config
-  from jaxdl.train import run
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc, sessions: Linux")
+def test_a_sweep_killed_every_way_reruns_to_the_results_of_its_runs_alone(tmp_path, alone):
+  """One sweep directory through three invocations, each stop forced at a checkpoint:
+  1. a run is SIGKILLed (the OOM killer): the sweep starts it again at once and it resumes;
+     then the sweep's whole process group gets SIGTERM (systemd's stop, `kill -TERM -PGID`):
+     each run, in a session of its own, gets it once, from the sweep, saves and says so, and
+     the sweep exits 0;
+  2. the rerun resumes them, and the sweep is SIGKILLed: its runs get SIGTERM from the kernel
+     (PR_SET_PDEATHSIG), once, and save;
+  3. the rerun finishes them: bit-identical to each run's command run alone, and no attempt's
+     log holds a traceback."""
   out = tmp_path / "sweep"
-  # The sweep processes fork from the warm interpreter (tests/warm_python.py); their runs are
-  # started by the sweep as always (a fresh `python -m jaxdl train` each).
-  parent = warm_python.Popen(_sweep_cmd(out))
-  runs = [out / "runs" / f"optim.lr=0.01,seed={s}" for s in (0, 1)]
-  _wait_for(lambda: any((w / "checkpoints" / "10").is_dir() for w in runs))
-  victim = next(w for w in runs if (w / "checkpoints" / "10").is_dir())
-  child = json.loads((victim / ".lock").read_text())["pid"]
-  os.kill(parent.pid, signal.SIGKILL)
-  os.kill(child, signal.SIGKILL)
-  parent.wait()
-  _wait_for(lambda: all(runner.lock_holder(w) is None for w in runs))  # the other one stops
-  interrupted = [not (w / "summary.json").exists() for w in runs]
+  runs = _runs(out)
+  own_group = ("import os, runpy, sys\nos.setpgid(0, 0)\n"
+               "runpy.run_module('jaxdl', run_name='__main__', alter_sys=True)\n")
+  sweep = warm_python.Popen([sys.executable, "-c", own_group, *_sweep_cmd(out)[3:]])
+  _wait_for(lambda: any(_holder(w, checkpoint="20") for w in runs))
+  victim = next(w for w in runs if _holder(w, checkpoint="20"))
+  first = _holder(victim)
+  os.kill(first, signal.SIGKILL)
+  _wait_for(lambda: _holder(victim, other_than=first, checkpoint="40"))
+  pid = _holder(victim)
+  assert os.getpgid(pid) != os.getpgid(sweep.pid) == sweep.pid
+  _stop_once(pid, lambda: os.killpg(sweep.pid, signal.SIGTERM))
+  _, stderr = sweep.communicate(timeout=600)
+  assert sweep.returncode == 0, stderr[-2000:]
+  assert "jaxdl: sweep stopped by SIGTERM" in stderr
+  assert f"retry    {victim.name}: vanished (killed by SIGKILL)" in stderr
+  log = (out / "logs" / f"{victim.name}.log").read_text()
+  assert log.count("jaxdl: stopped by SIGTERM") == 1, log[-3000:]
+  assert not (victim / "summary.json").exists()
+
+  sweep = warm_python.Popen(_sweep_cmd(out))
+  _wait_for(lambda: _holder(victim, other_than=pid, checkpoint="60"))
+  _stop_once(_holder(victim), lambda: (sweep.kill(), sweep.wait()))
+  _wait_for(lambda: all(scheduler.lock_holder(w) is None for w in runs))
+  assert not (victim / "summary.json").exists()
+  log = (out / "logs" / f"{victim.name}.log").read_text()
+  assert log.count("jaxdl: stopped by SIGTERM") == 2, log[-3000:]  # once per stopped attempt
+
   rerun = warm_python.run(_sweep_cmd(out), timeout=600)
   assert rerun.returncode == 0, rerun.stderr[-2000:]
   assert "2/0/0/0" in rerun.stdout
-  assert interrupted[runs.index(victim)]
-  for seed, w in zip((0, 1), runs):
-    config, _ = load_config(EXP, [*SHARED, "optim.lr=0.01", f"seed={seed}"])
-    reference = tmp_path / f"reference-{seed}"
-    run(config, reference, progress=False)
-    assert _final(w) == _final(reference), w.name
-  idx = json.loads((out / "sweep.json").read_text())
-  assert all(r["status"] == "finished" for r in idx["runs"].values())
-  assert idx["runs"][victim.name]["attempts"] == 2
+  _assert_as_alone(out, alone)
+  assert json.loads((out / "sweep.json").read_text())["runs"][victim.name]["attempts"] == 4

@@ -13,8 +13,8 @@ import pytest
 
 from jaxdl import cli
 from jaxdl.config import ConfigError
-from jaxdl.course.sweeps import index as jindex
-from jaxdl.course.sweeps import report, search, space
+from jaxdl.sweep import index as jindex
+from jaxdl.sweep import report, search, space
 
 pytest.importorskip("optuna")
 optuna = space.import_optuna()  # its INFO lines silenced, as the command does
@@ -163,6 +163,49 @@ def test_a_rerun_settles_stopped_trials_and_resumes_the_rest_with_their_values(t
   assert "jaxdl: loss became non-finite at step 3" in table and "*  trial-002" in table
 
 
+def test_a_search_report_says_what_it_shows(tmp_path, monkeypatch):
+  """Trials are single runs: the figure claims no mean or interval; curves are labelled by their
+  settings; a pruned trial's values and curve end at the step it was pruned at, though its run
+  went on to save a later one."""
+  import matplotlib.figure
+  from jaxdl.train import plots
+  sweep = tmp_path / "search"
+  plan = space.plan(EXP, [LR], search="random", trials=2, shared=SHARED)
+  idx = jindex.merge_search(None, plan)
+  for n, lr, losses, pruned_at in ((0, "0.01", (0.4, 0.3), None), (1, "5.0", (20.0, 9.0), 5)):
+    name = search.run_name(n)
+    w = sweep / "runs" / name
+    w.mkdir(parents=True)
+    (w / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": step, "split": split, "loss": v}) + "\n"
+        for step, v in zip((5, 10), losses) for split in ("train", "eval")))
+    if pruned_at is None:
+      (w / "summary.json").write_text(json.dumps({"step": 10, "eval": {"loss": losses[-1]}}))
+    idx["runs"][name] = {"point": name, "trial": n, "seed": 0, "values": {"optim.lr": lr},
+                         "workdir": f"runs/{name}", "log": f"logs/{name}.log",
+                         "status": jindex.FINISHED if pruned_at is None else jindex.PRUNED,
+                         "pruned_at": pruned_at, "error": None}
+  jindex.write(sweep, idx)
+  rep = report.summarize(sweep)
+  runs = {r["run"]: r for r in rep["runs"]}
+  assert (runs["trial-001"]["final"], runs["trial-001"]["best"]) == (20.0, 20.0)  # not 9.0
+  drawn, ylabels = {}, []
+  plot_runs = plots.plot_runs
+
+  def spy(workdirs, out, labels=None, last_steps=None):
+    drawn.update(labels=labels, last_steps=last_steps)
+    return plot_runs(workdirs, out, labels=labels, last_steps=last_steps)
+
+  monkeypatch.setattr(plots, "plot_runs", spy)
+  savefig = matplotlib.figure.Figure.savefig
+  monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: (
+      ylabels.append(fig.axes[0].get_ylabel()), savefig(fig, *a, **k))[1])
+  report.plot_figures(rep, tmp_path / "figures")
+  assert ylabels[0] == "final eval/loss (one run each: a trial)"
+  assert drawn == {"labels": ["optim.lr=0.01", "optim.lr=5 (pruned at 5)"],
+                   "last_steps": [None, 5]}
+
+
 # --- one real search: 3 trials, then grown to 5 by the same command (slow) ---
 # Five, not more: trials 3 and 4 are the two that diverge and are pruned; each further trial is
 # one more `jaxdl train` process (about 4 CPU-s) that shows nothing new.
@@ -215,6 +258,7 @@ def test_a_tpe_search_prunes_a_diverging_trial_and_grows_on_rerun(grown_search):
   idx = json.loads((out / "sweep.json").read_text())
   assert idx["runs"]["trial-003"]["status"] == "pruned"
   assert idx["runs"]["trial-003"]["error"].startswith("pruned at step 5 (eval/loss ")
+  assert idx["runs"]["trial-003"]["pruned_at"] == 5
   assert "3 finished, 0 failed" in second[1] and "0 to resume, 2 to ask" in second[2]
 
 

@@ -89,7 +89,7 @@ def load_library_frozen() -> None:
 # Commands whose code polls `Preemption.requested` itself (the training loop, a sweep's
 # scheduler): there a first signal only sets it. In the others it raises `Interrupted` at once.
 POLLING_COMMANDS = ("train", "sweep")
-# Set in every run a local sweep starts (`jaxdl.course.sweeps.slots.PARENT_VAR`): only then is
+# Set in every run a local sweep starts (`jaxdl.sweep.slots.PARENT_VAR`): only then is
 # the sweep package imported, to take the run's slot.
 SWEEP_CHILD_VAR = "JAXDL_SWEEP_PARENT"
 
@@ -125,7 +125,7 @@ def _run(argv: list[str], as_program: bool, preempt: stop_signals.Preemption) ->
     args = parser.parse_args(["train", *argv])
   args.as_program, args.preempt = as_program, preempt
   if as_program and os.environ.get(SWEEP_CHILD_VAR):  # before anything starts threads
-    from jaxdl.course.sweeps.slots import enter_slot  # pylint: disable=g-import-not-at-top
+    from jaxdl.sweep.slots import enter_slot  # pylint: disable=g-import-not-at-top
     enter_slot()
   if (as_program and FREEZE_LIBRARY_HEAP and args.command not in LIGHT_COMMANDS
       and not preempt.requested):  # (stopped already: why load it)

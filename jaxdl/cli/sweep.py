@@ -1,6 +1,6 @@
 """`jaxdl sweep EXPERIMENT[:ARG] --grid KEY=V1,V2,... [--seeds N] [--jobs J] [--out DIR]`: run
 every point of a grid over seeds, each run a `jaxdl train` subprocess in its own workdir under
-DIR (`jaxdl.course.sweeps`); rerunning the command resumes it. `jaxdl sweep report DIR`: the
+DIR (`jaxdl.sweep`); rerunning the command resumes it. `jaxdl sweep report DIR`: the
 table of a metric per point (mean and 95% t interval over seeds), CSV / JSON, figures.
 
 `jaxdl sweep EXPERIMENT[:ARG] --search random|tpe[:STARTUP] --space KEY=DIST ... --trials N
@@ -9,7 +9,7 @@ table of a metric per point (mean and 95% t interval over seeds), CSV / JSON, fi
 per trial, its study in DIR/study.log (default DIR runs/<experiment>[-<arg>]-search); rerunning
 the command resumes it, and a larger --trials extends it. DIST is uniform:LOW:HIGH,
 loguniform:LOW:HIGH, int:LOW:HIGH, logint:LOW:HIGH or choice:V1,V2,...
-(`jaxdl.course.sweeps.space`; running and pruning: `jaxdl.course.sweeps.search`).
+(`jaxdl.sweep.space`; running and pruning: `jaxdl.sweep.search`).
 
 `jaxdl sweep ... --executor slurm [--partition P] [--time T] [--gpus-per-run G] [--cpus-per-run
 C] [--account A] [--nodes N] [--tasks-per-run K] [--sbatch KEY=VALUE ...] [--executor-config
@@ -17,14 +17,21 @@ FILE] [--no-wait]`: the grid's runs as a SLURM job array through submitit (needs
 extra), each the same `jaxdl train` in its workdir; a run of several processes is started by
 `srun` with `--distributed`. It waits for the jobs unless --no-wait; rerunning the command waits
 for the queued ones and submits again the cancelled or unfinished ones, which resume
-(`jaxdl.course.sweeps.slurm`; a one-node cluster for trying it: scripts/slurm_cluster.sh).
+(`jaxdl.sweep.slurm`; a one-node cluster for trying it: scripts/slurm_cluster.sh).
 
-Exit codes: 0 every run finished (a search: it holds N trials, one or more finished; also after
-SIGTERM, which stops the runs cleanly: rerun to resume; with --executor slurm also after a job
-left the queue unfinished, or once --no-wait submitted the runs), 1 some run failed (a search: no
-trial finished; errors are in the table and in DIR/sweep.json), 2 bad input before anything
-started (a bad grid, space, flag, experiment or directory, a missing sbatch: one line), 130
-stopped by SIGINT.
+Exit codes, for each way a run can end (`jaxdl.sweep.scheduler`):
+  0    every run finished (a search: every trial ended, complete, pruned or failed, and one or
+       more finished); also after SIGTERM to the sweep, which stops each run once, cleanly
+       (rerun to resume); with --executor slurm also once --no-wait submitted the runs;
+  1    a run failed (exit 1 or 2 of its own: the table and DIR/sweep.json hold its error), or a
+       run was left unfinished: stopped by a signal from elsewhere (a SLURM job cancelled, timed
+       out or preempted), or vanished (killed by SIGKILL, e.g. the OOM killer) twice, being
+       started again once at once; one line names them; a rerun resumes the unfinished ones
+       (a search: also when no trial finished);
+  2    bad input before anything started (a bad grid, space, flag, count, experiment or
+       directory, a missing sbatch: one line, nothing written);
+  130  stopped by SIGINT (its runs stopped cleanly; rerun to resume).
+A run that ended by a signal is never `failed`: a rerun resumes it.
 """
 
 from __future__ import annotations
@@ -117,56 +124,59 @@ def add_arguments(p) -> None:
                    help="where the figures go (default DIR/report; 'none' for none)")
 
 
-def _error(line: str):
-  """Bad input, for the CLI's handler: one line, exit 2."""
-  from jaxdl.schema import ConfigError
-  return ConfigError(line)
-
-
 def _echo(line: str) -> None:
   print(line, file=sys.stderr, flush=True)
 
 
 def main(args) -> None:
+  """The command; it raises what ends it (`jaxdl.cli.main` gives the exit code): ConfigError,
+  bad input (2); RunError, runs failed or left unfinished (1); Stopped, a stop signal (0, 130)."""
+  from jaxdl.schema import ConfigError
+  # As `jaxdl train` does: an experiment may name the planted-bug and generative models and
+  # tasks, which the grid's and the search's checks build.
+  import jaxdl.course.planted  # noqa: F401
+  import jaxdl.generative  # noqa: F401
   if args.experiment == "report":
     if args.dir is None:
-      raise _error("sweep report: give the sweep directory (jaxdl sweep report DIR)")
+      raise ConfigError("sweep report: give the sweep directory (jaxdl sweep report DIR)")
     if args.grid or args.overrides:
-      raise _error("sweep report: --grid and --set belong to running a sweep")
+      raise ConfigError("sweep report: --grid and --set belong to running a sweep")
     given = _slurm_flags(args) + (["--executor"] if args.executor != "local" else [])
     if given:
-      raise _error(f"sweep report: {given[0]} belongs to running a sweep")
+      raise ConfigError(f"sweep report: {given[0]} belongs to running a sweep")
     given = [f"--{k.replace('_', '-')}" for k in ("search", *_SEARCH_ONLY) if getattr(args, k)]
     if given:
-      raise _error(f"sweep report: {given[0]} belongs to running a search")
+      raise ConfigError(f"sweep report: {given[0]} belongs to running a search")
     if args.mode not in (None, "min", "max"):
-      raise _error(f"--mode {args.mode!r}: expected min or max")
+      raise ConfigError(f"--mode {args.mode!r}: expected min or max")
     return _report(args)
   if args.dir is not None:
-    raise _error(f"sweep: unexpected argument {args.dir!r} (`jaxdl sweep report DIR` reports)")
+    raise ConfigError(f"sweep: unexpected argument {args.dir!r} (`jaxdl sweep report DIR` "
+                      f"reports)")
   given = [f"--{k}" for k in _REPORT_ONLY if getattr(args, k) is not None]
   if given:
-    raise _error(f"sweep: {given[0]} belongs to `jaxdl sweep report DIR`")
-  if args.jobs is not None and args.jobs < 1:
-    raise _error(f"--jobs: expected a count >= 1, got {args.jobs}")
+    raise ConfigError(f"sweep: {given[0]} belongs to `jaxdl sweep report DIR`")
+  for flag, count in (("--jobs", args.jobs), ("--seeds", args.seeds), ("--trials", args.trials)):
+    if count is not None and count < 1:
+      raise ConfigError(f"{flag}: expected a count >= 1, got {count}")
   given = _slurm_flags(args)
   if given and args.executor != "slurm":
-    raise _error(f"sweep: {given[0]} belongs to --executor slurm")
+    raise ConfigError(f"sweep: {given[0]} belongs to --executor slurm")
   if args.search is not None:
     if args.executor == "slurm":
-      raise _error("sweep: --executor slurm runs a grid; a search runs on this machine "
-                    "(--executor local)")
+      raise ConfigError("sweep: --executor slurm runs a grid; a search runs on this machine "
+                        "(--executor local)")
     return _search(args)
   given = [f"--{k.replace('_', '-')}" for k in (*_SEARCH_ONLY, "metric", "mode")
            if getattr(args, k) not in (None, [])]
   if given:
-    raise _error(f"sweep: {given[0]} belongs to a search (--search random|tpe)")
-  from jaxdl.course.sweeps import grid, runner
+    raise ConfigError(f"sweep: {given[0]} belongs to a search (--search random|tpe)")
+  from jaxdl.sweep import grid, runner, scheduler
 
   def run(out):
     plan = grid.plan(args.experiment, args.grid, args.overrides, args.seeds or 1, args.seed_key)
     if args.executor == "slurm":
-      from jaxdl.course.sweeps import resources, slurm
+      from jaxdl.sweep import resources, slurm
       res = resources.parse({k: getattr(args, k) for k in resources.FIELDS},
                             args.executor_config)
       slurm.check_cluster(res.partition)
@@ -176,28 +186,27 @@ def main(args) -> None:
     return plan, lambda: runner.run(out, plan, jobs=args.jobs or 1,
                                     retry_failed=args.retry_failed, echo=_echo)
 
-  def outcome(plan, index):
-    from jaxdl.train import RunError
-    failed = [r.name for r in plan.runs if index["runs"][r.name]["status"] == "failed"]
-    if failed:
-      raise RunError(f"sweep: {len(failed)} of {len(plan.runs)} runs failed: "
-                     f"{', '.join(failed)}")
+  def judge(plan, index):
+    names = [r.name for r in plan.runs]
+    failed = [n for n in names if index["runs"][n]["status"] == "failed"]
+    return _name_runs(failed, "failed") or _name_runs(
+        scheduler.unfinished(index, names), "left unfinished (rerun the same command to resume)")
 
   if args.executor == "slurm":
     def hint(ended):
-      if ended == "SLURM":
-        return "rerun the same command to submit them again (they resume from their checkpoints)"
+      del ended
       return ("its SLURM jobs keep running (rerun the same command to wait for them; scancel "
               "stops them)")
   else:
     def hint(ended):
       del ended
       return "its runs saved their current step (rerun the same command to resume)"
-  return _launch(args, "-sweep", run, outcome, "sweep", hint)
+  return _launch(args, "-sweep", run, judge, "sweep", hint)
 
 
 def _search(args) -> None:
   """`jaxdl sweep EXPERIMENT --search ...`: every flag checked, then the study run."""
+  from jaxdl.schema import ConfigError
   for bad, why in ((args.grid, "--grid and --search exclude each other (a search samples "
                                "--space)"),
                    (args.seeds is not None, "--seeds does not apply to a search (one run per "
@@ -205,8 +214,8 @@ def _search(args) -> None:
                    (args.retry_failed, "--retry-failed does not apply to a search (a failed "
                                        "trial is final in its study)")):
     if bad:
-      raise _error(f"sweep: {why}")
-  from jaxdl.course.sweeps import index, search, space
+      raise ConfigError(f"sweep: {why}")
+  from jaxdl.sweep import index, scheduler, search, space
 
   def run(out):
     plan = space.plan(args.experiment, args.space, search=args.search, trials=args.trials,
@@ -216,40 +225,54 @@ def _search(args) -> None:
     space.import_optuna()
     return plan, lambda: search.run(out, plan, args.trials, jobs=args.jobs or 1, echo=_echo)
 
-  def outcome(plan, idx):
-    from jaxdl.train import RunError
-    del plan
+  def judge(plan, idx):
     if not any(r["status"] == index.FINISHED for r in idx["runs"].values()):
-      raise RunError("search: no trial finished")
+      return "no trial finished (the errors are in the table and in sweep.json)"
+    return _name_runs(scheduler.unfinished(idx, idx["runs"]),
+                      "left unfinished (rerun the same command to resume)")
 
-  return _launch(args, "-search", run, outcome, "search", lambda ended: "its running trials "
+  return _launch(args, "-search", run, judge, "search", lambda ended: "its running trials "
                  "saved their current step (rerun the same command to resume them)")
 
 
-def _launch(args, suffix, prepare, outcome, what, resume_hint) -> None:
+def _launch(args, suffix, prepare, judge, what, resume_hint) -> None:
   """The grid's and the search's common course: `prepare(out) -> (plan, start)` checks every
   flag (ConfigError: one line, exit 2), the output folder is checked before anything starts,
-  `start()` runs it (a ValueError: another sweep's folder or one in use), then the table, and
-  the end: `Stopped` after a signal (exit 130 after SIGINT, 0 after SIGTERM) or SLURM jobs that
-  left unfinished (0; what to do next: `resume_hint(ended)`), else `outcome(plan, index)`,
-  which raises a RunError (exit 1) when runs failed."""
-  from jaxdl.config import default_workdir, load_config
-  from jaxdl.course.sweeps import report
+  `start()` runs it (a ValueError: another sweep's folder or one in use), then the table. After
+  a stop signal: `Stopped` (exit 130 after SIGINT, 0 after SIGTERM; what to do next:
+  `resume_hint(ended)`); nothing once --no-wait submitted the runs. Else `judge(plan, index)`
+  names what broke the promise of exit 0 (runs failed or left unfinished), raised as a RunError
+  (exit 1)."""
+  from jaxdl.config import ConfigError, default_workdir, load_config
+  from jaxdl.sweep import report
   out = args.out or default_workdir(args.experiment,
                                      load_config(args.experiment, args.overrides)[0]) + suffix
   plan, start = prepare(out)
   problem = disk_errors.unwritable_dir(out, "--out")
   if problem:
-    raise _error(problem)
+    raise ConfigError(problem)
   stop_signals.reached("config")
   if args.preempt.requested:  # while the experiment loaded: nothing started or written yet
     raise Stopped(args.preempt.requested, f"{what} stopped by {args.preempt.requested} before "
                                           "it started; nothing written")
   index, ended = start()
   print(report.format_table(report.summarize(out)))
+  if ended == "submitted":  # --no-wait: the jobs are queued; a rerun waits for them
+    return
   if ended != "done":
     raise Stopped(ended, f"{what} stopped by {ended}; {resume_hint(ended)}")
-  outcome(plan, index)
+  problem = judge(plan, index)
+  if problem:
+    from jaxdl.train import RunError
+    raise RunError(f"{what} {out}: {problem}")
+
+
+def _name_runs(names: list[str], how: str) -> str | None:
+  """'N run(s) HOW: a, b, ...' (five names at most), or None for none."""
+  if not names:
+    return None
+  more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+  return f"{len(names)} run{'s' * (len(names) != 1)} {how}: {', '.join(names[:5])}{more}"
 
 
 def _slurm_flags(args) -> list[str]:
@@ -258,8 +281,8 @@ def _slurm_flags(args) -> list[str]:
 
 
 def _report(args) -> None:
-  from jaxdl.course.sweeps import report
-  table = report.summarize(args.dir, args.metric, args.mode)
+  from jaxdl.sweep import report
+  table = report.summarize(args.dir, args.metric, args.mode)  # no sweep.json: FileNotFoundError
   print(report.format_table(table))
   if args.csv:
     print(f"csv: {report.write_csv(table, args.csv)}")

@@ -92,7 +92,7 @@ def exact(name: str, expected, measured) -> Row:
 def seed_interval(values_S, level: float = 0.95) -> tuple[float, float, float]:
   """(mean, low, high) of the two-sided t interval of the mean of S >= 2 per-seed values (the
   sweep report's `t_interval`)."""
-  from jaxdl.course.sweeps.report import t_interval
+  from jaxdl.sweep.report import t_interval
   values_S = [float(v) for v in values_S]
   if len(values_S) < 2:
     raise ValueError(f"seed_interval: {len(values_S)} value(s); an interval needs 2 or more")

@@ -14,14 +14,18 @@ trained twice: it is the variant whose overrides leave the config as it is, meas
   layernorm_study  pre-LN vs post-LN: gradient norms per block at init, then training with and
                    without warmup at one peak lr (prepost_ln)
 
+The variants run through the sweep's one scheduler (`jaxdl.sweep.scheduler`), in this process.
 A variant whose loss turns non-finite is recorded as {'diverged': True, 'error': ...} and the
 study goes on. Rerunning a finished study trains nothing: every run resumes at its last step.
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import os
+import pathlib
+import time
 from typing import Callable
 
 import jax
@@ -29,6 +33,7 @@ import ml_collections
 import numpy as np
 
 from jaxdl.config import variant_config
+from jaxdl.stop_signals import Stopped
 
 Measure = Callable[[ml_collections.ConfigDict, str, dict], dict]
 
@@ -36,6 +41,10 @@ Measure = Callable[[ml_collections.ConfigDict, str, dict], dict]
 def train_variants(config, workdir: str, summary: dict, variants: dict[str, dict],
                    measure: Measure, *, main: str, extra: dict | None = None) -> dict:
   """Trains and measures every variant of `config`; returns and writes {name: measurements}.
+
+  The variants run through the sweep's scheduler (`jaxdl.sweep.scheduler`), one after another in
+  this process: a variant that fails (a non-finite loss) is recorded and the study goes on; a
+  stop signal stops the study after the variant it stopped saved its step (a rerun resumes it).
 
   Args:
     config: the study's config, already trained into `workdir` (its summary `summary`).
@@ -45,25 +54,77 @@ def train_variants(config, workdir: str, summary: dict, variants: dict[str, dict
     main: the main run's variant name, used when no variant equals `config`.
     extra: measurements of the whole study, written first in results.json.
   """
+  from jaxdl.stop_signals import Preemption
+  from jaxdl.sweep import scheduler
+  from jaxdl.sweep.slots import make_slots
   from jaxdl.train import NonFiniteLossError, run
-  results = {}
-  if not any(variant_config(config, o).to_dict() == config.to_dict() for o in variants.values()):
-    variants = {main: {}, **variants}
-  for name, overrides in variants.items():
-    c = variant_config(config, overrides)
-    if c.to_dict() == config.to_dict():
-      results[name] = measure(c, workdir, summary)
-      continue
-    directory = os.path.join(workdir, name)
-    try:
-      results[name] = measure(c, directory, run(c, directory, progress=False))
-    except NonFiniteLossError as e:
-      results[name] = {"diverged": True, "error": str(e)}
-    print(f"{name}: {results[name]}", flush=True)
-  results = {**(extra or {}), **results}
+  configs = {name: variant_config(config, o) for name, o in variants.items()}
+  if not any(c.to_dict() == config.to_dict() for c in configs.values()):
+    configs = {main: config, **configs}
+  index = {"runs": {name: {"workdir": _directory(config, workdir, c, name), "log": os.devnull,
+                           "seconds": 0.0} for name, c in configs.items()}}
+  source = _Variants(configs, index, measure)
+  with Preemption() as preempt, preempt.polled():
+
+    def launch(pairs):
+      (name, _), = pairs  # one slot: one variant at a time
+      c, directory = configs[name], index["runs"][name]["workdir"]
+      train = ((lambda: summary) if directory == workdir else
+               (lambda: run(c, directory, progress=False)))
+      proc = scheduler.InProcess(train, preempt, failures=NonFiniteLossError)
+      return [scheduler.Active(name, proc, None, time.monotonic())]
+
+    ended = scheduler.execute(pathlib.Path(workdir), None, index, source, make_slots(1),
+                              preempt, print, launch=launch)
+  if ended != "done":
+    raise Stopped(ended, f"study stopped by {ended}; its runs saved their current step (rerun the "
+                  "same command to resume)")
+  results = {**(extra or {}), **{name: source.results[name] for name in configs}}
   with open(os.path.join(workdir, "results.json"), "w") as f:
     json.dump(results, f, indent=2)
   return results
+
+
+def _directory(config, workdir: str, variant, name: str) -> str:
+  """Where a variant trains: the study's workdir for the variant equal to its config."""
+  return workdir if variant.to_dict() == config.to_dict() else os.path.join(workdir, name)
+
+
+class _Variants:
+  """A study's variants as the scheduler's source: a queue; each measured when it finished,
+  recorded {'diverged': True, 'error': ...} when it failed."""
+
+  def __init__(self, configs: dict, index: dict, measure: Measure):
+    self.configs, self.index, self.measure = configs, index, measure
+    self.queue = collections.deque(configs)
+    self.results: dict[str, dict] = {}
+
+  def take(self) -> str | None:
+    return self.queue.popleft() if self.queue else None
+
+  def done(self) -> bool:
+    return not self.queue
+
+  def started(self, run) -> None:
+    del run
+
+  def watch(self, run) -> bool:
+    del run
+    return False
+
+  def retry(self, name: str) -> None:
+    self.queue.appendleft(name)
+
+  def ended(self, run, status: str, error: str | None) -> None:
+    from jaxdl.sweep import index as jindex
+    if status == jindex.FINISHED:
+      directory = self.index["runs"][run.name]["workdir"]
+      self.results[run.name] = self.measure(self.configs[run.name], directory, run.proc.summary)
+    elif status == jindex.FAILED:
+      self.results[run.name] = {"diverged": True, "error": error}
+    else:
+      return  # stopped: the study stops (`train_variants` raises)
+    print(f"{run.name}: {self.results[run.name]}", flush=True)
 
 
 def _params(directory: str):

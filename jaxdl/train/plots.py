@@ -88,14 +88,18 @@ def training_seconds(workdir) -> tuple[list[int], list[float]]:
   return steps, seconds
 
 
-def plot_runs(workdirs, out) -> pathlib.Path:
-  """Overlays the train loss of several runs, against the step and the training time."""
+def plot_runs(workdirs, out, labels=None, last_steps=None) -> pathlib.Path:
+  """Overlays the train loss of several runs, against the step and the training time; each
+  labelled by `labels` (default its workdir's name) and drawn up to its step in `last_steps`
+  (None: all of it; a run stopped at a step it went on past, a pruned trial)."""
   plt = _pyplot()
   fig, (by_step, by_time) = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
   all_losses = []
-  for workdir in workdirs:
-    label = pathlib.Path(workdir).name
-    steps, losses = _series(read_metrics(workdir, "train"), "loss")
+  for i, workdir in enumerate(workdirs):
+    label = labels[i] if labels else pathlib.Path(workdir).name
+    last = last_steps[i] if last_steps and last_steps[i] is not None else float("inf")
+    steps, losses = _series([r for r in read_metrics(workdir, "train") if r["step"] <= last],
+                            "loss")
     all_losses += losses
     by_step.plot(steps, losses, label=label)
     t_steps, seconds = training_seconds(workdir)

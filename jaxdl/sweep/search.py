@@ -1,17 +1,19 @@
 """Running a search (`jaxdl sweep --search`): an Optuna study whose trials are `jaxdl train` runs.
 
-The sweep directory holds, beside what a grid's holds (`jaxdl.course.sweeps`),
+The sweep directory holds, beside what a grid's holds (`jaxdl.sweep`),
 
   study.log    the Optuna study, in Optuna's journal storage (an append-only file: a kill never
                tears it; no database server or SQLAlchemy needed);
   sweep.json   `search`, the settings a rerun must match, and one run per trial, `trial-NNN`,
                its sampled values canonical (`values`), its status one of a grid run's or
-               `pruned`.
+               `pruned` (and then `pruned_at`, the step its pruner stopped it at: the report's
+             curves and values end there, though the run went on to save a later step).
 
 A trial: the study is asked for one (its sampler seeded per trial, `space.seed_sampler`), every
 searched key suggested, the combination's config checked in-process (one the engine refuses is a
-failed trial, no run started), then `jaxdl train` runs in `runs/trial-NNN`, J at a time, with
-the runner's slots, logs and signal handling (`runner`). While it runs its metrics.jsonl is read
+failed trial, no run started), then `jaxdl train` runs in `runs/trial-NNN`, J at a time, through
+the one scheduler a grid uses (`scheduler`: slots, logs, signals, how a run ended); the study is
+its `Source`. While it runs its metrics.jsonl is read
 as it grows: each record of the metric's split is reported to the trial at its step, once per
 step, in file order (non-finite values are not: the run fails on them itself), and when the
 pruner says so the run is stopped with SIGTERM (it saves its step and exits 0) and the trial is
@@ -41,14 +43,12 @@ import dataclasses
 import json
 import math
 import pathlib
-import signal
-import time
 
 from jaxdl.config import ConfigError, load_config
-from jaxdl.course.sweeps import grid, report, runner, space
-from jaxdl.course.sweeps import index as jindex
-from jaxdl.course.sweeps.space import Search
-from jaxdl.stop_signals import Preemption
+from jaxdl.sweep import grid, report, runner, scheduler, space
+from jaxdl.sweep import index as jindex
+from jaxdl.sweep.slots import Slot, make_slots
+from jaxdl.sweep.space import Search
 
 
 def run_name(number: int) -> str:
@@ -64,7 +64,7 @@ class _Trial:
   offset: int = 0
   partial: bytes = b""
   pruned_at: tuple | None = None     # (step, value) the pruner stopped it at
-  run: runner._Active | None = None
+  run: scheduler.Active | None = None
 
 
 class _Driver:
@@ -75,6 +75,10 @@ class _Driver:
     self.index, self.echo = index, echo
     self.plan = grid.Plan(search.experiment, search.shared, {}, search.seed_key, (search.seed,),
                           ())
+    self.resume: collections.deque = collections.deque()  # stopped trials to resume
+    self.total = 0  # the trials the study is to hold
+    self.trials: dict[str, _Trial] = {}  # the running ones, by run name
+    self.exhausted = False
 
   def track(self, frozen) -> _Trial:
     return _Trial(run_name(frozen.number), self.optuna.trial.Trial(self.study, frozen._trial_id),
@@ -102,10 +106,40 @@ class _Driver:
     jindex.write(self.dir, self.index)
     return True
 
-  def start(self, t: _Trial, slot) -> None:
-    t.run = runner._start(self.dir, self.plan, self.index, t.name, slot)
-    values = ",".join(f"{k}={v}" for k, v in self.index["runs"][t.name]["values"].items())
-    self.echo(f"  start    {t.name} {values}")
+  # --- the scheduler's `Source` ---
+
+  def take(self) -> str | None:
+    if self.exhausted:
+      return None
+    t = self.next_trial(self.resume, self.total)
+    if t is None:
+      self.exhausted = not self.resume  # resume: a stopped run's workdir still held; wait
+      return None
+    self.trials[t.name] = t
+    return t.name
+
+  def done(self) -> bool:
+    return self.exhausted
+
+  def started(self, run: scheduler.Active) -> None:
+    self.trials[run.name].run = run
+    values = ",".join(f"{k}={v}" for k, v in self.index["runs"][run.name]["values"].items())
+    self.echo(f"  start    {run.name} {values}")
+
+  def watch(self, run: scheduler.Active) -> bool:
+    t = self.trials[run.name]
+    return t.pruned_at is None and self.judge(t)
+
+  def retry(self, name: str) -> None:
+    self.resume.appendleft(self.trials[name])
+    self.exhausted = False
+
+  def ended(self, run: scheduler.Active, status: str, error: str | None) -> None:
+    """`run` exited: its last records judged, then concluded."""
+    t = self.trials.pop(run.name)
+    if t.pruned_at is None:
+      self.judge(t)
+    self.conclude(t, status, error, run.proc.returncode)
 
   def read(self, t: _Trial) -> list[tuple[int, float]]:
     """The metric's new (step, value) records in `t`'s metrics.jsonl since the last read."""
@@ -142,8 +176,8 @@ class _Driver:
           and t.trial.should_prune()):
         t.pruned_at = (step, value)
         record = self.index["runs"][t.name]  # written first: a rerun never resumes it
-        record.update(status=jindex.PRUNED, error=f"pruned at step {step} "
-                                                  f"({self.search.metric} {value:.4g})")
+        record.update(status=jindex.PRUNED, pruned_at=step,
+                      error=f"pruned at step {step} ({self.search.metric} {value:.4g})")
         jindex.write(self.dir, self.index)
         return True
     return False
@@ -161,8 +195,6 @@ class _Driver:
       if value is None or not math.isfinite(value):
         status, error = jindex.FAILED, f"no finite {self.search.metric} at the end of the run"
     record.update(status=status, error=error, returncode=returncode)
-    if t.run is not None:
-      record["seconds"] = round(record["seconds"] + time.monotonic() - t.run.started, 2)
     jindex.write(self.dir, self.index)
     state = self.optuna.trial.TrialState
     if status == jindex.FINISHED:
@@ -171,14 +203,6 @@ class _Driver:
     elif status in (jindex.PRUNED, jindex.FAILED):
       self.study.tell(t.trial, state=state.PRUNED if status == jindex.PRUNED else state.FAIL)
     self.echo(f"  {status:<8} {t.name}" + (f": {error}" if error else ""))
-
-  def end(self, t: _Trial) -> None:
-    """`t`'s run exited: its last records judged, then concluded."""
-    t.run.log.close()
-    if t.pruned_at is None:
-      self.judge(t)
-    status, error = runner.outcome(self.dir, self.index["runs"][t.name], t.run.proc.returncode)
-    self.conclude(t, status, error, t.run.proc.returncode)
 
   def settle(self) -> collections.deque:
     """The trials a stopped sweep left running: those that ended meanwhile concluded, the rest
@@ -208,7 +232,7 @@ class _Driver:
     for _ in range(len(resume)):
       t = resume.popleft()
       record = self.index["runs"].get(t.name)
-      if record is None or not runner.lock_holder(self.dir / record["workdir"]):
+      if record is None or not scheduler.lock_holder(self.dir / record["workdir"]):
         return t if record is not None or self.prepare(t) else self.next_trial(resume, total)
       resume.append(t)
     while len(self.study.get_trials(deepcopy=False)) < total:
@@ -222,67 +246,23 @@ class _Driver:
 
 
 def run(sweep_dir, search: Search, trials: int, jobs: int = 1, echo=print,
-        slots: list[runner.Slot] | None = None) -> tuple[dict, str]:
+        slots: list[Slot] | None = None) -> tuple[dict, str]:
   """Runs `search` in `sweep_dir` until its study holds `trials` ended trials; returns (the
   index, how it ended: 'done' or the name of the signal that stopped it)."""
   optuna = space.import_optuna()
   sweep_dir = pathlib.Path(sweep_dir)
-  sweep_dir.mkdir(parents=True, exist_ok=True)
-  (sweep_dir / "logs").mkdir(exist_ok=True)
-  (sweep_dir / "runs").mkdir(exist_ok=True)
-  with runner.sweep_lock(sweep_dir), Preemption() as preempt, preempt.polled():
+  with scheduler.invocation(sweep_dir) as preempt:
     index = jindex.merge_search(jindex.read(sweep_dir), search)
     jindex.write(sweep_dir, index)
     study = space.open_study(optuna, sweep_dir, search)
     driver = _Driver(optuna, sweep_dir, search, study, index, echo)
-    resume = driver.settle()
+    driver.resume, driver.total = driver.settle(), trials
     ended = collections.Counter(r["status"] for r in index["runs"].values())
     held = len(study.get_trials(deepcopy=False))
     plural = "s" * (trials != 1)
     echo(f"jaxdl sweep: {sweep_dir}: search {search.sampler}, {trials} trial{plural}: "
-         f"{held - len(resume)} ended ({ended[jindex.FINISHED]} finished, "
-         f"{ended[jindex.FAILED]} failed, {ended[jindex.PRUNED]} pruned), {len(resume)} to "
-         f"resume, {max(0, trials - held)} to ask, {jobs} at a time")
-    slots = slots or runner.make_slots(jobs)
-    return index, _execute(driver, resume, trials, slots, preempt)
-
-
-def _execute(driver: _Driver, resume, trials, slots, preempt) -> str:
-  """Keeps every slot busy until no trial is left; on a stop signal, stops the runs."""
-  active: dict[int, _Trial] = {}
-  forwarded, exhausted = False, False
-  try:
-    while active or not exhausted:
-      if preempt.requested:
-        if not forwarded:
-          runner._forward(preempt.requested, {i: t.run for i, t in active.items()})
-          forwarded = True
-        if not active:
-          break
-      elif not exhausted:
-        for i, slot in enumerate(slots):
-          if i not in active:
-            t = driver.next_trial(resume, trials)
-            if t is None:
-              exhausted = not resume  # resume: a stopped run's workdir still held; wait
-              break
-            driver.start(t, slot)
-            active[i] = t
-      for i, t in list(active.items()):
-        done = t.run.proc.poll() is not None
-        if not done and t.pruned_at is None and driver.judge(t):
-          t.run.proc.send_signal(signal.SIGTERM)
-        if done:
-          driver.end(t)
-          del active[i]
-      time.sleep(runner._POLL_S)
-  finally:
-    for t in active.values():  # an exception here: stop the runs, keep what they saved
-      try:
-        t.run.proc.send_signal(signal.SIGTERM)
-      except ProcessLookupError:
-        pass
-    for t in active.values():
-      t.run.proc.wait()
-      driver.end(t)
-  return preempt.requested or "done"
+         f"{held - len(driver.resume)} ended ({ended[jindex.FINISHED]} finished, "
+         f"{ended[jindex.FAILED]} failed, {ended[jindex.PRUNED]} pruned), "
+         f"{len(driver.resume)} to resume, {max(0, trials - held)} to ask, {jobs} at a time")
+    return index, scheduler.execute(sweep_dir, driver.plan, index, driver,
+                                    slots or make_slots(jobs), preempt, echo)

@@ -1,16 +1,18 @@
 """Running a sweep on a SLURM cluster through submitit: one array task per run.
 
-Each run is the `jaxdl train` command line the local runner would start (`runner.train_command`),
-run by an array task in the directory the sweep was submitted from, its output appended to the
-run's log; so a run on the cluster is the same workdir, the same bit-exact resume, the same
-statuses as on this machine. A run with several processes (`tasks_per_run` > 1 or `nodes` > 1)
-is started by submitit's `srun` with one task per process and `--distributed`, and `jaxdl train`
-finds its coordinator from SLURM's variables (`jax.distributed.initialize`'s SLURM detection).
+Each run is the `jaxdl train` command line the local scheduler would start
+(`scheduler.train_command`), run by an array task in the directory the sweep was submitted from,
+its output appended to the run's log; so a run on the cluster is the same workdir, the same
+bit-exact resume, the same statuses as on this machine. A run with several processes
+(`tasks_per_run` > 1 or `nodes` > 1) is started by submitit's `srun` with one task per process
+and `--distributed`, and `jaxdl train` finds its coordinator from SLURM's variables
+(`jax.distributed.initialize`'s SLURM detection).
 
-The sweep waits for its jobs by asking `squeue` (jobs still queued or running) and reading the
-result each task leaves in DIR/slurm (its exit code, wall and CPU seconds): no `sacct`, so a
-cluster without accounting works. sweep.json records each run's job id and last SLURM state. On
-a rerun:
+The sweep waits for its jobs through the local sweep's scheduler (`scheduler.execute`, each job
+standing where a run's process stands), asking `squeue` (jobs still queued or running) and
+reading the result each task leaves in DIR/slurm (its exit code, wall and CPU seconds): no
+`sacct`, so a cluster without accounting works. sweep.json records each run's job id and last
+SLURM state. On a rerun:
 
   finished  (summary.json) skipped;
   queued or running (its job still in `squeue`) waited for, not submitted again; a job that is
@@ -19,13 +21,15 @@ a rerun:
   otherwise (never submitted; cancelled, timed out, preempted or lost; stopped by a signal)
             submitted again, and `jaxdl train` resumes it from its checkpoints.
 A job that ends unfinished while the sweep waits (`scancel`, a time limit, a node failure) leaves
-its run `pending` with the job's state as its error; the sweep names it and exits 0, and the next
-rerun submits it again. SLURM sends SIGTERM 90 s before a run's time limit (and on
-`scancel`), so the run saves its current step before it is killed. Stopping the sweep itself
-(SIGINT, SIGTERM) stops only the waiting: the jobs keep running, and a rerun waits for them.
+its run `pending` with the job's state as its error; the sweep names it and exits 1, and the next
+rerun submits it again. A run whose process was killed by another signal (SIGKILL: the OOM
+killer) is submitted once more at once, as on this machine. SLURM sends SIGTERM 90 s before a
+run's time limit (and on `scancel`), so the run saves its current step before it is killed.
+Stopping the sweep itself (SIGINT, SIGTERM) stops only the waiting: the jobs keep running, and a
+rerun waits for them.
 
 What a run asks for (partition, time, GPUs, CPUs, nodes, processes, other sbatch options) is
-`jaxdl.course.sweeps.resources`. The submitting process must see the sweep directory at the same
+`jaxdl.sweep.resources`. The submitting process must see the sweep directory at the same
 path as the nodes (a shared filesystem) and the nodes the same Python environment
 (`sys.executable`). This module's own imports are light: every array task unpickles `run_task`
 from it, and the sweep's other modules import jax (1.9 CPU-s a task); they are imported inside
@@ -43,7 +47,7 @@ import sys
 import time
 
 from jaxdl.config import ConfigError
-from jaxdl.course.sweeps.resources import Resources
+from jaxdl.sweep.resources import Resources
 
 # Job states after which nothing of the job runs any more (squeue's long names).
 FINAL = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
@@ -123,8 +127,8 @@ def run_task(command: list, log: str) -> dict:
 def task_command(plan, record: dict, workdir, res: Resources) -> list:
   """The run's command in its array task: the local runner's, `--distributed` for a run of
   several processes (each of them finds the others from SLURM's variables)."""
-  from jaxdl.course.sweeps import runner
-  command = runner.train_command(plan, record, workdir)
+  from jaxdl.sweep import scheduler
+  command = scheduler.train_command(plan, record, workdir)
   return [*command, "--distributed"] if res.distributed else command
 
 
@@ -177,36 +181,41 @@ def make_executor(folder, res: Resources, name: str, parallelism: int):
 
 def run(sweep_dir, plan, res: Resources, jobs: int | None = None, retry_failed: bool = False,
         wait: bool = True, echo=print) -> tuple[dict, str]:
-  """Submits `plan`'s unfinished runs from `sweep_dir` and (when `wait`) waits for every job;
-  returns (the index, how it ended: 'done', the signal that stopped the waiting, or 'SLURM'
-  when some job left the queue unfinished). ValueError (one line) when sbatch refuses."""
-  from jaxdl.course.sweeps import index as jindex
-  from jaxdl.course.sweeps import runner
-  from jaxdl.stop_signals import Preemption
+  """Submits `plan`'s unfinished runs from `sweep_dir` and (when `wait`) waits for every job,
+  through the local sweep's scheduler (`scheduler.execute`: its queue, its judgement of how a
+  run ended, a vanished run submitted once more); returns (the index, how it ended: 'done', the
+  signal that stopped the waiting, or 'submitted' without `wait`). ValueError (one line) when
+  sbatch refuses."""
+  from jaxdl.sweep import index as jindex
+  from jaxdl.sweep import runner, scheduler
   sweep_dir = pathlib.Path(sweep_dir).resolve()
-  for sub in ("logs", "runs", "slurm"):
-    (sweep_dir / sub).mkdir(parents=True, exist_ok=True)
-  with runner.sweep_lock(sweep_dir), Preemption() as preempt, preempt.polled():
+  with scheduler.invocation(sweep_dir, ("logs", "runs", "slurm")) as preempt:
     index = jindex.merge(jindex.read(sweep_dir), plan)
     states = queue_states()
     if states is None:
       raise ValueError("--executor slurm: squeue failed (is slurmctld up? `sinfo` tells)")
-    # Jobs of an earlier invocation first: still queued or running (watched), or ended (or
-    # ending: a cancelled job's run saves its step) while nobody watched: their runs' statuses
-    # are settled now, so the cancelled ones are submitted again below.
-    watched: dict = {}
+    queue = _Queue(states)
+    # Jobs of an earlier invocation first: still queued or running (watched again), or ended
+    # (or ending: a cancelled job's run saves its step) while nobody watched: their runs'
+    # statuses are settled now, so the cancelled ones are submitted again below.
+    adopted = []
     for r in plan.runs:
       record = index["runs"][r.name]
       if record["status"] != jindex.RUNNING or not record.get("slurm"):
         continue
-      watched[r.name], t0 = None, time.monotonic()
-      while (_collect(sweep_dir, index, r.name, states, watched, echo) is None
-             and _ending(states, record["slurm"]["job"])
+      run = scheduler.Active(r.name, _Job(sweep_dir, index, r.name, queue), None,
+                             time.monotonic())
+      t0 = time.monotonic()
+      while (run.proc.poll() is None and _ending(queue.states, record["slurm"]["job"])
              and time.monotonic() - t0 < _LOCK_GRACE_S):
         time.sleep(_POLL_S)
-        states = queue_states() or states
-      if record["status"] != jindex.RUNNING:
-        del watched[r.name]
+      if run.proc.returncode is None:
+        adopted.append(run)
+        continue
+      status, error = scheduler.conclude(sweep_dir, index, run)
+      record.update(status=status, error=error)
+      echo(f"  {status:<8} {r.name}" + (f": {error}" if error else ""))
+    watched = [a.name for a in adopted]
     todo, finished, skipped = runner.classify(sweep_dir, plan, index, retry_failed,
                                               skip=watched)
     jindex.write(sweep_dir, index)
@@ -215,36 +224,62 @@ def run(sweep_dir, plan, res: Resources, jobs: int | None = None, retry_failed: 
          f"{len(watched)} in the SLURM queue, {len(todo)} to submit")
     executor = make_executor(sweep_dir / "slurm", res, f"jaxdl-sweep-{sweep_dir.name}",
                              jobs or max(1, len(todo)))
-    waiting: set = set()
-    left_unfinished: list[str] = []
-    while True:
-      ready = [n for n in todo if n not in watched and _ready(sweep_dir, index, n, waiting, echo)]
-      if ready and not preempt.requested:
-        _submit(sweep_dir, plan, index, executor, res, ready, echo)
-        todo = [n for n in todo if n not in ready]
-        watched.update(dict.fromkeys(ready))
-      if not wait or preempt.requested or not (todo or watched):
-        break
-      time.sleep(_POLL_S)
+
+    def launch(pairs):
+      names = [name for name, _ in pairs]
+      _submit(sweep_dir, plan, index, executor, res, names, echo)
+      now = time.monotonic()
+      return [scheduler.Active(n, _Job(sweep_dir, index, n, queue, now), None, now)
+              for n in names]
+
+    # One slot per run: SLURM queues them all, `jobs` at a time (the array's parallelism).
+    slots = [None] * max(1, len(todo) + len(adopted))
+    source = runner.GridSource(sweep_dir, index, todo, echo, announce=False)  # `_submit` does
+    ended = scheduler.execute(sweep_dir, plan, index, source, slots, preempt, echo, launch,
+                              adopted=adopted, leave=True, once=not wait, poll_s=_POLL_S)
+    if ended == "submitted":
+      held = sum(r["status"] == jindex.RUNNING for r in index["runs"].values())
+      echo(f"jaxdl sweep: {held} run(s) in the SLURM queue; rerun the same command to wait for "
+           f"them and collect their results")
+    return index, ended
+
+
+class _Queue:
+  """squeue's states of this user's jobs, asked at most every `_POLL_S` (one call for all)."""
+
+  def __init__(self, states: dict):
+    self.states, self.asked = states, time.monotonic()
+
+  def refresh(self) -> dict:
+    if time.monotonic() - self.asked >= _POLL_S:
       states = queue_states()
-      if states is None:
-        continue  # slurmctld did not answer: ask again
-      for name in list(watched):
-        left = _collect(sweep_dir, index, name, states, watched, echo)
-        if left is not None:
-          del watched[name]
-          if left:
-            left_unfinished.append(left)
-    if not wait:
-      echo(f"jaxdl sweep: {len(watched)} run(s) in the SLURM queue; rerun the same command to "
-           f"wait for them and collect their results")
-    if preempt.requested:
-      return index, preempt.requested
-    if left_unfinished:
-      echo(f"jaxdl sweep: {len(left_unfinished)} SLURM job(s) left the queue unfinished: "
-           f"{', '.join(left_unfinished)}")
-      return index, "SLURM"
-    return index, "done"
+      if states is not None:  # slurmctld did not answer: ask again later
+        self.states, self.asked = states, time.monotonic()
+    return self.states
+
+
+class _Job:
+  """A run's SLURM job where the scheduler keeps a run's process: `poll()` is None while it is
+  queued or running, else its exit code (a job that left without a result: 128 + SIGTERM, a
+  stop, with `error` naming the job's state; a task that raised: 1). Its signals are SLURM's:
+  stopping the sweep leaves it running (`scancel` stops it)."""
+
+  def __init__(self, sweep_dir, index, name, queue: _Queue, submitted: float = 0.0):
+    self.dir, self.index, self.name, self.queue = sweep_dir, index, name, queue
+    self.submitted = submitted  # when this invocation submitted it (0: an earlier one did)
+    self.returncode, self.error, self.left_since = None, None, None
+
+  def poll(self):
+    states = self.queue.refresh()
+    if self.returncode is None and self.queue.asked > self.submitted:  # squeue has seen it
+      self.returncode, self.error = _collect(self.dir, self.index, self.name, states, self)
+    return self.returncode
+
+  def wait(self):
+    return self.returncode
+
+  def send_signal(self, sig) -> None:
+    del sig
 
 
 def _ending(states: dict, job: str) -> bool:
@@ -252,30 +287,20 @@ def _ending(states: dict, job: str) -> bool:
   return states.get(job, "gone") in (*FINAL, "COMPLETING", "gone")
 
 
-def _ready(sweep_dir, index, name, waiting, echo) -> bool:
-  """Whether no live process holds the run's workdir (one left from an earlier job, saving)."""
-  from jaxdl.course.sweeps import runner
-  holder = runner.lock_holder(sweep_dir / index["runs"][name]["workdir"])
-  if holder and name not in waiting:
-    waiting.add(name)
-    echo(f"  waiting  {name}: {holder}")
-  return holder is None
-
-
 def _submit(sweep_dir, plan, index, executor, res, names, echo) -> None:
   """One sbatch call for `names` (an array when several); their records say so."""
   import datetime
   import shlex
 
-  from jaxdl.course.sweeps import index as jindex
-  from jaxdl.course.sweeps import runner
+  from jaxdl.sweep import index as jindex
+  from jaxdl.sweep import scheduler
   commands = {}
   for name in names:
     record = index["runs"][name]
     commands[name] = task_command(plan, record, sweep_dir / record["workdir"], res)
     now = datetime.datetime.now().isoformat(timespec="seconds")
     with open(sweep_dir / record["log"], "a") as log:  # before the job can write to it
-      log.write(f"{runner._HEADER}{now} "  # the runner's header: its errors read after it
+      log.write(f"{scheduler.HEADER}{now} "  # the scheduler's header: its errors read after it
                 f"attempt {record['attempts'] + 1} (SLURM): {shlex.join(commands[name])}\n")
   try:
     with executor.batch():
@@ -294,56 +319,49 @@ def _submit(sweep_dir, plan, index, executor, res, names, echo) -> None:
   jindex.write(sweep_dir, index)
 
 
-def _collect(sweep_dir, index, name, states, watched, echo) -> str | None:
-  """None while the run's job is queued or running (its state recorded); else its status into
-  the index, returning '' or, for a job that left without a result, 'JOB STATE'."""
-  from jaxdl.course.sweeps import index as jindex
-  from jaxdl.course.sweeps import runner
+def _collect(sweep_dir, index, name, states, job: _Job) -> tuple[int | None, str | None]:
+  """(None, None) while the run's job is queued or running (its state recorded); else (its exit
+  code, an error of its own or None): the task's result, or for a job that left without one
+  128 + SIGTERM (a stop: a rerun resumes it) and 'SLURM job ... without finishing'."""
+  import signal
+
+  from jaxdl.sweep import index as jindex
+  from jaxdl.sweep import scheduler
   submitit = import_submitit()
   record = index["runs"][name]
   slurm = record["slurm"]
   state = states.get(slurm["job"], "gone")
-  job = submitit.SlurmJob(folder=sweep_dir / "slurm", job_id=slurm["job"],
-                          tasks=tuple(range(slurm["tasks"])))
-  results = [job.task(k).paths.result_pickle for k in range(slurm["tasks"])]
+  handle = submitit.SlurmJob(folder=sweep_dir / "slurm", job_id=slurm["job"],
+                             tasks=tuple(range(slurm["tasks"])))
+  results = [handle.task(k).paths.result_pickle for k in range(slurm["tasks"])]
   done = all(p.exists() for p in results)
   if not done and state not in FINAL and state != "gone":
     if state != slurm["state"]:
       slurm["state"] = state
       jindex.write(sweep_dir, index)
-    return None
+    return None, None
   if not done:
     # Left the queue: its processes may still be saving (SIGTERM on scancel); the run is over
     # when no live process holds the workdir, or after a grace period (another host's lock).
-    watched[name] = watched[name] or time.monotonic()
+    job.left_since = job.left_since or time.monotonic()
     workdir = sweep_dir / record["workdir"]
-    if runner.lock_holder(workdir) and time.monotonic() - watched[name] < _LOCK_GRACE_S:
-      return None
+    if (scheduler.lock_holder(workdir)
+        and time.monotonic() - job.left_since < _LOCK_GRACE_S):
+      return None, None
     done = all(p.exists() for p in results)
   gone = state == "gone"
   if not gone:  # a task that returned its result: the job ends now
     slurm["state"] = state if state in FINAL or not done else "COMPLETING"
   if done:
     try:
-      outs = job.results()
-      returncode = next((o["returncode"] for o in outs if o["returncode"]), 0)
-      record["seconds"] = round(record["seconds"] + max(o["seconds"] for o in outs), 2)
-      record["cpu_s"] = round(record.get("cpu_s", 0.0) + sum(o["cpu_s"] for o in outs), 2)
-      status, error = runner.outcome(sweep_dir, record, returncode)
+      outs = handle.results()
     except Exception as e:  # noqa: BLE001 -- the task itself raised (it could not start the run)
-      returncode, status = None, jindex.FAILED
-      error = f"SLURM job {slurm['job']}: {_raised(e)}"
-  else:
-    returncode, status = None, jindex.PENDING
-    how = (f"left the queue (last seen {slurm['state']})" if gone else
-           f"ended {slurm['state']}")
-    error = f"SLURM job {slurm['job']} {how} without finishing; a rerun resumes it"
-  if runner.is_finished(sweep_dir, record):
-    status, error = jindex.FINISHED, None
-  record.update(status=status, returncode=returncode, error=error)
-  jindex.write(sweep_dir, index)
-  echo(f"  {status:<8} {name}" + (f": {error}" if error else ""))
-  return f"{slurm['job']} {slurm['state']}" if status == jindex.PENDING else ""
+      return 1, f"SLURM job {slurm['job']}: {_raised(e)}"
+    record["cpu_s"] = round(record.get("cpu_s", 0.0) + sum(o["cpu_s"] for o in outs), 2)
+    return next((o["returncode"] for o in outs if o["returncode"]), 0), None
+  how = f"left the queue (last seen {slurm['state']})" if gone else f"ended {slurm['state']}"
+  return (128 + signal.SIGTERM,
+          f"SLURM job {slurm['job']} {how} without finishing; a rerun resumes it")
 
 
 def _raised(error: Exception) -> str:

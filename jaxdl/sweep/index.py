@@ -12,9 +12,9 @@
 A run's status is one of `pending` (never started, or stopped before it finished: a rerun
 resumes it), `running`, `finished`, `failed`, and in a search's directory `pruned` (stopped by
 the pruner: never resumed). A search's index also holds `search`, its settings, and each run its
-`trial` number (`jaxdl.course.sweeps.search`). The index is written whole and renamed, so a kill
+`trial` number (`jaxdl.sweep.search`). The index is written whole and renamed, so a kill
 never leaves it torn; a killed sweep may leave `running` behind, which the next invocation and
-the report read against the workdir (`jaxdl.course.sweeps.report.run_status`).
+the report read against the workdir (`jaxdl.sweep.report.run_status`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import pathlib
 import platform
 
 from jaxdl.config import ConfigError
-from jaxdl.course.sweeps.grid import Plan
+from jaxdl.sweep.grid import Plan
 
 INDEX = "sweep.json"
 PENDING, RUNNING, FINISHED, FAILED = "pending", "running", "finished", "failed"

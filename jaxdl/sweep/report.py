@@ -8,8 +8,9 @@ For each point, over its finished runs' values x_1..x_n:
   mean  m = (1/n) sum x_i,   95% t interval  m +- t_{0.975, n-1} s / sqrt(n),
   s^2 = (1/(n-1)) sum (x_i - m)^2   (no interval for n = 1),
 
-and the counts of finished / failed / running / pending runs; the point with the best mean final
-value is marked '*'. A run's status comes from its workdir, not only from sweep.json (a killed
+and the counts of finished / failed / running / pending runs; of the points whose every seed
+finished, the one with the best mean final value is marked '*' (none while seeds are missing).
+A run's status comes from its workdir, not only from sweep.json (a killed
 sweep leaves `running` behind): `running` while a live process holds its lock, `finished` with
 summary.json, `failed` as recorded (exit code and error) or when its loss or metric is
 non-finite, else `pending`. A failed run is a row with its error; nothing in a run makes the
@@ -28,8 +29,8 @@ import json
 import math
 import pathlib
 
-from jaxdl.course.sweeps import index as jindex
-from jaxdl.course.sweeps.runner import lock_holder
+from jaxdl.sweep import index as jindex
+from jaxdl.sweep.scheduler import lock_holder
 from jaxdl.train import plots
 from jaxdl.train.workdir import read_summary
 from jaxdl.train.writers import read_metrics, read_records
@@ -80,7 +81,10 @@ def run_result(sweep_dir: pathlib.Path, name: str, record: dict, metric: str,
   """One run's status, error, final and best value of `metric`."""
   split, key = split_metric(metric)
   workdir = sweep_dir / record["workdir"]
-  series = _series(workdir, split, key)
+  # A pruned trial's run went on to save a later step after its pruner stopped it: its values
+  # end where it was pruned.
+  last = record.get("pruned_at") if record.get("status") == jindex.PRUNED else None
+  series = [(s, v) for s, v in _series(workdir, split, key) if last is None or s <= last]
   summary = read_summary(workdir)
   if lock_holder(workdir):
     status, error = jindex.RUNNING, None
@@ -109,7 +113,7 @@ def run_result(sweep_dir: pathlib.Path, name: str, record: dict, metric: str,
   best = (min(finite) if mode == "min" else max(finite)) if finite else None
   return {"run": name, "point": record["point"], "seed": record["seed"],
           "values": record.get("values") or {}, "status": status, "error": error,
-          "final": final, "best": best, "workdir": str(workdir)}
+          "final": final, "best": best, "workdir": str(workdir), "last_step": last}
 
 
 def summarize(sweep_dir, metric: str | None = None, mode: str | None = None) -> dict:
@@ -130,7 +134,9 @@ def summarize(sweep_dir, metric: str | None = None, mode: str | None = None) -> 
   for r in runs:
     points.setdefault(r["point"], []).append(r)
   rows = [_row(point, results) for point, results in points.items()]
-  scored = [r for r in rows if r["final_mean"] is not None]
+  # A point is a candidate only when every seed of it finished: a mean over the seeds that
+  # happened to finish (a vanished run's point, 1/0/0/1) is not that point's result.
+  scored = [r for r in rows if r["final_mean"] is not None and r[jindex.FINISHED] == r["seeds"]]
   if scored:
     pick = min if mode == "min" else max
     pick(scored, key=lambda r: r["final_mean"])["best_point"] = True
@@ -174,7 +180,7 @@ def format_table(report: dict) -> str:
   out = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)) + "  " + line[-1]
          for line in lines]
   out.append(f"mean ± 95% t interval over finished seeds; * the best mean final "
-             f"{report['metric']} ({report['mode']})")
+             f"{report['metric']} ({report['mode']}), every seed finished")
   return "\n".join(line.rstrip() for line in out)
 
 
@@ -243,13 +249,16 @@ def _numbers(texts) -> list[float] | None:
 
 
 def plot_metric(report: dict, key: str, out) -> pathlib.Path:
-  """The mean final metric against `key` with its 95% interval as error bars, one line per
-  combination of the other swept keys."""
+  """The final metric against `key`, one line per combination of the other swept keys: the mean
+  over seeds with its 95% interval as error bars where points have several finished seeds; one
+  marker per run where each has one (a search's trials, a grid of one seed), which claims no
+  mean and no interval."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
   fig, ax = plt.subplots(figsize=(6, 4))
   rows = [r for r in report["rows"] if r["final_mean"] is not None and key in r["values"]]
+  single = all(r[jindex.FINISHED] == 1 for r in rows)
   groups: dict[str, list[dict]] = {}
   for r in rows:
     rest = "" if report.get("search") else ",".join(  # a search's trials: one scatter
@@ -261,14 +270,20 @@ def plot_metric(report: dict, key: str, out) -> pathlib.Path:
     members = sorted(members, key=lambda r: texts.index(r["values"][key]))
     xs = ([float(r["values"][key]) for r in members] if numeric is not None
           else [texts.index(r["values"][key]) for r in members])
-    ax.errorbar(xs, [r["final_mean"] for r in members],
-                yerr=[r["final_ci95"] or 0.0 for r in members], marker="o", capsize=3,
-                label=rest or None, linestyle="none" if report.get("search") else "-")
+    ys = [r["final_mean"] for r in members]
+    style = {"linestyle": "none" if report.get("search") else "-", "label": rest or None}
+    if single:
+      ax.plot(xs, ys, marker="o", **style)
+    else:
+      ax.errorbar(xs, ys, yerr=[r["final_ci95"] or 0.0 for r in members], marker="o",
+                  capsize=3, **style)
   if numeric is not None and numeric and min(numeric) > 0 and max(numeric) >= 10 * min(numeric):
     ax.set_xscale("log")
   if numeric is None:
     ax.set_xticks(range(len(texts)), texts)
-  ax.set(xlabel=key, ylabel=f"final {report['metric']} (mean, 95% t interval)")
+  what = ("one run each: a trial" if report.get("search") else "one seed") if single else (
+      "mean over seeds, 95% t interval")
+  ax.set(xlabel=key, ylabel=f"final {report['metric']} ({what})")
   if any(groups):
     ax.legend(fontsize="small")
   fig.tight_layout()
@@ -277,15 +292,27 @@ def plot_metric(report: dict, key: str, out) -> pathlib.Path:
   return pathlib.Path(out)
 
 
+def curve_label(run: dict) -> str:
+  """A run's curve label: its settings (`optim.lr=0.0106`, the seed where several), not its
+  directory's name; a pruned trial says where it was pruned."""
+  values = ",".join(f"{k}={_short(v)}" for k, v in run["values"].items()) or run["run"]
+  seed = f",seed={run['seed']}" if "trial" not in run["run"] and run["values"] else ""
+  pruned = f" (pruned at {run['last_step']})" if run.get("last_step") is not None else ""
+  return f"{values}{seed}{pruned}"
+
+
 def plot_figures(report: dict, out_dir) -> list[pathlib.Path]:
   """`<metric>_vs_<key>.png` for every swept key and `curves.png` (every run's loss curve,
-  through `jaxdl plot`'s figure); runs without a logged loss are left out."""
+  through `jaxdl plot`'s figure, labelled by its settings, a pruned trial's ending where it was
+  pruned); runs without a logged loss are left out."""
   out_dir = pathlib.Path(out_dir)
   out_dir.mkdir(parents=True, exist_ok=True)
   stem = report["metric"].replace("/", "_")
   out = [plot_metric(report, key, out_dir / f"{stem}_vs_{key}.png") for key in report["keys"]]
-  logged = [r["workdir"] for r in report["runs"]
+  logged = [r for r in report["runs"]
             if any(m.get("loss") is not None for m in read_metrics(r["workdir"], "train"))]
   if logged:
-    out.append(plots.plot_runs(logged, out_dir / "curves.png"))
+    out.append(plots.plot_runs([r["workdir"] for r in logged], out_dir / "curves.png",
+                               labels=[curve_label(r) for r in logged],
+                               last_steps=[r.get("last_step") for r in logged]))
   return out

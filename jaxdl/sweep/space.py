@@ -39,7 +39,7 @@ import os
 from typing import Sequence
 
 from jaxdl.config import ConfigError, load_config, parse_train
-from jaxdl.course.sweeps import grid
+from jaxdl.sweep import grid
 
 KINDS = ("uniform", "loguniform", "int", "logint", "choice")
 SAMPLERS = ("random", "tpe")
@@ -205,7 +205,7 @@ def plan(experiment: str, space_flags: Sequence[str], *, search: str, trials: in
          shared: Sequence[str] = (), seed_key: str = "seed", sampler_seed: int = 0,
          metric: str | None = None, mode: str | None = None, prune: str = "none") -> Search:
   """Parses and checks a search; raises ConfigError (one line) on any bad input."""
-  from jaxdl.course.sweeps import report
+  from jaxdl.sweep import report
   if trials is None:
     raise ConfigError("--search: give the number of trials with --trials N")
   if trials < 1:
@@ -247,7 +247,7 @@ def import_optuna():
 
 def open_study(optuna, sweep_dir, search: Search):
   """The study in `sweep_dir` (created the first time), with `search`'s direction and pruner;
-  call it holding the sweep's lock (`runner.sweep_lock`)."""
+  call it holding the sweep's lock (`scheduler.sweep_lock`)."""
   from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock, JournalStorage
   path = os.path.join(sweep_dir, STUDY_FILE)
   lock = JournalFileSymlinkLock(path)

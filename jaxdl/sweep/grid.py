@@ -138,8 +138,8 @@ def check_config(config) -> None:
   building data or compiling: a value out of range in data, model or optim is refused here."""
   if config.get("train") is None:
     return  # a custom-run experiment owns its keys; load_config checked what it could
-  # As in `jaxdl train`: experiment files may name models and tasks these packages register.
-  import jaxdl.course.planted  # noqa: F401
+  # As in `jaxdl train`: experiment files may name the generative models and tasks (the course's
+  # planted-bug ones are registered by `jaxdl sweep`, a layer above this package).
   import jaxdl.generative  # noqa: F401
   from jaxdl.data import parse_data
   from jaxdl.models import build_model

@@ -4,13 +4,14 @@ A slot is a share of the sweep's CPUs (pinned by affinity, the OpenMP/BLAS threa
 to the share) and, where GPUs are visible, one GPU (`CUDA_VISIBLE_DEVICES`; round-robin, without
 preallocation, when there are more slots than GPUs).
 
-The run's process applies its slot itself, first thing (`enter_slot`, called by `python -m
-jaxdl` before anything else is imported): the CPUs to pin and the sweep's pid travel in its
-environment (`child_env`). The sweep does not set them between fork and exec (`Popen`'s
-`preexec_fn`): a process that has started jax holds native threads, and Python code run in a
-forked copy of it may deadlock on a lock one of them held (Python warns of it; the sweep runner
-is called from notebooks and tests where jax runs). With the environment the sweep starts its runs
-by a plain fork-exec.
+The run's process applies its slot itself, first thing (`enter_slot`, called by `jaxdl.cli.main`
+when `PARENT_VAR` is set, before the library is imported): the CPUs to pin and the sweep's pid
+travel in its environment (`child_env`). The sweep does not set them between fork and exec
+(`Popen`'s `preexec_fn`): a process that has started jax holds native threads, and Python code
+run in a forked copy of it may deadlock on a lock one of them held (Python warns of it; the sweep
+is called from notebooks and tests where jax runs). With the environment the sweep starts its
+runs by a plain fork-exec, each in a session of its own (`start_new_session`, done by the C code
+between fork and exec).
 
 On Linux the run asks the kernel for SIGTERM when the sweep dies (`PR_SET_PDEATHSIG`), so even a
 SIGKILLed sweep stops its runs cleanly, each saving its current step. A sweep that died before
@@ -38,6 +39,13 @@ class Slot:
   threads: int
   gpu: str | None
   gpu_shared: bool
+
+  def describe(self) -> dict:
+    """What the run got, for its record in sweep.json (its thread count decides which CPU
+    kernels XLA picks: a run of `--jobs J` > 1 may differ from the same command run alone in
+    the last bits)."""
+    return {"cpus": list(self.cpus) if self.cpus else None, "threads": self.threads,
+            "gpu": self.gpu}
 
 
 def visible_gpus() -> list[str]:

@@ -1,6 +1,6 @@
 """What each run of a SLURM sweep asks for: `jaxdl sweep --executor slurm`'s flags and its
 --executor-config file (a JSON, or YAML, object of the same names), checked into `Resources`
-before anything is submitted; `jaxdl.course.sweeps.slurm` turns them into sbatch options.
+before anything is submitted; `jaxdl.sweep.slurm` turns them into sbatch options.
 
 Counts are per run: its GPUs are split evenly over its nodes (sbatch --gpus-per-node), its CPUs
 over its processes (--cpus-per-task), its processes over its nodes (--ntasks-per-node); a count
