@@ -211,6 +211,19 @@ def variant_config(config, overrides: dict) -> ml_collections.ConfigDict:
   return c
 
 
+def with_overrides(base: ml_collections.ConfigDict,
+                   overrides: Sequence[str]) -> ml_collections.ConfigDict:
+  """A copy of the loaded experiment config `base` with `key.path=value` `overrides` applied and
+  validated: `load_config(spec, overrides)` for the spec `base` was loaded from without
+  overrides (an experiment's `get_config` is a pure function of its arg), without reading the
+  file again. Multi-run procedures (the sweep's points) take `base` from their caller."""
+  c = ml_collections.ConfigDict(base.to_dict())
+  c.lock()
+  apply_overrides(c, overrides)
+  validate(c)
+  return c
+
+
 def _switches_section(config, key: str, text: str) -> bool:
   """Whether `key=text` names another class for a switchable section (`data.name=parquet`)."""
   section, _, leaf = key.rpartition(".")

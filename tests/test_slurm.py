@@ -31,6 +31,7 @@ from jaxdl.train.writers import read_metrics
 from test_sweep import _final  # what a run ends with: summary metrics and eval curve
 
 EXP = "moons_mlp:smoke"
+BASE = load_config(EXP)[0]  # the config the CLI hands a sweep (`jaxdl.cli.sweep`)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # 40 steps, a checkpoint every 10: the cancelled run has a checkpoint and steps left to resume.
 SHARED = ["train.steps=40", "train.ckpt_every=10", "train.eval_every=10", "train.plot=False",
@@ -57,7 +58,7 @@ def test_resources_come_from_a_file_and_the_flags_override_it(tmp_path):
   assert (res.partition, res.time, res.cpus_per_run, res.tasks_per_run) == ("gpu", "30", 8, 2)
   assert res.sbatch == (("qos", "high"), ("exclusive", True), ("constraint", "a100"))
   assert res.distributed and not resources.parse({}).distributed
-  plan = grid.plan(EXP, ["optim.lr=1e-3"])
+  plan = grid.plan(EXP, BASE, ["optim.lr=1e-3"])
   record = {"overrides": list(plan.runs[0].overrides)}
   local = scheduler.train_command(plan, record, tmp_path / "w")
   assert slurm.task_command(plan, record, tmp_path / "w", res) == [*local, "--distributed"]

@@ -15,12 +15,13 @@ import time
 import pytest
 
 from jaxdl import cli
-from jaxdl.config import ConfigError
+from jaxdl.config import ConfigError, load_config
 from jaxdl.sweep import grid, index, report, scheduler, slots
 
 import warm_python
 
 EXP = "moons_mlp:smoke"
+BASE = load_config(EXP)[0]  # the config the CLI hands a sweep (`jaxdl.cli.sweep`)
 
 
 # --- grids, names and validation (in-process: configs only, nothing trains) ---
@@ -31,7 +32,7 @@ def test_values_split_outside_brackets_and_quotes():
 
 
 def test_a_plan_types_values_like_train_and_names_runs_stably():
-  plan = grid.plan(EXP, ["optim.lr=1e-3,0.001,1e-2", "model.hidden=(8,8),(16, 16)"], seeds=2)
+  plan = grid.plan(EXP, BASE, ["optim.lr=1e-3,0.001,1e-2", "model.hidden=(8,8),(16, 16)"], seeds=2)
   # 1e-3 and 0.001 are one value: the one the config holds after the override.
   assert plan.grid == {"optim.lr": ["0.001", "0.01"], "model.hidden": ["(8,8)", "(16,16)"]}
   assert plan.seeds == (0, 1) and len(plan.runs) == 2 * 2 * 2
@@ -42,8 +43,8 @@ def test_a_plan_types_values_like_train_and_names_runs_stably():
   assert len({r.name for r in plan.runs}) == len(plan.runs)
   assert all(r.name == f"{r.point},seed={r.seed}" for r in plan.runs)
   # Seeds start at the config's seed after the shared overrides.
-  assert grid.plan(EXP, ["optim.lr=0.01"], shared=["seed=5"], seeds=2).seeds == (5, 6)
-  assert [r.name for r in grid.plan(EXP, [], seeds=2).runs] == ["seed=0", "seed=1"]
+  assert grid.plan(EXP, BASE, ["optim.lr=0.01"], shared=["seed=5"], seeds=2).seeds == (5, 6)
+  assert [r.name for r in grid.plan(EXP, BASE, [], seeds=2).runs] == ["seed=0", "seed=1"]
 
 
 @pytest.mark.parametrize("flags, kwargs, message", [
@@ -61,7 +62,7 @@ def test_a_plan_types_values_like_train_and_names_runs_stably():
 ])
 def test_a_bad_grid_is_one_config_error(flags, kwargs, message):
   with pytest.raises(ConfigError, match=message):
-    grid.plan(EXP, flags, **kwargs)
+    grid.plan(EXP, BASE, flags, **kwargs)
 
 
 @pytest.mark.parametrize("flags, line", [
@@ -94,16 +95,16 @@ def test_train_and_help_import_no_sweep_module():
 
 
 def test_the_index_grows_with_the_grid_and_refuses_another_sweep():
-  a = grid.plan(EXP, ["optim.lr=1e-3"], seeds=2)
+  a = grid.plan(EXP, BASE, ["optim.lr=1e-3"], seeds=2)
   idx = index.merge(None, a)
   idx["runs"]["optim.lr=0.001,seed=0"]["status"] = index.FINISHED
-  grown = index.merge(json.loads(json.dumps(idx)), grid.plan(EXP, ["optim.lr=1e-3,1e-2"],
+  grown = index.merge(json.loads(json.dumps(idx)), grid.plan(EXP, BASE, ["optim.lr=1e-3,1e-2"],
                                                                 seeds=2))
   assert grown["grid"] == {"optim.lr": ["0.001", "0.01"]} and len(grown["runs"]) == 4
   assert grown["runs"]["optim.lr=0.001,seed=0"]["status"] == index.FINISHED  # kept
   assert set(grown["provenance"]["versions"]) >= {"jax", "flax", "optax", "numpy"}
   with pytest.raises(ConfigError, match=r"^--out: the directory holds a sweep with --set \[\]"):
-    index.merge(idx, grid.plan(EXP, ["optim.lr=1e-3"], shared=["train.steps=5"]))
+    index.merge(idx, grid.plan(EXP, BASE, ["optim.lr=1e-3"], shared=["train.steps=5"]))
 
 
 def test_git_revision_is_read_from_the_files(tmp_path):
@@ -276,7 +277,7 @@ def _write_run(sweep, name, evals, *, finished=True, train_loss=0.5, locked=Fals
 @pytest.fixture
 def hand_written_sweep(tmp_path):
   sweep = tmp_path / "sweep"
-  plan = grid.plan(EXP, ["optim.lr=1e-3,1e-2,1e-1"], seeds=3)
+  plan = grid.plan(EXP, BASE, ["optim.lr=1e-3,1e-2,1e-1"], seeds=3)
   idx = index.merge(None, plan)
   a, b, c = "optim.lr=0.001", "optim.lr=0.01", "optim.lr=0.1"
   # lr 1e-3: three finished seeds; the middle record of seed 1 was logged twice (a resume).
@@ -391,7 +392,7 @@ def alone(tmp_path_factory):
   """Each run of the sweep trained by its own `jaxdl train` command, run alone (the command the
   sweep's log records, another workdir): {seed: what it ended with}."""
   root = tmp_path_factory.mktemp("alone")
-  plan = grid.plan(EXP, ["optim.lr=1e-2"], shared=SHARED, seeds=len(SEEDS))
+  plan = grid.plan(EXP, BASE, ["optim.lr=1e-2"], shared=SHARED, seeds=len(SEEDS))
   finals = {}
   for r in plan.runs:
     command = scheduler.train_command(plan, {"overrides": r.overrides}, root / r.name)
@@ -406,7 +407,7 @@ def _assert_as_alone(out, alone):
   command its log records being that command; no attempt's log holds a traceback."""
   idx = json.loads((out / "sweep.json").read_text())
   assert all(r["status"] == "finished" for r in idx["runs"].values())
-  plan = grid.plan(EXP, ["optim.lr=1e-2"], shared=SHARED, seeds=len(SEEDS))
+  plan = grid.plan(EXP, BASE, ["optim.lr=1e-2"], shared=SHARED, seeds=len(SEEDS))
   for r, w in zip(plan.runs, _runs(out)):
     assert _logged_command(out, w.name) == scheduler.train_command(plan, idx["runs"][w.name], w)
     assert _final(w) == alone[r.seed], w.name

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from jaxdl import cli
-from jaxdl.config import ConfigError
+from jaxdl.config import ConfigError, load_config
 from jaxdl.sweep import index as jindex
 from jaxdl.sweep import report, search, space
 
@@ -20,6 +20,7 @@ pytest.importorskip("optuna")
 optuna = space.import_optuna()  # its INFO lines silenced, as the command does
 
 EXP = "moons_mlp:smoke"  # 20 steps
+BASE = load_config(EXP)[0]  # the config the CLI hands a sweep (`jaxdl.cli.sweep`)
 # Evaluated every 5 steps: the pruner judges steps 5, 10 and 15 (20 is the last: never judged).
 SHARED = ["train.eval_every=5", "train.plot=False", "train.loggers=()", "train.count_flops=False"]
 LR = "optim.lr=loguniform:1e-3:1e3"  # Adam on moons: lr >= 0.5 gives eval losses of 16 to 1e12
@@ -86,20 +87,20 @@ def test_without_optuna_a_search_is_one_line_naming_the_extra(tmp_path, capsys, 
 
 
 def test_a_space_is_typed_by_the_config():
-  s = space.plan(EXP, [LR, "train.steps=int:10:30", "model.hidden=choice:(8,8),(16, 16)"],
+  s = space.plan(EXP, BASE, [LR, "train.steps=int:10:30", "model.hidden=choice:(8,8),(16, 16)"],
                  search="tpe:4", trials=3, prune="median:2:5")
   assert s.settings()["space"] == {"optim.lr": "loguniform:0.001:1000.0",
                                    "train.steps": "int:10:30",
                                    "model.hidden": "choice:(8,8),(16,16)"}
   assert (s.sampler, s.startup, s.prune, s.metric, s.mode) == ("tpe", 4, (50.0, 2, 5),
                                                                "eval/loss", "min")
-  s = space.plan(EXP, [LR], search="random", trials=1, shared=["train.eval_every=0"],
+  s = space.plan(EXP, BASE, [LR], search="random", trials=1, shared=["train.eval_every=0"],
                  metric="eval/accuracy")
   assert (s.metric, s.mode, s.prune) == ("eval/accuracy", "max", None)
-  assert space.plan(EXP, [LR], search="random", trials=1,
+  assert space.plan(EXP, BASE, [LR], search="random", trials=1,
                     shared=["train.eval_every=0"]).metric == "train/loss"  # nothing to prune on
   with pytest.raises(ConfigError, match=r"^--space optim.lr: also fixed by --set"):
-    space.plan(EXP, [LR], search="random", trials=1, shared=["optim.lr=0.1"])
+    space.plan(EXP, BASE, [LR], search="random", trials=1, shared=["optim.lr=0.1"])
 
 
 # --- a study's stopped trials (in-process: hand-written workdirs, nothing trains) ---
@@ -115,7 +116,7 @@ def test_a_rerun_settles_stopped_trials_and_resumes_the_rest_with_their_values(t
                                                                               monkeypatch):
   sweep = tmp_path / "search"
   (sweep / "logs").mkdir(parents=True)
-  plan = space.plan(EXP, [LR], search="tpe", trials=5, shared=SHARED, prune="median")
+  plan = space.plan(EXP, BASE, [LR], search="tpe", trials=5, shared=SHARED, prune="median")
   lines = []
   first = _driver(sweep, plan, lines)
   for _ in range(3):
@@ -170,7 +171,7 @@ def test_a_search_report_says_what_it_shows(tmp_path, monkeypatch):
   import matplotlib.figure
   from jaxdl.train import plots
   sweep = tmp_path / "search"
-  plan = space.plan(EXP, [LR], search="random", trials=2, shared=SHARED)
+  plan = space.plan(EXP, BASE, [LR], search="random", trials=2, shared=SHARED)
   idx = jindex.merge_search(None, plan)
   for n, lr, losses, pruned_at in ((0, "0.01", (0.4, 0.3), None), (1, "5.0", (20.0, 9.0), 5)):
     name = search.run_name(n)

@@ -128,6 +128,13 @@ def _echo(line: str) -> None:
   print(line, file=sys.stderr, flush=True)
 
 
+
+def _base(args):
+  """The swept experiment's config without overrides: the sweep applies the shared `--set` and
+  each point's values to copies of it (`jaxdl.config.with_overrides`)."""
+  from jaxdl.config import load_config
+  return load_config(args.experiment)[0]
+
 def main(args) -> None:
   """The command; it raises what ends it (`jaxdl.cli.main` gives the exit code): ConfigError,
   bad input (2); RunError, runs failed or left unfinished (1); Stopped, a stop signal (0, 130)."""
@@ -174,7 +181,8 @@ def main(args) -> None:
   from jaxdl.sweep import grid, runner, scheduler
 
   def run(out):
-    plan = grid.plan(args.experiment, args.grid, args.overrides, args.seeds or 1, args.seed_key)
+    plan = grid.plan(args.experiment, _base(args), args.grid, args.overrides, args.seeds or 1,
+                     args.seed_key)
     if args.executor == "slurm":
       from jaxdl.sweep import resources, slurm
       res = resources.parse({k: getattr(args, k) for k in resources.FIELDS},
@@ -218,7 +226,8 @@ def _search(args) -> None:
   from jaxdl.sweep import index, scheduler, search, space
 
   def run(out):
-    plan = space.plan(args.experiment, args.space, search=args.search, trials=args.trials,
+    plan = space.plan(args.experiment, _base(args), args.space, search=args.search,
+                      trials=args.trials,
                       shared=args.overrides, seed_key=args.seed_key,
                       sampler_seed=args.sampler_seed or 0, metric=args.metric, mode=args.mode,
                       prune=args.prune or "none")

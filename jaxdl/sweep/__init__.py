@@ -15,7 +15,8 @@ and `0.001` are one point), so the same grid always names the same directories a
 adds directories beside them (`grid`). The modules:
 
   grid     parse `--grid KEY=V1,V2`, expand points x seeds, name runs, validate every point's
-           config in-process with `jaxdl.config.load_config` before anything starts
+           config in-process (`jaxdl.config.with_overrides` on the config the CLI loaded)
+           before anything starts
   index    sweep.json: read, merge a new invocation in, write atomically; provenance
   scheduler the one loop: a grid's, a search's or SLURM's runs started (by default `jaxdl
            train` subprocesses, J at a time, each in a session of its own), stopped once on a

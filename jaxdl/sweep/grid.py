@@ -1,9 +1,9 @@
 """A sweep's plan: `--grid KEY=V1,V2,...` flags over an experiment, expanded into named runs.
 
-Every value is read by the override code `jaxdl train` uses (`jaxdl.config.load_config`): it is
-applied to the experiment's config and read back typed, so its canonical text is what the run
-would get (`1e-3` -> `0.001`; `1` on a float key -> `1.0`), and a bad grid fails here with the
-config's own one-line `ConfigError` before any run starts. Each point's whole config is then
+Every value is read by the override code `jaxdl train` uses (`jaxdl.config.with_overrides` on
+the experiment's config, which the caller loaded): it is applied and read back typed, so its
+canonical text is what the run would get (`1e-3` -> `0.001`; `1` on a float key -> `1.0`), and
+a bad grid fails here with the config's own one-line `ConfigError` before any run starts. Each point's whole config is then
 checked the way the engine's setup checks it (`check_config`).
 
 The points are the product of the grid's value lists; each runs once per seed, seeds
@@ -21,7 +21,7 @@ import itertools
 import re
 from typing import Sequence
 
-from jaxdl.config import ConfigError, load_config
+from jaxdl.config import ConfigError, with_overrides
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+\-]")
 _MAX_NAME = 200
@@ -137,7 +137,7 @@ def check_config(config) -> None:
   """Parses the sections the engine's setup parses (`jaxdl.train.assembly.build`) without
   building data or compiling: a value out of range in data, model or optim is refused here."""
   if config.get("train") is None:
-    return  # a custom-run experiment owns its keys; load_config checked what it could
+    return  # a custom-run experiment owns its keys; with_overrides checked what it could
   # As in `jaxdl train`: experiment files may name the generative models and tasks (the course's
   # planted-bug ones are registered by `jaxdl sweep`, a layer above this package).
   import jaxdl.generative  # noqa: F401
@@ -157,14 +157,16 @@ def check_config(config) -> None:
     raise ConfigError(str(e).splitlines()[0]) from None
 
 
-def plan(experiment: str, grid_flags: Sequence[str], shared: Sequence[str] = (),
+def plan(experiment: str, base, grid_flags: Sequence[str], shared: Sequence[str] = (),
          seeds: int = 1, seed_key: str = "seed") -> Plan:
-  """Parses, types and validates a sweep; raises ConfigError (one line) on any bad input."""
+  """Parses, types and validates a sweep of `experiment` (the spec its runs are started with),
+  whose config without overrides, `base`, the caller loaded; raises ConfigError (one line) on
+  any bad input."""
   if seeds < 1:
     raise ConfigError(f"--seeds: expected a count >= 1, got {seeds}")
   flags = parse_grid(grid_flags, shared, seed_key)
   shared = tuple(shared)
-  base, _ = load_config(experiment, shared)
+  base = with_overrides(base, shared)
   try:
     s0 = _lookup(base, seed_key)
   except KeyError:
@@ -176,7 +178,7 @@ def plan(experiment: str, grid_flags: Sequence[str], shared: Sequence[str] = (),
   for key, texts in flags.items():
     canonical = []
     for text in texts:
-      config, _ = load_config(experiment, [*shared, f"{key}={text}"])
+      config = with_overrides(base, [f"{key}={text}"])
       value = value_text(_lookup(config, key))
       if value not in canonical:  # `1e-3` and `0.001` are one point
         canonical.append(value)
@@ -187,7 +189,7 @@ def plan(experiment: str, grid_flags: Sequence[str], shared: Sequence[str] = (),
     values = dict(zip(grid, combo))
     overrides = tuple(f"{k}={v}" for k, v in values.items())
     try:
-      config, _ = load_config(experiment, [*shared, *overrides, f"{seed_key}={s0}"])
+      config = with_overrides(base, [*overrides, f"{seed_key}={s0}"])
       check_config(config)
     except ConfigError as e:
       where = f" (point {point_name(values)})" if values else ""

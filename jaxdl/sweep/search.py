@@ -44,7 +44,7 @@ import json
 import math
 import pathlib
 
-from jaxdl.config import ConfigError, load_config
+from jaxdl.config import ConfigError, with_overrides
 from jaxdl.sweep import grid, report, runner, scheduler, space
 from jaxdl.sweep import index as jindex
 from jaxdl.sweep.slots import Slot, make_slots
@@ -97,7 +97,7 @@ class _Driver:
               "returncode": None, "error": None, "attempts": 0, "seconds": 0.0, "git": None}
     self.index["runs"][t.name] = record
     try:
-      config, _ = load_config(self.search.experiment, [*self.search.shared, *overrides])
+      config = with_overrides(self.search.base, overrides)
       record["values"] = {k: grid.value_text(grid._lookup(config, k)) for k in texts}
       grid.check_config(config)
     except ConfigError as e:

@@ -10,7 +10,7 @@ Distributions, one `--space` flag per searched key:
   choice:V1,V2,...      one of the values, any override texts (split like `--grid` values)
 
 Every bound and choice is applied to the config by the override code `jaxdl train` uses
-(`jaxdl.config.load_config`) and the config at it checked as a grid point is
+(`jaxdl.config.with_overrides`) and the config at it checked as a grid point is
 (`grid.check_config`), so an unknown key, a float range on an int key or a bound the engine
 refuses (`optim.lr=uniform:-1:1`) is one `ConfigError` here. A sampled combination is checked the
 same way when its trial starts; one the config refuses is a failed trial, not a crash.
@@ -36,9 +36,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Sequence
+from typing import Any, Sequence
 
-from jaxdl.config import ConfigError, load_config, parse_train
+from jaxdl.config import ConfigError, parse_train, with_overrides
 from jaxdl.sweep import grid
 
 KINDS = ("uniform", "loguniform", "int", "logint", "choice")
@@ -68,6 +68,7 @@ class Dist:
 class Search:
   """What one `jaxdl sweep --search` invocation asks for."""
   experiment: str
+  base: Any                  # the experiment's config with `shared` applied (a ConfigDict)
   shared: tuple              # `--set` overrides every run gets
   seed_key: str
   seed: int                  # every run's seed: the config's, after `--set`
@@ -131,8 +132,8 @@ def parse_pruner(text: str) -> tuple | None:
   return percentile, startup, warmup
 
 
-def _typed(experiment, shared, key: str, text: str):
-  config, _ = load_config(experiment, [*shared, f"{key}={text}"])
+def _typed(base, key: str, text: str):
+  config = with_overrides(base, [f"{key}={text}"])
   try:
     grid.check_config(config)
   except ConfigError as e:
@@ -140,8 +141,9 @@ def _typed(experiment, shared, key: str, text: str):
   return grid._lookup(config, key)
 
 
-def parse_dist(experiment, shared, key: str, text: str) -> Dist:
-  """One `--space` value, its bounds or choices typed and checked against the config."""
+def parse_dist(base, key: str, text: str) -> Dist:
+  """One `--space` value, its bounds or choices typed and checked against the config `base`
+  (the experiment's, with the shared `--set` overrides applied)."""
   kind, has_args, args = text.partition(":")
   if kind not in KINDS or not has_args:
     raise ConfigError(f"--space {key}={text}: expected KIND:ARGS, KIND one of "
@@ -152,14 +154,14 @@ def parse_dist(experiment, shared, key: str, text: str) -> Dist:
       raise ConfigError(f"--space {key}: an empty value in {args!r}; expected choice:V1,V2,...")
     canonical = []
     for v in values:
-      typed = grid.value_text(_typed(experiment, shared, key, v))
+      typed = grid.value_text(_typed(base, key, v))
       if typed not in canonical:
         canonical.append(typed)
     return Dist(kind, choices=tuple(canonical))
   bounds = args.split(":")
   if len(bounds) != 2 or not all(b.strip() for b in bounds):
     raise ConfigError(f"--space {key}={text}: expected {kind}:LOW:HIGH ({_EXAMPLE})")
-  low, high = (_typed(experiment, shared, key, b.strip()) for b in bounds)
+  low, high = (_typed(base, key, b.strip()) for b in bounds)
   if kind in ("int", "logint"):
     ints = _ints([b.strip() for b in bounds], f"--space {key}", "LOW:HIGH")
     if not isinstance(low, (int, float)) or isinstance(low, bool):
@@ -177,7 +179,7 @@ def parse_dist(experiment, shared, key: str, text: str) -> Dist:
   return Dist(kind, low, high)
 
 
-def parse_space(experiment, flags: Sequence[str], shared: Sequence[str] = (),
+def parse_space(base, flags: Sequence[str], shared: Sequence[str] = (),
                 seed_key: str = "seed") -> dict:
   """`--space` flags as {key: Dist}; ConfigError (one line) on any bad flag."""
   fixed = {item.split("=", 1)[0].strip() for item in shared}
@@ -194,17 +196,19 @@ def parse_space(experiment, flags: Sequence[str], shared: Sequence[str] = (),
                         f"config's {key})")
     if key in fixed:
       raise ConfigError(f"--space {key}: also fixed by --set; give it in one place")
-    space[key] = parse_dist(experiment, tuple(shared), key, text.strip())
+    space[key] = parse_dist(base, key, text.strip())
   if not space:
     raise ConfigError("--search: give the searched keys with --space KEY=KIND:ARGS "
                       f"({_EXAMPLE})")
   return space
 
 
-def plan(experiment: str, space_flags: Sequence[str], *, search: str, trials: int | None,
+def plan(experiment: str, base, space_flags: Sequence[str], *, search: str, trials: int | None,
          shared: Sequence[str] = (), seed_key: str = "seed", sampler_seed: int = 0,
          metric: str | None = None, mode: str | None = None, prune: str = "none") -> Search:
-  """Parses and checks a search; raises ConfigError (one line) on any bad input."""
+  """Parses and checks a search of `experiment` (the spec its trials are started with), whose
+  config without overrides, `base`, the caller loaded; raises ConfigError (one line) on any bad
+  input."""
   from jaxdl.sweep import report
   if trials is None:
     raise ConfigError("--search: give the number of trials with --trials N")
@@ -214,7 +218,7 @@ def plan(experiment: str, space_flags: Sequence[str], *, search: str, trials: in
   pruner = parse_pruner(prune)
   if mode not in (None, "min", "max"):
     raise ConfigError(f"--mode {mode!r}: expected min or max")
-  base, _ = load_config(experiment, tuple(shared))
+  base = with_overrides(base, tuple(shared))
   try:
     seed = grid._lookup(base, seed_key)
   except KeyError:
@@ -227,9 +231,9 @@ def plan(experiment: str, space_flags: Sequence[str], *, search: str, trials: in
   split, key = report.split_metric(metric)
   if split not in ("train", "eval") or not key:
     raise ConfigError(f"--metric {metric!r}: expected train/KEY or eval/KEY (e.g. eval/loss)")
-  space = parse_space(experiment, space_flags, shared, seed_key)
-  return Search(experiment, tuple(shared), seed_key, seed, space, sampler, startup, sampler_seed,
-                f"{split}/{key}", mode or report.default_mode(metric), pruner,
+  space = parse_space(base, space_flags, shared, seed_key)
+  return Search(experiment, base, tuple(shared), seed_key, seed, space, sampler, startup,
+                sampler_seed, f"{split}/{key}", mode or report.default_mode(metric), pruner,
                 train.get("steps") if train is not None else None)
 
 
