@@ -3,8 +3,8 @@
 Every value is read by the override code `jaxdl train` uses (`jaxdl.config.with_overrides` on
 the experiment's config, which the caller loaded): it is applied and read back typed, so its
 canonical text is what the run would get (`1e-3` -> `0.001`; `1` on a float key -> `1.0`), and
-a bad grid fails here with the config's own one-line `ConfigError` before any run starts. Each point's whole config is then
-checked the way the engine's setup checks it (`check_config`).
+a bad grid fails here with the config's own one-line `ConfigError` before any run starts. Each
+point's whole config is then checked the way the engine's setup checks it (`check_config`).
 
 The points are the product of the grid's value lists; each runs once per seed, seeds
 s0, s0 + 1, ..., s0 + N - 1 where s0 is the config's seed after the shared `--set` overrides.
