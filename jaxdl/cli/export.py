@@ -7,8 +7,8 @@ The run's latest parameters (its moving average when it kept one, unless `--no-e
 LoRA adapters folded into the base weights first, W' = W + (alpha / r) A B
 (`jaxdl.models.lora.merge`), written by `jaxdl.models.hf.save_hf`: config.json and safetensors
 weights (sharded past `--max-shard-bytes`) that `transformers` loads, in the layout
-`--model-type` names (default: gpt2 for learned positions, llama otherwise, qwen2 with q/k/v
-biases). When the run trained on prepared data whose folder holds the tokenizer
+`--model-type` names (default: gpt2 for learned positions, qwen2 with q/k/v biases,
+mistral with a sliding window, llama otherwise). When the run trained on prepared data whose folder holds the tokenizer
 (`data.path/tokenizer.json`), that file is copied beside the weights.
 
 Bad input is one line, exit 2, with nothing written: a workdir without a run, a run whose model

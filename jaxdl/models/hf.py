@@ -180,8 +180,8 @@ def save_hf(out_dir: str, model: GPT, params: dict, *, model_type: str | None = 
   """Writes config.json and the weights (sharded past `max_shard_bytes`) for `transformers`.
 
   model_type: 'llama' / 'mistral' / 'qwen2' / 'gpt2'; default gpt2 for learned positions, else
-  qwen2 with qkv_bias and llama without (`hf_families.export_type`, which refuses a model the
-  layout cannot hold). Returns the weight files written."""
+  qwen2 with qkv_bias, mistral with a sliding window, llama otherwise
+  (`hf_families.export_type`, which refuses a model the layout cannot hold). Returns the weight files written."""
   model_type = hf_families.export_type(model, model_type)
   tensors = hf_families.to_tensors(params, model, model_type, dtype)
   os.makedirs(out_dir, exist_ok=True)
