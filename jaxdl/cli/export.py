@@ -8,8 +8,16 @@ LoRA adapters folded into the base weights first, W' = W + (alpha / r) A B
 (`jaxdl.models.lora.merge`), written by `jaxdl.models.hf.save_hf`: config.json and safetensors
 weights (sharded past `--max-shard-bytes`) that `transformers` loads, in the layout
 `--model-type` names (default: gpt2 for learned positions, qwen2 with q/k/v biases,
-mistral with a sliding window, llama otherwise). When the run trained on prepared data whose folder holds the tokenizer
-(`data.path/tokenizer.json`), that file is copied beside the weights.
+mistral with a sliding window, llama otherwise).
+
+Tokenizer and special tokens, so transformers' `AutoTokenizer` and `generate` stop where the
+source did: the bos / eos / pad ids go to config.json and generation_config.json, taken from the
+run's base when `init_from` is a Hugging Face directory (`jaxdl.models.hf.special_ids`: its
+generation_config.json, config.json, tokenizer_config.json), else eos = pad = the end-of-text id
+of the run's tokenizer. When the run trained on prepared data whose folder holds the tokenizer
+(`data.path/tokenizer.json`), that file is copied beside the weights with a tokenizer_config.json
+naming those special tokens and carrying the chat template, the base's (chat_template.jinja or
+tokenizer_config.json beside the base's tokenizer) or else the data folder's, when there is one.
 
 Bad input is one line, exit 2, with nothing written: a workdir without a run, a run whose model
 is not the GPT, a GPT the chosen layout cannot hold (the field is named), an --out that already
@@ -38,6 +46,35 @@ def add_arguments(parser) -> None:
                       help="export the last parameters rather than the run's average")
 
 
+def special_tokens(config, tokenizer: pathlib.Path | None, vocab_size: int):
+  """({'bos', 'eos', 'pad'} ids, chat template text or None, the tokenizer's id_to_token or
+  None) of an export (module docstring);
+  ids outside the model's vocabulary (bytes' end of text, 256, on a 256-id model) are dropped."""
+  from jaxdl.data import chat_template
+  from jaxdl.data.tokenize import load_bpe
+  from jaxdl.models import hf
+  tok = load_bpe(str(tokenizer)) if tokenizer is not None else None
+  base = os.path.expanduser(str(config.get("init_from") or ""))
+  is_hf = base and os.path.isfile(os.path.join(base, "config.json")) and not os.path.isdir(
+      os.path.join(base, "checkpoints"))
+  template = None
+  if is_hf:
+    specials = hf.special_ids(base, tok.hf.token_to_id if tok is not None else None)
+    template = chat_template.resolve("auto", base, base) if tok is not None else None
+  else:
+    eot = tok.eot_id if tok is not None else 256  # a run without a tokenizer.json is bytes
+    specials = {"bos": None, "eos": [eot], "pad": eot}
+  if template is None and tokenizer is not None:
+    template = chat_template.resolve("auto", str(tokenizer.parent), str(tokenizer.parent))
+  specials["pad"] = next((i for i in (specials["pad"], *specials["eos"]) if i is not None), None)
+  ok = lambda i: i is not None and 0 <= i < vocab_size  # noqa: E731
+  specials = {"bos": specials["bos"] if ok(specials["bos"]) else None,
+              "eos": [i for i in specials["eos"] if ok(i)],
+              "pad": specials["pad"] if ok(specials["pad"]) else None}
+  return (specials, template.text if template is not None else None,
+          tok.hf.id_to_token if tok is not None else None)
+
+
 def main(args) -> None:
   from jaxdl import disk_errors
   from jaxdl.schema import ConfigError
@@ -61,6 +98,12 @@ def main(args) -> None:
   model, params = lora.merge(model, variables["params"])
   hf_families.export_type(model, args.model_type)  # refused before anything is written
   tokenizer = pathlib.Path(str(config.data.get("path") or ""), "tokenizer.json")
+  if not (config.data.get("path") and tokenizer.is_file()):
+    tokenizer = None
+  try:
+    specials, template, id_to_token = special_tokens(config, tokenizer, model.vocab_size)
+  except ValueError as e:
+    raise ConfigError(str(e).splitlines()[0]) from None
   # The first folder this export creates: removed whole on failure, so a missing parent of
   # --out that it made is not left behind either.
   created = out.absolute()
@@ -70,9 +113,10 @@ def main(args) -> None:
   try:
     out.parent.mkdir(parents=True, exist_ok=True)
     files = hf.save_hf(str(staging), model, params, model_type=args.model_type,
-                       max_shard_bytes=args.max_shard_bytes)
-    if config.data.get("path") and tokenizer.is_file():
-      shutil.copy(tokenizer, staging / "tokenizer.json")
+                       max_shard_bytes=args.max_shard_bytes, specials=specials)
+    if tokenizer is not None:
+      hf.save_tokenizer(str(staging), str(tokenizer), specials, id_to_token,
+                        model_max_length=model.block_size, chat_template=template)
     staging.rename(out)  # whole or not at all
   except BaseException as e:
     shutil.rmtree(staging if created == out.absolute() else created, ignore_errors=True)
