@@ -191,6 +191,37 @@ def test_an_unrepresentable_config_is_one_line_naming_the_field(name, changes, f
   assert cli.main(["generate", str(d), "--prompt", "the"]) == 2
 
 
+QWEN2_WINDOWS = [  # (config changes, the GPT's sliding_window), as transformers' Qwen2Config reads
+    (dict(use_sliding_window=True, sliding_window=8, max_window_layers=0, layer_types=None), 8),
+    (dict(use_sliding_window=True, sliding_window=8, max_window_layers=2, layer_types=None), 0),
+    (dict(use_sliding_window=False, sliding_window=8, layer_types=None), 0),
+    (dict(use_sliding_window=True, sliding_window=8, layer_types=["sliding_attention"] * 2), 8),
+]
+
+
+@pytest.mark.parametrize("changes,window", QWEN2_WINDOWS)
+def test_qwen2_windows_every_layer_or_none(changes, window):
+  cfg = {k: v for k, v in {**_expected_config("qwen2"), **changes}.items() if v is not None}
+  assert hf_families.model_from_config(cfg).sliding_window == window
+
+
+def test_per_layer_windows_are_refused_in_one_line():
+  base = _expected_config("qwen2")
+  for changes in (dict(use_sliding_window=True, sliding_window=8, max_window_layers=1,
+                       layer_types=None),
+                  dict(use_sliding_window=True, sliding_window=8,
+                       layer_types=["full_attention", "sliding_attention"])):
+    cfg = {k: v for k, v in {**base, **changes}.items() if v is not None}
+    with pytest.raises(ConfigError, match=r'^config.json: layer_types=\["full_attention", '
+                                          r'"sliding_attention"\] cannot be imported[^\n]*$'):
+      hf_families.model_from_config(cfg)
+
+
+def _expected_config(name):
+  with open(os.path.join(DATA, name, "config.json"), encoding="utf-8") as f:
+    return json.load(f)
+
+
 def test_bad_weights_are_one_line_errors(tmp_path):
   d = _copy("llama", tmp_path)
   os.remove(d / "model-00003-of-00005.safetensors")
@@ -217,7 +248,8 @@ def test_bad_weights_are_one_line_errors(tmp_path):
 
 def test_live_round_trip_through_transformers(tmp_path):
   """Builds models in transformers, imports them, exports them back and loads that in
-  transformers: logits agree to 1e-5 both ways (Llama with GQA, Qwen2's biases, GPT-2)."""
+  transformers: logits agree to 1e-5 both ways (Llama with GQA, Qwen2's biases and its sliding
+  window over every layer, GPT-2)."""
   torch = pytest.importorskip("torch")
   transformers = pytest.importorskip("transformers")
   torch.manual_seed(0)
@@ -228,6 +260,8 @@ def test_live_round_trip_through_transformers(tmp_path):
           **common, rope_theta=20000.0, tie_word_embeddings=False)),
       "qwen2": transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
           **common, tie_word_embeddings=True)),
+      "qwen2_window": transformers.Qwen2ForCausalLM(transformers.Qwen2Config(  # 12 tokens > 8
+          **common, use_sliding_window=True, sliding_window=8, max_window_layers=0)),
       "gpt2": transformers.GPT2LMHeadModel(transformers.GPT2Config(
           vocab_size=80, n_positions=32, n_embd=32, n_layer=2, n_head=4)),
   }
