@@ -51,6 +51,12 @@ def test_left_pad_and_the_chat_prompt_ids():
   ids = chat_template.encode_prompt(template, "the fox </s>", tok)
   text_ids = tok.encode("the fox </s>").tolist()
   assert ids.tolist() == [1, *text_ids, 2, 1] and 2 not in text_ids
+  # The turn ends with '</s>', a special token: generation stops there too; a plain-text end
+  # of turn is no stop id.
+  assert chat_template.end_of_turn_id(template, tok) == 2
+  plain = chat_template.ChatTemplate("p", "p", "{% for m in messages %}{{ m.content }}\n"
+                                     "{% endfor %}")
+  assert chat_template.end_of_turn_id(plain, tok) is None
 
 
 @pytest.fixture

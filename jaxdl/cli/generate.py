@@ -14,8 +14,9 @@ would alone. Tokens are drawn with `--temperature` (0: greedy), `--top-k` and `-
 ends at an end-of-sequence id: a Hugging Face directory's (generation_config.json, else
 config.json, else tokenizer_config.json's eos_token: `jaxdl.models.hf.special_ids`; none there,
 none: it runs to --max-new-tokens as transformers' generate does), a run's the end-of-text id
-of its tokenizer. Prints one line per row, prompt by prompt, the prompt's text and its
-continuation (end of sequence and padding dropped).
+of its tokenizer, and with --chat also the template's end of turn (`<|im_end|>`, `<|eot_id|>`:
+`jaxdl.data.chat_template.end_of_turn_id`). Prints one line per row, prompt by prompt, the
+prompt's text and its continuation (end of sequence and padding dropped).
 
 `--chat` wraps each prompt as one user message in the tokenizer's chat template with the
 assistant's turn opened (`jaxdl.data.chat_template.encode_prompt`): the template of a Hugging Face
@@ -97,9 +98,10 @@ def run_tokenizer(config, workdir: str):
                     f"there and its vocab_size is {config.model.vocab_size}, not 256 bytes)")
 
 
-def prompt_ids(args, tok, folder: str | None) -> list:
-  """Each --prompt's ids: its text tokenized, or with --chat the chat template's rendering of it
-  (the template of `folder`, the tokenizer's directory)."""
+def prompt_ids(args, tok, folder: str | None, eos: list) -> tuple[list, list]:
+  """(each --prompt's ids, the end-of-sequence ids): its text tokenized and `eos`; or with --chat
+  the chat template's rendering of it (the template of `folder`, the tokenizer's directory) and
+  `eos` with the template's end of turn."""
   from jaxdl.data import chat_template
   from jaxdl.schema import ConfigError
   if not args.chat:
@@ -111,10 +113,13 @@ def prompt_ids(args, tok, folder: str | None) -> list:
       raise ConfigError(f"--chat: {args.model} has no chat template (no chat_template.jinja or "
                         f"tokenizer_config.json chat_template beside its tokenizer)")
     rows = [chat_template.encode_prompt(template, text, tok) for text in args.prompt]
+    turn_end = chat_template.end_of_turn_id(template, tok)
+    if turn_end is not None:
+      eos = [*eos, turn_end]
   for i, ids in enumerate(rows):
     if not len(ids):
       raise ConfigError(f"--prompt: prompt {i + 1} encodes to no tokens")
-  return rows
+  return rows, eos
 
 
 def load(args):
@@ -137,7 +142,7 @@ def load(args):
   else:
     tok, folder = run_tokenizer(cfg, args.model)
     specials = {"eos": [tok.eot_id], "pad": None}
-  rows = prompt_ids(args, tok, folder)
+  rows, eos = prompt_ids(args, tok, folder, specials["eos"])
   longest = max(len(r) for r in rows)
   if longest >= model.block_size:
     raise ConfigError(f"--prompt: {longest} tokens fill the model's context of "
@@ -145,7 +150,7 @@ def load(args):
   if longest + args.max_new_tokens > model.block_size:
     raise ConfigError(f"--max-new-tokens: {longest} prompt tokens + {args.max_new_tokens} "
                       f"exceed the model's context of {model.block_size}")
-  eos = [e for e in specials["eos"] if 0 <= e < model.vocab_size]
+  eos = [e for e in eos if 0 <= e < model.vocab_size]
   pad = next((i for i in (specials["pad"], *eos) if i is not None), 0)
   if kind == "hf":
     model, params = hf.load_hf(args.model)

@@ -289,3 +289,20 @@ def encode_prompt(template: ChatTemplate, text: str, tok: Tokenizer) -> np.ndarr
   h, f = _encode(tok, [head, foot], specials=True)
   (c,) = _encode(tok, [content], specials=False)
   return np.concatenate([h, c, f]).astype(np.int32)
+
+
+def end_of_turn_id(template: ChatTemplate, tok: Tokenizer) -> int | None:
+  """The id that ends an assistant turn: the first token of the text the template writes after
+  an assistant message ('<|im_end|>', '<|eot_id|>'), when it is a special token of the
+  tokenizer; else None (a reply then ends at the tokenizer's end of sequence only)."""
+  if tok.hf is None:
+    return None
+  try:
+    marked = template.render([("user", "x"), ("assistant", MARKER)], 1)
+  except ValueError:
+    return None
+  if marked.count(MARKER) != 1:
+    return None
+  (foot,) = _encode(tok, [marked.split(MARKER)[1]], specials=True)
+  special = {i for i, t in tok.hf.get_added_tokens_decoder().items() if t.special}
+  return int(foot[0]) if len(foot) and int(foot[0]) in special else None
