@@ -3,6 +3,7 @@ model (the adapters merged into the base) computes the adapted model's logits; b
 line, exit 2, and writes nothing."""
 
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -147,6 +148,16 @@ def test_an_export_carries_the_bases_tokenizer_special_ids_and_chat_template(tmp
   assert cli.main(["generate", str(out), "--chat", "--prompt", "the quick brown fox", "--prompt",
                    "sea", "--temperature", "0", "--max-new-tokens", "6"]) == 0
   assert len(capsys.readouterr().out.splitlines()) == 2
+  # Data whose manifest names the template its chats were rendered with: only that one goes.
+  for entry, has_template in (({"template": "tokenizer", "template_sha256": hashlib.sha256(
+      CHATML.encode()).hexdigest()}, True), ({"template": "plain"}, False),
+                              ({"template": "x.jinja", "template_sha256": "0" * 64}, False)):
+    (data / "manifest.json").write_text(json.dumps({"loss_mask": entry}))
+    shutil.rmtree(out)
+    assert cli.main(["export", str(run), "--out", str(out)]) == 0
+    tok_cfg = json.loads((out / "tokenizer_config.json").read_text())
+    assert ("chat_template" in tok_cfg) == has_template
+    assert ("export: no chat_template" in capsys.readouterr().out) != has_template
 
 
 def test_a_window_exports_as_mistral_or_qwen2_and_never_as_llama(tmp_path):

@@ -17,7 +17,9 @@ generation_config.json, config.json, tokenizer_config.json), else eos = pad = th
 of the run's tokenizer. When the run trained on prepared data whose folder holds the tokenizer
 (`data.path/tokenizer.json`), that file is copied beside the weights with a tokenizer_config.json
 naming those special tokens and carrying the chat template, the base's (chat_template.jinja or
-tokenizer_config.json beside the base's tokenizer) or else the data folder's, when there is one.
+tokenizer_config.json beside the base's tokenizer) or else the data folder's, when there is one;
+when the data's manifest names the template its chats were rendered with, only that one (by its
+sha256; none, with a printed note, for jaxdl's plain template or one found in neither place).
 
 Bad input is one line, exit 2, with nothing written: a workdir without a run, a run whose model
 is not the GPT, a GPT the chosen layout cannot hold (the field is named), an --out that already
@@ -28,6 +30,7 @@ absent, and a full disk (or a permission error) is one line, exit 1.
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import shutil
@@ -47,32 +50,58 @@ def add_arguments(parser) -> None:
 
 
 def special_tokens(config, tokenizer: pathlib.Path | None, vocab_size: int):
-  """({'bos', 'eos', 'pad'} ids, chat template text or None, the tokenizer's id_to_token or
-  None) of an export (module docstring);
-  ids outside the model's vocabulary (bytes' end of text, 256, on a 256-id model) are dropped."""
-  from jaxdl.data import chat_template
+  """({'bos', 'eos', 'pad'} ids, the tokenizer's id_to_token or None) of an export (module
+  docstring); ids outside the model's vocabulary (bytes' end of text, 256, on a 256-id model)
+  are dropped."""
   from jaxdl.data.tokenize import load_bpe
   from jaxdl.models import hf
   tok = load_bpe(str(tokenizer)) if tokenizer is not None else None
-  base = os.path.expanduser(str(config.get("init_from") or ""))
-  is_hf = base and os.path.isfile(os.path.join(base, "config.json")) and not os.path.isdir(
-      os.path.join(base, "checkpoints"))
-  template = None
-  if is_hf:
+  base = hf_base(config)
+  if base:
     specials = hf.special_ids(base, tok.hf.token_to_id if tok is not None else None)
-    template = chat_template.resolve("auto", base, base) if tok is not None else None
   else:
     eot = tok.eot_id if tok is not None else 256  # a run without a tokenizer.json is bytes
     specials = {"bos": None, "eos": [eot], "pad": eot}
-  if template is None and tokenizer is not None:
-    template = chat_template.resolve("auto", str(tokenizer.parent), str(tokenizer.parent))
   specials["pad"] = next((i for i in (specials["pad"], *specials["eos"]) if i is not None), None)
   ok = lambda i: i is not None and 0 <= i < vocab_size  # noqa: E731
   specials = {"bos": specials["bos"] if ok(specials["bos"]) else None,
               "eos": [i for i in specials["eos"] if ok(i)],
               "pad": specials["pad"] if ok(specials["pad"]) else None}
-  return (specials, template.text if template is not None else None,
-          tok.hf.id_to_token if tok is not None else None)
+  return specials, tok.hf.id_to_token if tok is not None else None
+
+
+def hf_base(config) -> str:
+  """The run's `init_from` when it is a Hugging Face directory, else ''."""
+  base = os.path.expanduser(str(config.get("init_from") or ""))
+  if base and os.path.isfile(os.path.join(base, "config.json")) and not os.path.isdir(
+      os.path.join(base, "checkpoints")):
+    return base
+  return ""
+
+
+def chat_template_text(config, data_dir: pathlib.Path) -> tuple[str | None, str | None]:
+  """(the chat template an export carries, or None; a note saying why none, or None). The
+  candidates are the base's (a Hugging Face `init_from`) and the data folder's
+  (`jaxdl.data.chat_template.resolve` 'auto'). When the run's prepared data names the template
+  it was rendered with (its manifest's loss_mask), only that one is exported, found by its
+  sha256: the model learned that format; data rendered with jaxdl's plain template, or with a
+  template neither holds, exports none."""
+  from jaxdl.data import chat_template
+  base = hf_base(config)
+  candidates = [t for t in (chat_template.resolve("auto", d, d) for d in (base, str(data_dir))
+                            if d and os.path.isdir(d)) if t is not None]
+  manifest = data_dir / "manifest.json"
+  mask = json.loads(manifest.read_text()).get("loss_mask") if manifest.is_file() else None
+  if not isinstance(mask, dict) or "template" not in mask:
+    return (candidates[0].text if candidates else None), None
+  if mask["template"] == "plain":
+    return None, "no chat_template: the run's data used jaxdl's plain template"
+  want = mask.get("template_sha256")
+  match = next((t.text for t in candidates if t.sha256 == want), None)
+  if match is None:
+    return None, (f"no chat_template: the run's data used template {mask['template']!r} "
+                  f"(sha256 {str(want)[:12]}), which neither the base nor the data folder holds")
+  return match, None
 
 
 def main(args) -> None:
@@ -101,7 +130,9 @@ def main(args) -> None:
   if not (config.data.get("path") and tokenizer.is_file()):
     tokenizer = None
   try:
-    specials, template, id_to_token = special_tokens(config, tokenizer, model.vocab_size)
+    specials, id_to_token = special_tokens(config, tokenizer, model.vocab_size)
+    template, note = (chat_template_text(config, tokenizer.parent) if tokenizer is not None
+                      else (None, None))
   except ValueError as e:
     raise ConfigError(str(e).splitlines()[0]) from None
   # The first folder this export creates: removed whole on failure, so a missing parent of
@@ -124,5 +155,7 @@ def main(args) -> None:
     if failure is not None:
       raise DiskFailure(f"export: {failure} (nothing written to --out {out})") from e
     raise
+  if note:
+    print(f"export: {note}")
   names = ", ".join(pathlib.Path(f).name for f in files)
   print(f"exported {workdir} (step {step}) to {out}: {names}")
