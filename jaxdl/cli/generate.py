@@ -150,6 +150,9 @@ def load(args):
   if longest + args.max_new_tokens > model.block_size:
     raise ConfigError(f"--max-new-tokens: {longest} prompt tokens + {args.max_new_tokens} "
                       f"exceed the model's context of {model.block_size}")
+  if getattr(model, "mixer", "attention") != "attention" and len({len(r) for r in rows}) > 1:
+    raise ConfigError(f"--prompt: prompts of different lengths are left-padded, which "
+                      f"model.mixer={model.mixer!r} cannot mask; give prompts of one length")
   eos = [e for e in eos if 0 <= e < model.vocab_size]
   pad = next((i for i in (specials["pad"], *eos) if i is not None), 0)
   if kind == "hf":
@@ -186,7 +189,8 @@ def main(args) -> None:
     raise ConfigError(str(e).splitlines()[0]) from None
   prompt_BxP, start_B = decoding.left_pad([r for r in rows for _ in range(args.num)], pad)
   out_BxN = decoding.generate(model, params, prompt_BxP, jax.random.key(args.seed),
-                              args.max_new_tokens, start_B=start_B, temperature=args.temperature,
+                              args.max_new_tokens, start_B=start_B if start_B.any() else None,
+                              temperature=args.temperature,
                               top_k=args.top_k, top_p=args.top_p, eos_ids=eos, pad_id=pad)
   for prompt, new in continuations(out_BxN, start_B, prompt_BxP.shape[1], eos):
     print(tok.decode(new) if args.chat else tok.decode(np.concatenate([prompt, new])))

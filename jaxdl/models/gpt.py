@@ -151,6 +151,9 @@ class GPT(transformer.TransformerModel):
     if cache is not None and (segment_ids is not None or positions is not None):
       raise ValueError("GPT: cached decoding continues one document; segment_ids and "
                        "positions are for packed training batches")
+    if start is not None and self.mixer != "attention":
+      raise ValueError(f"GPT: start (left padding) needs attention to mask the padding; "
+                       f"mixer={self.mixer!r} reads it into its state")
     if start is not None and (segment_ids is not None or positions is not None):
       raise ValueError("GPT: start (left padding) and packed documents (segment_ids, positions) "
                        "are exclusive")
