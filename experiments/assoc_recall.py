@@ -8,10 +8,11 @@ Run:
 
 Setup: `assoc_recall` data with `fused=True`: keys 0..7, values 8..15, each of the P pairs written
 as one token (k, v) (vocabulary 8 + 8 + 64), then Q = 8 queries, each one of the row's keys;
-20,000 training rows, 1,000 eval rows, scored only at the queries (task `lm_masked`; chance
-1/8). GPT d 64, 2 layers, 4 heads, RoPE, block_size P + Q; the SSM variant replaces each block's
-attention by `jaxdl.models.ssm` with expand 1, state N = 8 and its width-4 causal conv, which
-gives it about the parameters of attention (108,672 vs 105,216 in all, `gpt_costs`). AdamW 3e-3
+20,000 training rows, 1,000 eval rows, scored only at the queries (task `lm`, its data's
+loss_mask selecting the queries; chance 1/8). GPT d 64, 2 layers, 4 heads, RoPE, block_size
+P + Q; the SSM variant replaces each block's attention by `jaxdl.models.ssm` with expand 1,
+state N = 8 and its width-4 causal conv, which gives it about the parameters of attention
+(108,672 vs 105,216 in all, `gpt_costs`). AdamW 3e-3
 (decay 0.1), batch 32, warmup then cosine, 1,500 steps per run, seed 0. The experiment's own run
 is P = 8 with the first mixer, in <workdir>; its after_training
 (`jaxdl.course.studies.recall_sweep`) trains the others into <workdir>/P<P>_<mixer> (before issue
@@ -45,7 +46,7 @@ from jaxdl.optim import default_optim_config
 def get_config(arg=None):
   args = parse_arg(arg, smoke=False, attn=False, ssm=False)
   c = base_config()
-  c.name, c.task = "assoc_recall", "lm_masked"
+  c.name, c.task = "assoc_recall", "lm"
   c.description = "Associative recall vs context length: attention vs a selective SSM"
   c.data = default_data_config("assoc_recall")
   c.data.update(queries=8, keys=8, values=8, batch_size=32, fused=True, pairs=8)

@@ -5,12 +5,17 @@ Run (the base first, then the three fine-tunings of it):
   jaxdl train finetune_lora:full                        # every parameter trains
   jaxdl train finetune_lora:rank=8                      # LoRA r 8 (also `finetune_lora:lora8`)
   jaxdl train finetune_lora:rank=2                      # LoRA r 2 (also `finetune_lora:lora2`)
-  jaxdl train finetune_lora:rank=8,base=DIR             # another base: a jaxdl workdir or a
+  jaxdl train finetune_lora --set init_from=DIR         # another base: a jaxdl workdir or a
                                                         # Hugging Face model folder
-  jaxdl train finetune_lora:rank=8,data=D               # your data: `jaxdl data prepare
-                                                        # chat.jsonl --tokenizer T --out D`
-                                                        # with T the base's tokenizer
+  jaxdl train finetune_lora --set init_from=DIR --set data.path=D
+                                                        # your data: `jaxdl data prepare
+                                                        # chat.jsonl --tokenizer DIR --out D`
   jaxdl train finetune_lora:smoke                       # a random tiny base, bytes, seconds
+
+The base's architecture, and the tokenizer the default data is prepared with, come from
+`init_from` (`jaxdl.train.init_from.resolve`): the model section below is a placeholder that
+only `:smoke` without `init_from` trains as it is. Data prepared with another tokenizer than the
+base's is refused in one line (exit 2) before the workdir is touched.
 
 Data (`data.name = 'stdlib_instructions'`, `jaxdl.data.chat`, built on first use into the cache
 with the base's own tokenizer, nothing downloaded): for every documented function of the Python
@@ -25,7 +30,7 @@ window's start is scored without its prompt in view, the same for every variant)
 the module path against 0.1, bpe_gpt's own rule, so the held-out responses come from files the
 base never trained on: 8,354 pairs, 7,725 train and 629 val.
 
-Fine-tuning: the base's model section and parameters (`init_from`, `jaxdl.train.init_from`);
+Fine-tuning: the base's architecture and parameters (`init_from`, `jaxdl.train.init_from`);
 full: AdamW 1e-3, LoRA: AdamW 3e-3 on adapters beside every attention and MLP layer
 (q, k, v, o, c_fc, c_proj; alpha = 2 r), the base frozen (no gradient, no optimizer state);
 both warmup-cosine, batch 32, no weight decay, `steps` steps (default 300), the best checkpoint
@@ -60,62 +65,37 @@ import json
 import os
 
 import jax
-import ml_collections
 import numpy as np
 
-from jaxdl.config import load_config, parse_arg, smoke
+from jaxdl.config import parse_arg, smoke
 from jaxdl.course.supervised_configs import stdlib_gpt
-from jaxdl.data import default_data_config, parse_data
+from jaxdl.data import default_data_config
 from jaxdl.models import lora
 from jaxdl.train.checkpoint import load_state
 
 TARGETS = ("attn", "mlp")
+BASE = "runs/bpe_gpt"
 
 
 def get_config(arg=None):
-  args = parse_arg(arg, smoke=False, full=False, lora8=False, lora2=False, rank=8,
-                   base="runs/bpe_gpt", data="", steps=300)
+  args = parse_arg(arg, smoke=False, full=False, lora8=False, lora2=False, rank=8, steps=300)
   rank = 0 if args.full else 2 if args.lora2 else 8 if args.lora8 else args.rank
   c = stdlib_gpt("finetune_lora", "Instruction fine-tuning of a trained GPT: full vs LoRA")
   c.data = default_data_config("stdlib_instructions")
   c.data.update(context_length=64, batch_size=32, eval_batch_size=64, max_eval_windows=256,
                 segment_ids=True)
-  if args.smoke:  # a random tiny base on bytes: the whole command in seconds
+  if args.smoke:  # a random tiny base on bytes (unless --set init_from): seconds
     c.data.update(prepare_with="bytes", max_records=400, context_length=32, batch_size=8,
                   eval_batch_size=16, max_eval_windows=16)
     c.model.update(vocab_size=257, d_model=32, n_layer=1, n_head=2, block_size=32,
                    scan_unroll=1)
-  else:
-    c.model, c.data.prepare_with = _base(args.base)
-    c.init_from = args.base  # refused in one line when training starts if nothing is there
-  if args.data:  # the user's instruction data, prepared with the base's tokenizer
-    c.data = default_data_config("arrayrecord")
-    c.data.update(path=args.data, context_length=64, batch_size=32, eval_batch_size=64,
-                  max_eval_windows=256, segment_ids=True)
+  else:  # the architecture and the data's tokenizer are the base's when the run is built
+    c.init_from = BASE  # refused in one line when training starts if nothing is there
   if rank:
     c.model.update(lora_rank=rank, lora_alpha=2.0 * rank, lora_targets=TARGETS)
   c.optim.update(lr=1e-3 if not rank else 3e-3, weight_decay=0.0)
   c.train.update(steps=args.steps, eval_every=max(1, args.steps // 3), ckpt_every=args.steps)
   return smoke(c, steps=4, eval_every=2, ckpt_every=4) if args.smoke else c
-
-
-def _base(path: str):
-  """(model section, tokenizer) of the base at `path`: a jaxdl workdir (its config.json's model
-  and the tokenizer of its data), a Hugging Face model folder (its tokenizer.json), or, with
-  nothing there yet, bpe_gpt's (the config still loads; `init_from` refuses to train)."""
-  full = os.path.expanduser(path)
-  run_config = os.path.join(full, "config.json")
-  if os.path.isdir(os.path.join(full, "checkpoints")) and os.path.isfile(run_config):
-    with open(run_config) as f:
-      base = ml_collections.ConfigDict(json.load(f))
-  elif os.path.isfile(run_config):
-    from jaxdl.train.init_from import model_section_of_hf  # pylint: disable=g-import-not-at-top
-    return ml_collections.ConfigDict(model_section_of_hf(full)), full
-  else:
-    base = load_config("bpe_gpt")[0]
-  directory = parse_data(base.data).directory() if base.data.name != "text" else ""
-  tok = os.path.join(directory, "tokenizer.json") if directory else "bytes"
-  return ml_collections.ConfigDict(base.model.to_dict()), tok
 
 
 def after_training(config, workdir, summary) -> dict:

@@ -311,6 +311,7 @@ class TrainSettings(Settings):
   loggers: tuple = ("tensorboard",)  # + 'wandb', 'mlflow' (extras); metrics.jsonl always
   eval_ema: bool = False         # also evaluate optim.ema_decay's average (eval_ema/...); the
                                  # best checkpoint and early stopping then judge the average
+  xla_cpu_workarounds: bool = True  # XLA:CPU compiler workarounds (jaxdl.train.xla_cpu)
 
   def __post_init__(self):
     super().__post_init__()

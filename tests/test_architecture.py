@@ -149,3 +149,17 @@ def test_a_package_imports_without_the_layers_above(package):
   out = subprocess.run([sys.executable, "-c", code], check=True, timeout=120,
                        capture_output=True, text=True).stdout.split()[-1].split(",")
   assert out and all(LAYERS[p] < LAYERS[package] for p in out), out
+
+
+def test_the_architecture_page_names_every_package_and_command():
+  """docs/ARCHITECTURE.md is the map a contributor reads first: every package of jaxdl/ and every
+  command of `jaxdl.cli.COMMANDS` must appear on it (a package as `jaxdl.<name>` or `<name>` in
+  backticks, a command as a word of its diagram's command list or `jaxdl <command>`)."""
+  from jaxdl.cli import COMMANDS
+  page = (ROOT.parent / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+  packages = sorted(p.name for p in ROOT.iterdir() if (p / "__init__.py").exists())
+  missing = [p for p in packages if f"jaxdl.{p}" not in page and f"`{p}`" not in page]
+  assert not missing, f"docs/ARCHITECTURE.md does not name the package(s) {missing}"
+  listed = page.split("one module per command", 1)[1].split(";", 1)[0]
+  missing = [c for c in COMMANDS if c not in listed.replace("|", " ").split()]
+  assert not missing, f"docs/ARCHITECTURE.md's command list lacks {missing}"

@@ -1,5 +1,5 @@
 """The associative-recall data (every query's answer is the value that followed its key) and the
-lm_masked task's loss (CE over the masked positions only) against the formula."""
+lm task's loss with a loss mask (CE over the masked positions only) against the formula."""
 
 import numpy as np
 import pytest
@@ -41,14 +41,14 @@ def test_more_pairs_than_keys_is_one_line():
   assert "\n" not in str(e.value)
 
 
-def test_lm_masked_scores_only_the_masked_positions():
+def test_the_lm_loss_scores_only_the_masked_positions():
   rng = np.random.default_rng(0)
   logits = rng.normal(size=(2, 4, 5)).astype(np.float32)
   batch = {"x": logits, "y": rng.integers(0, 5, (2, 4)).astype(np.int32),
            "loss_mask": np.array([[0, 0, 1, 1], [0, 1, 0, 1]], np.float32),
            "mask": np.array([1.0, 1.0], np.float32)}
   identity = lambda variables, x, train: x  # noqa: E731  the logits are the input
-  loss, (metrics, _) = TASKS["lm_masked"](None, None).loss_fn(identity, {}, {}, batch, {}, False)
+  loss, (metrics, _) = TASKS["lm"](None, None).loss_fn(identity, {}, {}, batch, {}, False)
   logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
   ce = -np.take_along_axis(logp, batch["y"][..., None], -1)[..., 0]
   w = batch["loss_mask"]

@@ -10,10 +10,12 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from jaxdl.config import load_config
+from jaxdl.schema import ConfigError
 from jaxdl.train import checkpoint as jckpt
 from jaxdl.train import build, run, strategies
 from jaxdl.train.checkpoint import load_state
-from jaxdl.train.fsdp import FsdpStrategy, fsdp_spec
+from jaxdl.train.mesh import MeshStrategy
+from jaxdl.train.sharding_rules import fsdp_spec
 from jaxdl.train.writers import read_metrics
 
 STEPS = 8
@@ -104,16 +106,19 @@ def test_checkpoint_restores_across_strategies(runs, src, dst, fsdp):
 
 
 def test_fsdp_axis_must_divide_devices():
-  with pytest.raises(ValueError, match="parallel.fsdp: 3 does not divide the 4 devices"):
+  with pytest.raises(ConfigError, match="parallel.fsdp: 3 does not divide the 4 devices"):
     strategies.make_strategy("fsdp", 0, fsdp=3)
-  assert isinstance(strategies.make_strategy("fsdp", 0, fsdp=2), FsdpStrategy)
-  assert dict(strategies.make_strategy("fsdp", 0, fsdp=2).mesh.shape) == {"data": 2, "fsdp": 2}
+  strategy = strategies.make_strategy("fsdp", 0, fsdp=2)
+  assert isinstance(strategy, MeshStrategy)
+  assert dict(strategy.mesh.shape) == {"data": 2, "fsdp": 2, "expert": 1, "tensor": 1}
+  assert strategy.describe()["mesh"] == {"data": 2, "fsdp": 2}
 
 
 def test_a_run_traces_its_init_once_and_builds_the_same_sharded_state(monkeypatch):
   """`abstract_state` and `init_state` share one trace of the model's and optimizer's init
-  (`Run.init_state` compiles its jaxpr with the shardings); the state is bit-identical, and
-  placed identically, to jitting the init function with those shardings directly."""
+  (`Run.init_fn` is one function, which jax traces once whatever shardings it is jitted with);
+  the state is bit-identical, and placed identically, to jitting it with those shardings
+  directly."""
   from jaxdl.train import assembly
   traced = []
   original = assembly.create_train_state
@@ -128,7 +133,7 @@ def test_a_run_traces_its_init_once_and_builds_the_same_sharded_state(monkeypatc
   state = r.init_state(shardings)
   assert len(traced) == 1
   direct = jax.jit(r.init_fn(), out_shardings=shardings)(r.init_key)
-  assert len(traced) == 2  # the direct path traces its own
+  assert len(traced) == 1  # the direct path reuses the trace too
   assert jax.tree.structure(state) == jax.tree.structure(direct)
   for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(state), jax.tree.leaves(direct)):
     np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
@@ -140,7 +145,7 @@ def test_a_saved_state_hands_orbax_one_buffer_per_replicated_leaf():
   buffer, not the 4-device array it would save in four slices (a compiled program per leaf and
   device on a CPU); a sharded leaf stays sharded. The values are the same; restoring onto
   other shardings is `test_checkpoint_restores_across_strategies`."""
-  strategy = FsdpStrategy(fsdp=4)
+  strategy = MeshStrategy("fsdp", fsdp=4)
   mesh = strategy.mesh
   state = {"w": jax.device_put(np.arange(32.0).reshape(8, 4),
                                jax.sharding.NamedSharding(mesh, P("fsdp"))),

@@ -16,9 +16,8 @@ from jaxdl.models.cnn import CNN
 from jaxdl.models.mlp import MLP
 from jaxdl.optim import precision
 from jaxdl.train import build, create_train_state, make_task, make_train_step
-from jaxdl.train.accumulation import (accum_loop, accumulate_gradients, compiler_options,
-                                      split_microbatches)
-from jaxdl.train.parallel import JitStrategy
+from jaxdl.train.accumulation import accumulate_gradients, compiler_options, split_microbatches
+from jaxdl.train.mesh import MeshStrategy
 from jaxdl.train.step import step_rngs
 
 STEPS = 3
@@ -151,33 +150,45 @@ def _small_cnn(rows: int):
 
 
 def test_microbatch_loop_forms_agree():
-  """The loop forms of `accumulate_gradients` are programs for one sum: a `lax.scan`, the scan
-  with its convolutions rewritten to XLA:CPU's canonical layout (what 'auto' picks on a CPU for a
-  model with convolutions, whose gradients XLA:CPU runs several times slower inside a loop
-  otherwise), and a Python loop of N microbatch gradients. With dropout and BatchNorm, so keys and
-  running statistics follow the same microbatches."""
+  """The loop forms of `accumulate_gradients` are programs for one sum: a `lax.scan` and a
+  Python loop of N microbatch gradients. With dropout and BatchNorm, so keys and running
+  statistics follow the same microbatches."""
   model, task, batch, state = _small_cnn(8)
   rngs = step_rngs(jax.random.PRNGKey(1), jnp.zeros((), jnp.int32))
   grad_fn = _grad_fn(model, task)
   run = lambda loop: jax.jit(lambda s, b: accumulate_gradients(  # noqa: E731
       grad_fn, s.params, s.model_state, b, rngs, 2, loop=loop))(state, batch)
   close = lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)  # noqa: E731
-  scan = run("scan")
-  jax.tree.map(close, scan, run("scan+canonical"))
-  jax.tree.map(close, scan, run("unroll"))
-  micro = {k: v[:4] for k, v in batch.items()}
-  assert accum_loop(grad_fn, state.params, state.model_state, micro, rngs) == "scan+canonical"
-  mlp, _, mlp_batch = _mlp_setup("none")
-  mlp_state = create_train_state(mlp, optax.sgd(0.1), jax.random.PRNGKey(0), mlp_batch["x"])
-  assert accum_loop(_grad_fn(mlp, task), mlp_state.params, {},
-                    {k: v[:4] for k, v in mlp_batch.items()}, rngs) == "scan"
+  jax.tree.map(close, run("scan"), run("unroll"))
+
+
+def test_the_xla_cpu_seam_rewrites_only_the_loop_and_keeps_the_step():
+  """`xla_cpu.train_program` (the loop's one call site) gives the step at N = 2 with its scan
+  body's convolutions in XLA:CPU's canonical layout: the same update; switched off, or at
+  N = 1, it is the step itself."""
+  from jaxdl.train import xla_cpu
+  model, task, batch, state = _small_cnn(8)
+  step = make_train_step(model.apply, task.loss_fn, optax.sgd(0.1), optax.constant_schedule(0.1),
+                         jax.random.PRNGKey(1), grad_accum=2)
+  assert xla_cpu.train_program(step, False, 2) is step
+  assert xla_cpu.train_program(step, True, 1) is step
+  rewritten = xla_cpu.train_program(step, True, 2)
+  close = lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)  # noqa: E731
+  jax.tree.map(close, jax.jit(rewritten)(state, batch), jax.jit(step)(state, batch))
+  scan = [e for e in jax.make_jaxpr(rewritten)(state, batch).jaxpr.eqns
+          if e.primitive.name == "scan"]
+  convs = [e for e in scan[0].params["jaxpr"].jaxpr.eqns if e.primitive.name ==
+           "conv_general_dilated"]
+  assert len(scan) == 1 and convs
+  for e in convs:
+    assert tuple(e.params["dimension_numbers"]) == ((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2))
 
 
 def test_canonical_convolutions_keep_every_layout():
   """`canonical_convolutions` is the same function for convolutions in any layout (NCHW input,
   OIHW kernel, a transposed output, strides, dilation, feature groups), and the program it makes
   holds only convolutions in the canonical (B, S.., F) x (S.., I, O) layout."""
-  from jaxdl.train.accumulation import canonical_convolutions
+  from jaxdl.train.xla_cpu import canonical_convolutions
   rng = np.random.default_rng(0)
   x = jnp.asarray(rng.normal(size=(2, 4, 9, 7)), jnp.float32)  # N C H W
   k = jnp.asarray(rng.normal(size=(6, 2, 3, 2)), jnp.float32)  # O I/groups H W
@@ -237,7 +248,7 @@ def test_dropout_counters_are_not_carried_through_the_loop(compile_with):
     step = make_train_step(model.apply, task.loss_fn, tx, optax.constant_schedule(0.1),
                            jax.random.PRNGKey(1), grad_accum=n, jit=jitted)
     if not jitted:
-      step = JitStrategy(jax.devices()[:1]).compile_train(step, state, compiler_options(n))
+      step = MeshStrategy("jit", jax.devices()[:1]).compile_train(step, state, compiler_options(n))
     b = {k: v[:128 * n] for k, v in batch.items()}
     return step.lower(state, b).compile().memory_analysis().temp_size_in_bytes
 
@@ -265,7 +276,7 @@ class _TinyLM(nn.Module):
     return nn.Dense(8)(nn.Embed(8, 8)(x))
 
 
-def _masked_lm(task_name: str):
+def _masked_lm():
   """A tiny LM, its task, and a batch whose scored tokens (loss_mask) are uneven both ways:
   microbatch 0 of N = 4 (rows 0, 4, 8, 12) and device 0 of 4 (rows 0-3) score one token a row,
   most other rows all six."""
@@ -274,7 +285,7 @@ def _masked_lm(task_name: str):
   mask[[0, 4, 8, 12, 1, 2, 3], 1:] = 0
   batch = {"x": rng.integers(0, 8, (16, 6)).astype(np.int32),
            "y": rng.integers(0, 8, (16, 6)).astype(np.int32), "loss_mask": mask}
-  task = make_task(ml_collections.ConfigDict(dict(task=task_name, train={})))
+  task = make_task(ml_collections.ConfigDict(dict(task="lm", train={})))
   model, tx = _TinyLM(), optax.sgd(0.5)
   return model, task, tx, batch, create_train_state(model, tx, jax.random.PRNGKey(0), batch["x"])
 
@@ -284,13 +295,12 @@ def _close(a, b, keys=("loss", "accuracy", "grad_norm")):
     np.testing.assert_allclose(a[key], b[key], rtol=1e-6, atol=1e-7, err_msg=key)
 
 
-@pytest.mark.parametrize("task_name", ["lm", "lm_masked"])
-def test_a_masked_loss_accumulates_to_the_whole_batch(task_name):
+def test_a_masked_loss_accumulates_to_the_whole_batch():
   """Each microbatch's loss divides by its own scored tokens; weighted by them
   (`Task.loss_weight`), N = 4 is the whole batch's loss, metrics and update. Unweighted (the
   mean of the microbatch means) it is not: microbatch 0's four tokens would count as much as
   another's 23."""
-  model, task, tx, batch, state = _masked_lm(task_name)
+  model, task, tx, batch, state = _masked_lm()
 
   def step(n, weight):
     return jax.jit(make_train_step(model.apply, task.loss_fn, tx, optax.constant_schedule(0.5),
@@ -308,7 +318,7 @@ def test_pmap_weighs_each_device_by_what_it_scores():
   """Under pmap each device's loss divides by its own scored tokens; `weighted_pmean` makes the
   update the whole batch's, as jit on one device computes it (device 0 scores 4 tokens, the
   others 19-24)."""
-  model, task, tx, batch, state = _masked_lm("lm")
+  model, task, tx, batch, state = _masked_lm()
 
   def step(axis_name, weight):
     return make_train_step(model.apply, task.loss_fn, tx, optax.constant_schedule(0.5),

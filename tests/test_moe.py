@@ -167,9 +167,9 @@ def test_bad_moe_config_is_one_line_exit_2(sets, key, tmp_path, capsys):
 
 
 def test_expert_spec_splits_the_expert_axis():
-  from jaxdl.train.fsdp import expert_spec
-  assert expert_spec(".params['h']['mlp']['expert_fc']", (2, 4, 16, 64), 2, 2) == P(
+  from jaxdl.train.sharding_rules import param_spec
+  spec = lambda path, shape, f, x: param_spec(path, shape, {"fsdp": f, "expert": x})  # noqa: E731
+  assert spec(".params['h']['mlp']['expert_fc']", (2, 4, 16, 64), 2, 2) == P(
       None, "expert", None, "fsdp")
-  assert expert_spec(".params['mlp']['expert_proj']", (4, 64, 16), 1, 4) == P("expert", None,
-                                                                              None)
-  assert expert_spec(".params['h']['mlp']['router']", (2, 16, 4), 2, 2) == P(None, "fsdp", None)
+  assert spec(".params['mlp']['expert_proj']", (4, 64, 16), 1, 4) == P("expert", None, None)
+  assert spec(".params['h']['mlp']['router']", (2, 16, 4), 2, 2) == P(None, "fsdp", None)

@@ -66,3 +66,36 @@ def test_batch_not_divisible_by_devices_is_config_error(tmp_path):
   with pytest.raises(ValueError, match="data.batch_size: 998 does not divide evenly over 4"):
     run(config, tmp_path / "x", progress=False)
   assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("args,key", [
+    (("ring", 0), "parallel.strategy"),
+    (("jit", 9), "parallel.devices"),
+    (("pmap", 0, 0, 2), "parallel.expert"),
+    (("pmap", 0, 0, 1, 2), "parallel.tensor"),
+    (("fsdp", 0, 3), "parallel.fsdp"),
+    (("jit", 0, 0, 3), "parallel.expert"),
+    (("jit", 0, 0, 1, 3), "parallel.tensor"),
+])
+def test_every_bad_parallel_setting_is_a_config_error(args, key):
+  """One line naming the setting, raised before any mesh or program exists."""
+  from jaxdl.schema import ConfigError
+  from jaxdl.train import strategies
+  with pytest.raises(ConfigError, match=key) as e:
+    strategies.make_strategy(*args)
+  assert "\n" not in str(e.value)
+
+
+def test_one_mesh_names_all_four_axes():
+  """jit and fsdp are the same class over one ('data', 'fsdp', 'expert', 'tensor') mesh; the
+  axes of one device split nothing, so plain jit replicates every leaf."""
+  from jax.sharding import PartitionSpec as P
+  from jaxdl.train import strategies
+  jit, fsdp = strategies.make_strategy("jit", 4), strategies.make_strategy("fsdp", 4, fsdp=2)
+  assert type(jit) is type(fsdp)
+  assert dict(jit.mesh.shape) == {"data": 4, "fsdp": 1, "expert": 1, "tensor": 1}
+  assert dict(fsdp.mesh.shape) == {"data": 2, "fsdp": 2, "expert": 1, "tensor": 1}
+  state = {"w": np.zeros((8, 6), np.float32)}
+  assert jit.state_shardings(state)["w"].spec == P()
+  assert fsdp.state_shardings(state)["w"].spec == P("fsdp", None)
+  assert jit.describe()["mesh"] == {"data": 4} and not jit.splits_state and fsdp.splits_state

@@ -163,7 +163,8 @@ def test_scaling_rules():
     ("wsd", "gamma", 0.5, r"^optim\.schedule\.gamma: schedule 'wsd' has no gamma .*\('step'\)"),
     ("constant", "decay_shape", "cosine", r"^optim\.schedule\.decay_shape: schedule 'constant' "),
     ("wsd", "warmup_steps", 2.5, r"^optim\.schedule\.warmup_steps: expected int, got 2\.5$"),
-    ("wsd", "warmp_steps", 5, r"^optim\.schedule\.warmp_steps: unknown key; expected one of "),
+    ("wsd", "warmp_steps", 5, r"^optim\.schedule\.warmp_steps: unknown key for schedule 'wsd'; "
+                              r"expected one of decay_frac, .*warmup_steps$"),
 ])
 def test_a_key_the_schedule_does_not_use_is_refused(name, key, value, pattern):
   c = _cfg(name).to_dict()

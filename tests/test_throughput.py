@@ -12,7 +12,7 @@ import pytest
 from jaxdl import cli
 from jaxdl.config import ConfigError, load_config
 from jaxdl.optim import find_ema
-from jaxdl.train import build, run, throughput
+from jaxdl.train import TASKS, build, run, throughput
 from jaxdl.train.checkpoint import load_state
 from jaxdl.train.writers import read_metrics
 
@@ -196,7 +196,7 @@ def test_a_run_counts_the_bench_gpts_flops_exactly():
                                        f"model.n_head={s.n_head}", f"model.block_size={s.context}",
                                        f"data.context_length={s.context}",
                                        f"data.batch_size={s.batch}"])
-  r = SimpleNamespace(config=config, task=SimpleNamespace(kind="lm"),
+  r = SimpleNamespace(config=config, task=SimpleNamespace(kind=TASKS["lm"]),
                       data=SimpleNamespace(batch_size=s.batch), model=build_model(config.model))
   flops, how = throughput.count_step_flops(r, None, None, {"x": np.zeros((s.batch, s.context))})
   state, _ = bench.jaxdl_step(s, abstract=True)

@@ -8,7 +8,7 @@ import optax
 import pytest
 
 from jaxdl.optim import tree_reductions
-from jaxdl.train.fsdp import FsdpStrategy
+from jaxdl.train import mesh
 
 
 def _tree(n=70, seed=0):
@@ -81,17 +81,17 @@ def test_the_fsdp_strategy_traces_its_step_leaf_by_leaf():
                    "finite": tree_reductions.all_finite(state)}
 
   assert _concatenates(step, tree, None) == 2
-  strategy = FsdpStrategy(jax.devices()[:2], fsdp=2)
+  strategy = mesh.MeshStrategy("fsdp", jax.devices()[:2], fsdp=2)
   traced = {}
 
-  # The jit strategy's compile_train, recording what it is given.
-  def compile_train(self, fn, state, compiler_options=None):
-    del self, state, compiler_options
+  # What the strategy hands jax.jit, recorded.
+  def jit(fn, **options):
+    del options
     traced["fn"] = fn
     return fn
 
   with pytest.MonkeyPatch.context() as patch:
-    patch.setattr("jaxdl.train.parallel.JitStrategy.compile_train", compile_train)
+    patch.setattr(mesh.jax, "jit", jit)
     strategy.compile_train(step, tree)
   assert _concatenates(traced["fn"], tree, None) == 0
 

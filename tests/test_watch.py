@@ -146,7 +146,7 @@ def test_the_probe_under_pmap_reads_the_whole_batch_not_device_0():
   fires only on the last device's rows is not dead, the largest logit is on that device, and
   the logits' std is the whole batch's."""
   from jaxdl.models.mlp import MLP
-  from jaxdl.train.parallel import PmapStrategy
+  from jaxdl.train.pmap import PmapStrategy
   devices = jax.local_devices()[:4]
   assert len(devices) == 4
   model = MLP(hidden=(6,), out=3)

@@ -8,10 +8,10 @@
            GPT and the digits U-Net (`ACCUM_FAMILIES`). Measured at N = 4 on this 2-core CPU,
            otherwise idle, jax 0.10.2, median of 3 runs (wall / CPU seconds, memory; 2026-12-03,
            with XLA's loop-invariant code motion off in the loop's step):
-             digits_cnn     scan+canonical  0.97 / 0.85   1.01x
+             digits_cnn     scan+xla_cpu    0.97 / 0.85   1.01x
              digits_mlp_bn  scan            0.71 / 0.72   1.28x
              char_gpt       scan            0.96 / 1.00   1.02x
-             unet           scan+canonical  1.03 / 0.99   1.02x
+             unet           scan+xla_cpu    1.03 / 0.99   1.02x
            The MLP with BatchNorm and dropout had read 1.57x (2.11 vs 1.34 MB): XLA's while-loop
            invariant code motion had moved the random-number counters of its two dropout masks
            (iotas, 4 x 128 KB, which depend on nothing) out of the loop, and they stayed alive
@@ -26,8 +26,9 @@
            3.83x for the MLP (3.77x for char_gpt), as XLA runs the microbatches' forward passes
            side by side. Peeling the first microbatch out of the loop (no zero-initialized sum)
            changed nothing. (Under a load of 3-5 the U-Net had measured 1.21 / 1.12.) Before the
-           convolution rewrite (`jaxdl.train.accumulation.canonical_convolutions`) the scan cost
-           6-7x (CNN) and 9x (U-Net), and the unrolled loop used for them 3.6-3.9x memory.
+           convolution rewrite (now `jaxdl.train.xla_cpu`, applied as the loop applies it) the
+           scan cost 6-7x (CNN) and 9x (U-Net), and the unrolled loop used for them 3.6-3.9x
+           memory.
   augment  batches/s of the digits training pipeline with data.augment (random shifts by pad +
            crop, then mixup) at batch M vs the CNN train step's steps/s at batch M: >= 1 means
            the step never waits for data (the pipeline runs in the calling thread here, with no
@@ -45,17 +46,22 @@ from jaxdl.bench.timing import Clock, interleaved
 MICRO = 128  # M, the rows of one microbatch (the digits experiments' batch)
 
 
-def _built(batch: int, grad_accum: int, overrides: tuple = (), experiment: str = "digits_cnn"):
+def _built(batch: int, grad_accum: int, overrides: tuple = (), experiment: str = "digits_cnn",
+           workarounds: bool = True):
   """(run, jitted step, state, one device batch) of `experiment` at `batch` rows, N =
-  grad_accum."""
+  grad_accum, compiled as the loop compiles it (`jaxdl.train.xla_cpu.train_program`, switched
+  by `workarounds`)."""
   from jaxdl.config import load_config
-  from jaxdl.train import build, make_train_step
+  from jaxdl.train import build, make_train_step, xla_cpu
+  from jaxdl.train.accumulation import compiler_options
   config, _ = load_config(experiment, [
       f"data.batch_size={batch}", f"train.grad_accum={grad_accum}", "parallel.devices=1",
       *overrides])
   r = build(config)
   step = make_train_step(r.model.apply, r.task.loss_fn, r.tx, r.schedule, r.base_key,
-                         jit=True, grad_accum=grad_accum)
+                         grad_accum=grad_accum)
+  step = jax.jit(xla_cpu.train_program(step, workarounds, grad_accum), donate_argnums=0,
+                 compiler_options=compiler_options(grad_accum))
   batch_ = jax.device_put(next(r.ds.train_iter()))
   return r, step, r.init_state(), batch_
 
@@ -97,13 +103,11 @@ def bench_grad_accum(n: int = 4, steps: int = 5, rounds: int = 5, micro: int = M
                      overrides: tuple = (), experiment: str = "digits_cnn") -> dict:
   """Seconds per step at N = n on n M rows and at N = 1 on M rows, ratio t_n / (n t_1); and
   the two compiled steps' temporary memory, ratio m_n / m_1."""
-  from jaxdl.train.accumulation import accum_loop
-  from jaxdl.train.step import step_rngs
+  from jaxdl.train import xla_cpu
   _, step_n, state_n, batch_n = _built(n * micro, n, overrides, experiment)
-  r, step_1, state_1, batch_1 = _built(micro, 1, overrides, experiment)
+  _, step_1, state_1, batch_1 = _built(micro, 1, overrides, experiment)
   mem_n, mem_1 = temp_bytes(step_n, state_n, batch_n), temp_bytes(step_1, state_1, batch_1)
-  loop = accum_loop(_grad_fn(r), state_1.params, state_1.model_state, batch_1,
-                    step_rngs(r.base_key, 0))
+  loop = "scan+xla_cpu" if xla_cpu.applies(True) else "scan"
   t = interleaved({"accum": _runner(step_n, state_n, batch_n),
                    "micro": _runner(step_1, state_1, batch_1)}, steps=steps, rounds=rounds)
   return {"n": n, "micro_rows": micro, "loop": loop, "accum_step_s": t["accum"]["wall"],
@@ -113,14 +117,32 @@ def bench_grad_accum(n: int = 4, steps: int = 5, rounds: int = 5, micro: int = M
           "temp_bytes": mem_n, "micro_temp_bytes": mem_1, "memory_ratio": mem_n / mem_1}
 
 
-def _grad_fn(r):
-  """The gradient of the run's task loss, as `make_train_step` takes it (for `accum_loop`)."""
-  def objective(params, model_state, batch, rngs):
-    loss, (metrics, new_state) = r.task.loss_fn(r.model.apply, params, model_state, batch, rngs,
-                                                True)
-    return loss, (loss, metrics, new_state)
-
-  return jax.grad(objective, has_aux=True)
+def bench_xla_cpu(experiment: str = "digits_cnn", grad_accum: int = 4, steps: int = 5,
+                  rounds: int = 3) -> dict:
+  """A user's run with and without `train.xla_cpu_workarounds` (`jaxdl.train.xla_cpu`):
+  `experiment` at its own batch with train.grad_accum = N, compiled as the loop compiles it.
+  Compile seconds of each, and seconds per step: the median over `rounds` alternations of
+  `steps` steps; ratio = with / without (< 0.9: the seam's bar)."""
+  import statistics
+  import time
+  from jaxdl.config import load_config
+  batch = int(load_config(experiment, [])[0].data.batch_size)
+  out = {"experiment": experiment, "grad_accum": grad_accum, "batch": batch}
+  runners = {}
+  for name, on in (("with", True), ("without", False)):
+    _, step, state, batch_ = _built(batch, grad_accum, (), experiment, workarounds=on)
+    t = time.perf_counter()
+    step = step.lower(state, batch_).compile()
+    out[f"compile_s_{name}"] = time.perf_counter() - t
+    runners[name] = _runner(step, state, batch_)
+  walls: dict = {k: [] for k in runners}
+  for _ in range(rounds):
+    for k, run in runners.items():
+      walls[k].append(run(steps).wall / steps)
+  for k, v in walls.items():
+    out[f"step_s_{k}"] = statistics.median(v)
+  out["ratio"] = out["step_s_with"] / out["step_s_without"]
+  return out
 
 
 def bench_accum_families(n: int = 4, families=tuple(ACCUM_FAMILIES)) -> dict:

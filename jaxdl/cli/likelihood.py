@@ -44,6 +44,7 @@ def check_request(workdir, num: int, batch_size: int = 1, **ode_options) -> None
   without a likelihood (a GAN, a classifier), and ODE options (`steps`, `divergence`, `probes`:
   None when not given) for a VAE, whose bound takes none; one line naming the option or run."""
   from jaxdl.generative import likelihood
+  from jaxdl.train.tasks import kind_of
   counts = {"--num": num, "--batch-size": batch_size, "--steps": ode_options.get("steps"),
             "--probes": ode_options.get("probes")}
   for flag, value in counts.items():
@@ -56,7 +57,7 @@ def check_request(workdir, num: int, batch_size: int = 1, **ode_options) -> None
     task = json.loads(config_json.read_text(encoding="utf-8")).get("task")
   except (OSError, ValueError, AttributeError) as e:
     raise ValueError(f"{config_json}: unreadable ({type(e).__name__}: {e})") from None
-  if task == "vae":  # its bound, one decoder pass: no ODE
+  if kind_of(task).likelihood == "elbo":  # a VAE's bound, one decoder pass: no ODE
     given = [name for name, value in ode_options.items() if value is not None]
     if given:
       raise ValueError(f"--{given[0]}: a 'vae' run's likelihood is its ELBO bound, which takes "

@@ -27,7 +27,7 @@ def subset_gaps(plain, aug, steps: int | None = None,
   import jax
   from jaxdl.config import variant_config
   from jaxdl.data import EvalBatches, make_dataset
-  from jaxdl.train import batched_draws, build, make_eval_step, make_train_step
+  from jaxdl.train import build, make_eval_step, make_train_step
   same = plain.to_dict()
   same["data"]["augment"] = aug.data.augment
   assert same == aug.to_dict(), "subset and subset,aug differ beyond data.augment"
@@ -39,7 +39,7 @@ def subset_gaps(plain, aug, steps: int | None = None,
                                                                                       batch)
 
   eval_step = jax.jit(make_eval_step(r.model.apply, r.task.loss_fn))
-  init = jax.jit(batched_draws.batched(r.init_fn()))  # as `jaxdl train` compiles it
+  init = jax.jit(r.init_fn())
 
   def nll(state, split) -> float:
     rows = EvalBatches(split, batch_size=split.num, process_index=0, process_count=1)

@@ -88,13 +88,14 @@ def one_call_check(config, workdir, summary=None) -> dict:
   from jaxdl.generative import gan, vae
   from jaxdl.train import load_run
   families = {"vae": vae, "gan": gan}
-  if config.task not in families:
+  family = families.get(config.task)
+  if family is None:
     raise ValueError(f"task: {config.task!r} has no one-call check; expected 'vae' or 'gan'")
   _, model, variables, step = load_run(workdir)
-  sample = families[config.task].make_run_sampler(config, model)
+  sample = family.make_run_sampler(config, model)
   x = sample(variables, jax.random.PRNGKey(0), config.gen.eval_num)
   out = {"step": int(step)}
-  if config.task == "vae":
+  if family is vae:
     out["eval"] = dict((summary or {}).get("eval", {}))
   if not config.smoke:
     out.update(judge_samples(x, train_judge(workdir), config.data.scale))

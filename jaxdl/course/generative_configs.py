@@ -17,6 +17,7 @@ from jaxdl.generative.distill import default_distill_config
 from jaxdl.generative.reflow import default_reflow_config
 from jaxdl.generative.tasks import default_gen_config
 from jaxdl.models import model_config
+from jaxdl.train.tasks import kind_of
 from jaxdl.optim import default_optim_config
 
 DISTRIBUTIONS = ("moons", "8gaussians", "checkerboard", "swissroll")
@@ -102,13 +103,13 @@ def digits_config(task: str, name: str, arg=None):
   c.gen.p_uncond = 0.1
   c.gen.sample_shape = (8, 8, 1)
   c.gen.guidance = 2.0
-  c.gen.steps = 25 if task == "flow_matching" else 50  # 50 network calls either way (Heun: 2/step)
+  c.gen.steps = 25 if kind_of(task).path == "flow" else 50  # 50 network calls (Heun: 2/step)
   c.gen.eval_num = 500  # 50 per class
   # The judge of the class check (`jaxdl.course.digits_judge.class_check`): a digits_cnn run
   # trained into <workdir>/classifier after the model (reused when present), or 'svm' (an RBF
   # SVM, seconds to fit) for quick runs.
   c.gen.classifier = "digits_cnn"
-  if task == "ddpm":
+  if kind_of(task).path == "ddpm":
     c.gen.schedule = "cosine"
     c.gen.clip_x0 = 1.0
   c.optim = _flow_optim()

@@ -143,7 +143,7 @@ def poison_row_at_step(config, step: int) -> int:
 register_model("planted_mlp")(PlantedMLP)
 
 
-@tasks.register_task("planted_shuffled_labels")
+@tasks.register_task("planted_shuffled_labels", tasks.Family.CLASSIFICATION)
 def shuffled_labels(config, train_settings) -> tasks.Task:
   inner = tasks.TASKS["classification"](config, train_settings)
 
@@ -153,7 +153,7 @@ def shuffled_labels(config, train_settings) -> tasks.Task:
     batch = {**batch, "y": jnp.roll(batch["y"], 1, axis=0)}
     return inner.loss_fn(apply_fn, params, model_state, batch, rngs, train)
 
-  return tasks.Task(loss_fn, init_input=inner.init_input, kind=inner.kind)
+  return tasks.Task(loss_fn, init_input=inner.init_input)
 
 
 def digits_experiment(name: str, description: str, *, task: str = "classification",

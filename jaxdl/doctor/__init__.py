@@ -99,8 +99,5 @@ def head_ln_k(config) -> float | None:
   import math
   from jaxdl import data
   from jaxdl.train import make_task
-  kind = make_task(config).kind
-  info = data.make_dataset(config).info
-  k = {"classification": info.get("num_classes"), "lm": info.get("vocab_size"),
-       "binary": 2}.get(kind)
+  k = make_task(config).kind.head_classes(data.make_dataset(config).info)
   return math.log(k) if k else None

@@ -50,8 +50,7 @@ def prepare(config, steps: int = 20) -> Context:
   # One held-out batch of up to 512 rows, whatever data.eval_batch_size says.
   eval_batch = next(iter(ds.eval_batches(batch_size=min(512, ds.info["num_eval"]))), None)
   info = ds.info
-  k = {"classification": info.get("num_classes"), "lm": info.get("vocab_size"),
-       "binary": 2}.get(task.kind)
+  k = task.kind.head_classes(info)
   return Context(config, ds, task, r.model, r.tx, r.schedule, r.policy, r.base_key, state,
                  batches, eval_batch, k, r.train.grad_accum, r.optim)
 

@@ -23,7 +23,6 @@ from jaxdl.train.accumulation import accumulate_gradients, compiler_options
 from jaxdl.train.step import make_train_step, step_rngs
 
 REF_LR = 3e-3
-SUPERVISED = ("classification", "binary", "lm", "regression")
 
 
 def check_first_steps(ctx: Context) -> list[Finding]:
@@ -152,13 +151,13 @@ def heldout_loss(ctx: Context, params, model_state) -> float:
 
 def check_overfit(ctx: Context, steps: int = 200) -> Finding:
   first = ctx.batches[0]
-  rows = 8 if ctx.task.kind == "lm" else 32
+  rows = 8 if ctx.task.kind.sequence_model else 32
   batch = {k: np.asarray(v)[:rows] for k, v in first.items()}
   ref = ctx.ln_k if ctx.ln_k is not None else float(
       _loss(ctx, ctx.state.params, ctx.state.model_state, batch, True)[0])
   # Denoising / flow-matching losses draw fresh noise every step and keep an irreducible floor,
   # so near 0 is out of reach even for a perfect fit: there, a 30% drop is what is asked.
-  target = 0.1 * ref if ctx.task.kind in SUPERVISED else 0.7 * ref
+  target = 0.1 * ref if ctx.task.kind.supervised else 0.7 * ref
   params, _, losses = _fit(ctx, ctx.state.params, ctx.state.model_state, lambda i: batch, steps,
                            stop_below=target)
   below = np.nonzero(losses <= target)[0]
@@ -171,7 +170,7 @@ def check_overfit(ctx: Context, steps: int = 200) -> Finding:
   frozen = probes.unchanged(ctx.state.params, params)
   total = len(jax.tree.leaves(params))
   causes = []
-  cause = "labels_misaligned" if ctx.task.kind in SUPERVISED else ""
+  cause = "labels_misaligned" if ctx.task.kind.supervised else ""
   if frozen:
     cause = "frozen_params"
     causes.append(f"{len(frozen)} of {total} arrays never changed: {', '.join(frozen[:4])}")
@@ -187,8 +186,9 @@ def check_overfit(ctx: Context, steps: int = 200) -> Finding:
 
 def check_learnable(ctx: Context, steps: int = 100, overfit: Finding | None = None):
   """Fits the stream, then measures the held-out loss; returns (Finding, trained params, state)."""
-  if ctx.eval_batch is None or ctx.task.kind not in SUPERVISED:
-    return (Finding("learnable", "skip", f"no held-out split or task kind {ctx.task.kind!r}"),
+  if ctx.eval_batch is None or not ctx.task.kind.supervised:
+    return (Finding("learnable", "skip", f"no held-out split or task {ctx.task.kind.name!r} "
+                    "(no targets to hold out)"),
             ctx.state.params, ctx.state.model_state)
   it = ctx.ds.train_iter()
   before = heldout_loss(ctx, ctx.state.params, ctx.state.model_state)
@@ -215,8 +215,9 @@ def check_learnable(ctx: Context, steps: int = 100, overfit: Finding | None = No
 
 
 def check_eval_mode(ctx: Context, params, model_state) -> Finding:
-  if ctx.eval_batch is None or ctx.task.kind not in SUPERVISED:
-    return Finding("eval_mode", "skip", f"no held-out split or task kind {ctx.task.kind!r}")
+  if ctx.eval_batch is None or not ctx.task.kind.supervised:
+    return Finding("eval_mode", "skip", f"no held-out split or task {ctx.task.kind.name!r} "
+                   "(no targets to hold out)")
   x = np.asarray(ctx.task.init_input(ctx.eval_batch))
   if len(x) < 16:
     return Finding("eval_mode", "skip", f"eval batch of {len(x)} rows; 16 needed")

@@ -37,6 +37,7 @@ from jaxdl import optim as joptim
 from jaxdl.doctor import fitting, probes
 from jaxdl.doctor.context import Context, loss as _loss, prepare
 from jaxdl.doctor.report import Finding, Report
+from jaxdl.train.tasks import Family
 
 def init_outputs(ctx: Context):
   """(loss, [(module, output)]) of the first batch at init in training mode, computed once."""
@@ -51,7 +52,8 @@ def init_outputs(ctx: Context):
 def check_first_loss(ctx: Context) -> Finding:
   batch = ctx.batches[0]
   if ctx.ln_k is None:
-    return Finding("first_loss", "skip", f"task {ctx.config.task!r} (kind {ctx.task.kind!r}) has "
+    return Finding("first_loss", "skip", f"task {ctx.config.task!r} "
+                   f"(family {ctx.task.kind.family.value!r}) has "
                  "no classification or language-model head, so no ln K to compare with")
   loss, outs = init_outputs(ctx)
   loss, k, ln_k = float(loss), ctx.num_classes, ctx.ln_k
@@ -70,7 +72,7 @@ def check_first_loss(ctx: Context) -> Finding:
   if math.isfinite(ratio) and ratio > 1.6:
     cause = "wrong_reduction"
     causes.append(f"loss(B) / loss(B/2) = {ratio:.2f}: the loss grows with the batch (a sum)")
-  if ctx.task.kind in ("classification", "lm") and (y.min() < 0 or y.max() >= k):
+  if ctx.task.kind.family in (Family.CLASSIFICATION, Family.LM) and (y.min() < 0 or y.max() >= k):
     cause = cause or "wrong_labels"
     causes.append(f"labels span {y.min()} .. {y.max()}, expected 0 .. {k - 1}")
   if np.issubdtype(x.dtype, np.floating) and (abs(x.mean()) > 3 or x.std() > 10):

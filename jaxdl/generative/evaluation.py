@@ -31,6 +31,7 @@ from jaxdl.data import parse_data
 from jaxdl.generative import metrics, tasks as gtasks
 from jaxdl.generative.settings import parse_gen
 from jaxdl.train.checkpoint import load_run
+from jaxdl.train.tasks import kind_of
 
 TOY_SEED_A, TOY_SEED_B = 10_000, 10_001  # fresh target draws, never the training seeds
 
@@ -61,7 +62,7 @@ def save_run(workdir, config, params, *, step: int, **gen) -> pathlib.Path:
 
 
 def _default_samplers(config):
-  return ("euler", "heun") if config.task == "flow_matching" else ("ddim", "ddpm")
+  return ("euler", "heun") if kind_of(config.task).path == "flow" else ("ddim", "ddpm")
 
 
 def evaluate(config, workdir, *, samplers=None, steps_list=(1, 2, 4, 10, 50), num=2000,

@@ -54,7 +54,7 @@ from jaxdl.models import build_model, layers, register_model
 from jaxdl.optim import ema_params
 from jaxdl.optim.precision import select_tree
 from jaxdl.schema import POSITIVE, each, parse_section, setting
-from jaxdl.train.tasks import Task, masked_mean, register_task
+from jaxdl.train.tasks import Family, Task, masked_mean, register_task
 
 _EVAL_KEY = 20260103
 
@@ -204,7 +204,7 @@ def player_optimizers(settings: GANSettings):
   return build
 
 
-@register_task("gan")
+@register_task("gan", Family.GENERATIVE)
 def gan(config, train_settings) -> Task:
   """Non-saturating GAN updates through one objective and two chains (module docstring)."""
   del train_settings
@@ -219,7 +219,7 @@ def gan(config, train_settings) -> Task:
     loss, metrics = gan_objective(apply_fn, params, x, z_BxZ, settings.r1, batch)
     return loss, (metrics, model_state)
 
-  return Task(loss_fn, kind="generative", optimizer=player_optimizers(settings))
+  return Task(loss_fn, optimizer=player_optimizers(settings))
 
 
 def make_run_sampler(config, model):

@@ -43,10 +43,10 @@ import numpy as np
 
 from jaxdl.generative import paths as paths_lib
 from jaxdl.generative.tasks import path_from_config
+from jaxdl.train.tasks import kind_of, task_names
 
 DIVERGENCES = ("exact", "hutchinson")
 SPACINGS = ("uniform", "quadratic", "cosine")
-LIKELIHOOD_TASKS = ("flow_matching", "ddpm")
 
 
 def standard_normal_logpdf(x_BxD):
@@ -302,11 +302,14 @@ def network_velocity(apply_fn, variables, path, prediction: str, y=None) -> Call
 
 def check_task(task) -> None:
   """Refuses a task without a probability-flow likelihood, saying what it has instead."""
-  if task not in LIKELIHOOD_TASKS:
-    instead = {"vae": "its ELBO, a lower bound", "gan": "none: a GAN defines no density"}
+  kind = kind_of(task)
+  if kind.likelihood != "ode":
+    instead = ("its ELBO, a lower bound" if kind.likelihood == "elbo" else
+               "none: a GAN defines no density" if kind.one_call else
+               "no likelihood jaxdl can compute")
     raise ValueError(f"task {task!r} has no probability-flow likelihood (it needs a "
-                     f"{' or '.join(LIKELIHOOD_TASKS)} run); it has "
-                     f"{instead.get(task, 'no likelihood jaxdl can compute')}")
+                     f"{' or '.join(task_names(lambda k: k.likelihood == 'ode'))} run); it has "
+                     f"{instead}")
 
 
 def run_log_likelihood(config, model, variables, x, *, steps: int = 100, divergence: str = "exact",

@@ -24,14 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdl.generative import paths as paths_lib
-
-
-def masked_mean(v_B, mask_B=None):
-  """sum_b m_b v_b / max(sum_b m_b, 1); the plain mean when mask_B is None."""
-  if mask_B is None:
-    return jnp.mean(v_B)
-  m_B = mask_B.astype(v_B.dtype)
-  return jnp.sum(m_B * v_B) / jnp.maximum(jnp.sum(m_B), 1.0)
+from jaxdl.train.tasks import masked_mean
 
 
 def drop_condition(rng, y_B, p_uncond: float, null_class: int):
@@ -67,7 +60,8 @@ def denoising_loss(predict_fn: Callable, x, rng_time, rng_noise, path, *, predic
   out, aux = predict_fn(x_t, path.model_time(t_B).astype(jnp.float32))
   err = (out.astype(jnp.float32) - target) ** 2
   per_example_B = jnp.mean(err.reshape(err.shape[0], -1), axis=1)
-  return masked_mean(per_example_B, mask_B), per_example_B, aux
+  loss = masked_mean(per_example_B, {} if mask_B is None else {"mask": mask_B})
+  return loss, per_example_B, aux
 
 
 def flow_matching_loss(predict_fn, x, rng_time, rng_noise, mask_B=None):

@@ -25,6 +25,7 @@ import ml_collections
 from jaxdl.generative import paths, samplers
 from jaxdl.schema import (NONNEG, POSITIVE, UNIT, ConfigError, Settings, default_section, one_of,
                           parse_section, setting)
+from jaxdl.train.tasks import kind_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,10 +128,11 @@ def default_gen_config(task: str) -> ml_collections.ConfigDict:
 def path_from_config(config, settings: PathSettings | None = None):
   """The Gaussian path of the run: FlowPath for 'flow_matching', DDPMPath for 'ddpm', EDMPath
   for 'edm'."""
-  if config.task == "flow_matching":
+  path = kind_of(config.task).path
+  if path == "flow":
     return paths.FlowPath()
   settings = settings or parse_gen(config)
-  if config.task == "edm":
+  if path == "edm":
     return paths.EDMPath(sigma_data=settings.sigma_data, sigma_min=settings.sigma_min,
                          sigma_max=settings.sigma_max, p_mean=settings.p_mean,
                          p_std=settings.p_std)

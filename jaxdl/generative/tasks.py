@@ -21,7 +21,7 @@ import jax
 
 from jaxdl.generative import losses, samplers
 from jaxdl.generative.settings import default_gen_config, parse_gen, path_from_config
-from jaxdl.train.tasks import Task, register_task
+from jaxdl.train.tasks import Family, Task, register_task
 
 _EVAL_KEY = 20260101
 
@@ -56,24 +56,24 @@ def _make_task(config) -> Task:
                                        prediction=prediction, mask_B=batch.get("mask"))
     return loss, ({}, new_state["state"])
 
-  return Task(loss_fn, kind="generative")
+  return Task(loss_fn)
 
 
-@register_task("flow_matching")
+@register_task("flow_matching", Family.GENERATIVE, path="flow", likelihood="ode")
 def flow_matching(config, train_settings) -> Task:
   """Velocity MSE on x_t = t x + (1 - t) eps, t ~ U[0, 1]."""
   del train_settings
   return _make_task(config)
 
 
-@register_task("ddpm")
+@register_task("ddpm", Family.GENERATIVE, path="ddpm", likelihood="ode")
 def ddpm(config, train_settings) -> Task:
   """eps-MSE (or x0 / v) on x_t = sqrt(alpha_bar_t) x + sqrt(1 - alpha_bar_t) eps, t ~ U{1..T}."""
   del train_settings
   return _make_task(config)
 
 
-@register_task("edm")
+@register_task("edm", Family.GENERATIVE, path="edm")
 def edm(config, train_settings) -> Task:
   """Karras et al.'s loss: the MSE of F on the EDM path, ln sigma ~ N(p_mean, p_std^2)."""
   del train_settings

@@ -27,9 +27,8 @@ from jaxdl.generative.settings import parse_gen
 from jaxdl.models import build_model
 from jaxdl.schema import ConfigError
 from jaxdl.train import load_run
+from jaxdl.train.tasks import TASKS, kind_of, task_names
 
-ONE_CALL_TASKS = ("vae", "gan")
-GENERATIVE_TASKS = ("flow_matching", "ddpm", "edm", *ONE_CALL_TASKS)
 EXACT_MAX_DIMS = 16  # divergence 'auto': the exact trace costs D JVPs per evaluation
 SAMPLE_SUFFIXES = (".png", ".jpg", ".pdf", ".npy", ".npz")  # what `save_samples` writes
 NUM, PER_CLASS = 64, 8  # default samples: in all, or of each class of a class-conditional run
@@ -62,9 +61,11 @@ def read_run_config(workdir):
       config = ml_collections.ConfigDict(json.load(f))
   except (OSError, ValueError, TypeError) as e:
     raise ConfigError(f"{path}: unreadable ({type(e).__name__}: {e})".splitlines()[0]) from None
-  if config.get("task") not in GENERATIVE_TASKS:
-    raise ConfigError(f"{workdir}: a {config.get('task')!r} run has nothing to sample; "
-                      f"`jaxdl sample` needs a {' or '.join(GENERATIVE_TASKS)} run")
+  task = config.get("task")
+  kind = TASKS.get(task)  # an unknown task (another package's, or none) samples nothing either
+  if kind is None or not kind.is_generative:
+    raise ConfigError(f"{workdir}: a {task!r} run has nothing to sample; `jaxdl sample` needs "
+                      f"a {' or '.join(task_names(lambda k: k.is_generative))} run")
   return config
 
 
@@ -84,7 +85,7 @@ def sample_run(workdir, *, sampler=None, steps=None, guidance=None, eta=None, cl
   config = read_run_config(workdir)
   options = dict(sampler=sampler, steps=steps, guidance=guidance, eta=eta)
   model = build_model(config.model)
-  if config.task in ONE_CALL_TASKS:
+  if kind_of(config.task).one_call:
     sample = _one_call_sampler(config, model, cls=cls, **options)
     y, how = None, "one network call"
   else:
@@ -211,7 +212,7 @@ def run_likelihood(workdir, *, num: int = 256, steps: int | None = None,
   dims = math.prod(x.shape[1:])
   head = {"workdir": str(workdir), "step": int(step), "task": config.task, "num": len(x),
           "dims": dims}
-  if config.task == "vae":
+  if kind_of(config.task).likelihood == "elbo":
     bound = vae.run_elbo(model, variables, x, batch_size=batch_size)
     return {**head, "kind": "bound (-ELBO, one z per example)", "nats": bound["elbo"],
             "bits_per_dim": bound["bpd"]}

@@ -39,7 +39,7 @@ import numpy as np
 from jaxdl.generative.settings import VAESettings
 from jaxdl.models import build_model, layers, register_model
 from jaxdl.schema import POSITIVE, ConfigError, each, one_of, parse_section, setting
-from jaxdl.train.tasks import Task, masked_mean, register_task
+from jaxdl.train.tasks import Family, Task, masked_mean, register_task
 
 DECODERS = ("gaussian", "bernoulli")
 _EVAL_KEY = 20260102
@@ -148,7 +148,7 @@ def parse_vae(config) -> VAESettings:
   return settings
 
 
-@register_task("vae")
+@register_task("vae", Family.GENERATIVE, likelihood="elbo")
 def vae(config, train_settings) -> Task:
   """(rec + beta KL) / D with one reparameterized z per example (module docstring)."""
   settings = parse_vae(config)
@@ -182,7 +182,7 @@ def vae(config, train_settings) -> Task:
                "active_units": active_units(mu_BxZ, mask_B), "beta": beta}
     return loss, (metrics, model_state)
 
-  return Task(loss_fn, kind="generative")
+  return Task(loss_fn)
 
 
 def make_run_sampler(config, model):

@@ -56,8 +56,10 @@ def read_config(directory: str) -> dict:
   return cfg
 
 
-def read_weights(directory: str) -> dict[str, np.ndarray]:
-  """Every tensor of model.safetensors, or of the shards model.safetensors.index.json names."""
+def weight_files(directory: str) -> list[str]:
+  """The weight files of a directory: model.safetensors, or the shards
+  model.safetensors.index.json names; a missing one is a one-line ConfigError (checked before
+  anything is read, so a run refuses a damaged base before it writes)."""
   index = os.path.join(directory, INDEX)
   if os.path.isfile(index):
     with open(index, encoding="utf-8") as f:
@@ -69,11 +71,17 @@ def read_weights(directory: str) -> dict[str, np.ndarray]:
     files = ["model.safetensors"]
   else:
     raise ConfigError(f"{directory}: no model.safetensors or {INDEX}")
-  tensors = {}
   for name in files:
-    path = os.path.join(directory, name)
-    if not os.path.isfile(path):
+    if not os.path.isfile(os.path.join(directory, name)):
       raise ConfigError(f"{index}: shard {name} is missing from {directory}")
+  return files
+
+
+def read_weights(directory: str) -> dict[str, np.ndarray]:
+  """Every tensor of model.safetensors, or of the shards model.safetensors.index.json names."""
+  tensors = {}
+  for name in weight_files(directory):
+    path = os.path.join(directory, name)
     try:
       tensors.update(read_safetensors(path))
     except ValueError as e:

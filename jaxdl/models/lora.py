@@ -137,7 +137,9 @@ def adapter(spec: LoraSpec | None, site: str, features: int, dtype, param_dtype)
   None when `spec` does not adapt it."""
   if spec is None or not spec.adapts(site):
     return None
-  return Lora(features, spec.rank, spec.scale, dtype, param_dtype,
+  # Float32 (or wider) adapters even beside a bf16 frozen base (model.param_dtype=bfloat16):
+  # their small updates would round away in bf16, and they are few.
+  return Lora(features, spec.rank, spec.scale, dtype, jnp.promote_types(param_dtype, jnp.float32),
               name=PREFIX + site.rsplit("/", 1)[-1])
 
 

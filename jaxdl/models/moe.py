@@ -106,7 +106,7 @@ class MoeMlp(nn.Module):
     n = x_NxD.shape[0]
     capacity = spec.capacity(n)
     # Expert weights are 'expert_*' with the expert axis third from last (the `expert` mesh axis
-    # shards that axis; see `jaxdl.train.fsdp.expert_spec`).
+    # shards that axis; see `jaxdl.train.sharding_rules.param_spec`).
     w_r = self.param("router", cfg.kernel_init, (d, e), cfg.param_dtype)
     w1_ExDxF = self.param("expert_fc", _batched(cfg.kernel_init), (e, d, f), cfg.param_dtype)
     w2_ExFxD = self.param("expert_proj", _batched(cfg.out_init), (e, f, d), cfg.param_dtype)

@@ -31,7 +31,7 @@ step every step (20.5 MB, 30.4 vs 28.8 ms; 129.8 MB, 178 vs 181 ms).
 Sharded state is reduced leaf by leaf. A concatenation of leaves split over devices in different
 ways would make XLA gather them onto each device, which is what FSDP and tensor parallelism exist
 to avoid; each leaf's own reduction is local plus one all-reduce of a scalar. The strategies that
-shard the state trace their step inside `per_leaf()` (`jaxdl.train.fsdp`).
+shard the state trace their step inside `per_leaf()` (`jaxdl.train.mesh`).
 """
 
 from __future__ import annotations

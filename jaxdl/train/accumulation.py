@@ -11,24 +11,19 @@ each device's block, so no row moves between devices; this needs N to divide B /
     g_sum <- g_sum + grad L_i(theta)                     (float32, shape of theta)
     model_state <- the state after microbatch i          (e.g. BatchNorm running averages)
 
-and returns g = g_sum / N. Its form (`accum_loop`) is chosen by measurement (`jaxdl bench
-accum`, N = 4, this 2-core CPU, jax 0.10.2): a `lax.scan`, which keeps one microbatch's
-activations alive (compiled temporary memory 1.02-1.03x one microbatch step's for the CNN, GPT
-and U-Net). XLA:CPU rewrites convolutions into the layout its fast (YNNPACK) kernels take
-(batch, spatial.., feature; kernel spatial.., in, out) only in the entry computation, so inside a
-while body the weight- and input-gradient convolutions, which JAX emits in other layouts, fell to
-slow kernels: 6-7x the time of N microbatch steps for the digits CNN, 9x for the U-Net. On a CPU
-the scan body of a gradient holding a convolution therefore does that rewrite itself
-(`canonical_convolutions`: transposes around each convolution, the same sums), which brings the
-CNN and the U-Net under the 1.1 target (the numbers are `jaxdl.bench.cnn`'s). Measured and not
-chosen: a Python-unrolled loop (CNN 1.3-1.7x wall, U-Net 1.0x, but 3.6-3.9x the memory: XLA:CPU
-expands max-pool gradients into scatters whose activation-sized index iotas, which depend on no
-data, it schedules at the start, N copies alive at once; an `optimization_barrier` chaining
-microbatch i + 1 on microbatch i's sum cannot order ops that have no inputs, and changed nothing);
-a `lax.cond` around each unrolled microbatch (1.06x memory, but its branch is a nested
-computation: 6.3x time); `lax.scan(unroll=N)` (3.58x memory for the CNN, as unrolled) and unroll=2
-(1.95x memory for the GPT).
-Without convolutions the plain scan. A step with the loop compiles with XLA's while-loop
+and returns g = g_sum / N. The loop is a `lax.scan`, chosen by measurement (`jaxdl bench
+accum`, N = 4, this 2-core CPU, jax 0.10.2), which keeps one microbatch's activations alive
+(compiled temporary memory 1.02-1.03x one microbatch step's for the CNN, GPT and U-Net). On a CPU
+the loop compiles its step with the scan body's convolutions in XLA:CPU's fast layout
+(`jaxdl.train.xla_cpu`, the one seam for that compiler; this module is backend-agnostic).
+Measured and not chosen: a Python-unrolled loop (CNN 1.3-1.7x wall, U-Net 1.0x, but 3.6-3.9x the
+memory: XLA:CPU expands max-pool gradients into scatters whose activation-sized index iotas,
+which depend on no data, it schedules at the start, N copies alive at once; an
+`optimization_barrier` chaining microbatch i + 1 on microbatch i's sum cannot order ops that
+have no inputs, and changed nothing); a `lax.cond` around each unrolled microbatch (1.06x
+memory, but its branch is a nested computation: 6.3x time); `lax.scan(unroll=N)` (3.58x memory
+for the CNN, as unrolled) and unroll=2 (1.95x memory for the GPT).
+A step with the loop compiles with XLA's while-loop
 invariant code motion off (`compiler_options`): that pass moves what the body computes from no
 loop-carried value out of the loop and carries the result through all N iterations, and what it
 finds there is mostly the random-number counters of each dropout mask (two iotas of its shape,
@@ -63,14 +58,15 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
-from jax.extend import core as jcore
+
+from jaxdl.schema import ConfigError
 
 
 def check_grad_accum(grad_accum: int, global_batch: int, num_devices: int) -> None:
   """Refuses an N that does not split each device's rows into equal microbatches."""
   per_device = global_batch // num_devices
   if grad_accum < 1 or per_device % grad_accum:
-    raise ValueError(f"train.grad_accum: {grad_accum} does not divide the per-device batch "
+    raise ConfigError(f"train.grad_accum: {grad_accum} does not divide the per-device batch "
                      f"{per_device} (data.batch_size {global_batch} over {num_devices} devices); "
                      f"use a divisor of {per_device}")
 
@@ -83,84 +79,6 @@ def split_microbatches(batch: dict, n: int) -> dict:
     return jnp.moveaxis(x_MxNx, 1, 0)
 
   return jax.tree.map(split, batch)
-
-
-def _holds_convolution(jaxpr) -> bool:
-  for eqn in jaxpr.eqns:
-    if eqn.primitive.name == "conv_general_dilated":
-      return True
-    for value in eqn.params.values():
-      for sub in value if isinstance(value, (tuple, list)) else (value,):
-        if isinstance(sub, (jcore.Jaxpr, jcore.ClosedJaxpr)) and _holds_convolution(
-            getattr(sub, "jaxpr", sub)):
-          return True
-  return False
-
-
-def _canonical_conv(lhs, rhs, *, dimension_numbers, **params):
-  """One convolution in the layout XLA:CPU's fast kernels take, lhs (B, S.., F), rhs (S.., I, O)
-  -> out (B, S.., F), with transposes around it: what XLA:CPU's own canonicalization does, but
-  only in the entry computation. The same sum, so the same result."""
-  lhs_spec, rhs_spec, out_spec = dimension_numbers
-  nd = lhs.ndim
-  canon_io = (0, nd - 1, *range(1, nd - 1))  # (batch, feature, spatial..) of B S.. F
-  canon_k = (nd - 1, nd - 2, *range(nd - 2))  # (out, in, spatial..) of S.. I O
-  canon = jax.lax.ConvDimensionNumbers(canon_io, canon_k, canon_io)
-  if (tuple(lhs_spec), tuple(rhs_spec), tuple(out_spec)) == tuple(canon):
-    return jax.lax.conv_general_dilated_p.bind(lhs, rhs, dimension_numbers=canon, **params)
-  lhs = jnp.transpose(lhs, (lhs_spec[0], *lhs_spec[2:], lhs_spec[1]))
-  rhs = jnp.transpose(rhs, (*rhs_spec[2:], rhs_spec[1], rhs_spec[0]))
-  out = jax.lax.conv_general_dilated_p.bind(lhs, rhs, dimension_numbers=canon, **params)
-  perm = [0] * nd  # axis a of the wanted output is axis perm[a] of B S.. F
-  perm[out_spec[0]], perm[out_spec[1]] = 0, nd - 1
-  for k, a in enumerate(out_spec[2:]):
-    perm[a] = 1 + k
-  return jnp.transpose(out, perm)
-
-
-def _eval_canonical(jaxpr, consts, *args) -> list:
-  """`jax.core.eval_jaxpr` with every convolution through `_canonical_conv`; nested jit calls
-  are inlined so their convolutions are reached too (other sub-jaxprs, e.g. a remat or an inner
-  scan, are bound as they are)."""
-  env = {}
-  read = lambda v: v.val if isinstance(v, jcore.Literal) else env[v]  # noqa: E731
-  env.update(zip(jaxpr.constvars, consts))
-  env.update(zip(jaxpr.invars, args))
-  for eqn in jaxpr.eqns:
-    invals = [read(v) for v in eqn.invars]
-    if eqn.primitive.name == "conv_general_dilated":
-      outs = [_canonical_conv(*invals, **eqn.params)]
-    elif eqn.primitive.name in ("jit", "pjit", "closed_call") and "jaxpr" in eqn.params:
-      sub = eqn.params["jaxpr"]
-      outs = _eval_canonical(sub.jaxpr, sub.consts, *invals)
-    else:
-      with eqn.ctx.manager:
-        outs = eqn.primitive.bind(*invals, **eqn.primitive.get_bind_params(eqn.params))
-      outs = outs if eqn.primitive.multiple_results else [outs]
-    env.update(zip(eqn.outvars, outs))
-  return [read(v) for v in jaxpr.outvars]
-
-
-def canonical_convolutions(fn: Callable) -> Callable:
-  """`fn` with every convolution of its program in XLA:CPU's fast layout (`_canonical_conv`):
-  for a function that runs inside a loop body, where XLA:CPU does not canonicalize."""
-
-  def wrapped(*args):
-    closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*args)
-    outs = _eval_canonical(closed.jaxpr, closed.consts, *jax.tree.leaves(args))
-    return jax.tree.unflatten(jax.tree.structure(out_shape), outs)
-
-  return wrapped
-
-
-def accum_loop(grad_fn: Callable, params, model_state, micro: dict, rngs: dict) -> str:
-  """The loop 'auto' runs: 'scan+canonical' where the scan body's convolutions are rewritten to
-  the layout of XLA:CPU's fast kernels (on a CPU, for a gradient that holds a convolution), else
-  'scan' (see the module docstring)."""
-  if jax.default_backend() != "cpu":
-    return "scan"
-  jaxpr = jax.make_jaxpr(grad_fn)(params, model_state, micro, rngs).jaxpr
-  return "scan+canonical" if _holds_convolution(jaxpr) else "scan"
 
 
 # The XLA pass a step with a microbatch loop compiles without (see the module docstring).
@@ -183,15 +101,14 @@ def _share(weight_fn: Callable | None, part: dict, w_whole):
 
 
 def accumulate_gradients(grad_fn: Callable, params, model_state, batch: dict, rngs: dict,
-                         n: int, *, loop: str = "auto", weight_fn: Callable | None = None):
+                         n: int, *, loop: str = "scan", weight_fn: Callable | None = None):
   """`grad_fn(params, model_state, batch, rngs) -> (grads, (loss, metrics, model_state))` over
   N microbatches (2.): the mean gradient (summed in float32), the mean loss and metrics, and the
   model state after the last microbatch. N = 1 calls `grad_fn` once on the whole batch.
 
-  loop: 'scan' (a `lax.scan`: one microbatch's activations alive at a time), 'scan+canonical'
-  (the same with `canonical_convolutions` in the body), 'unroll' (N copies of the microbatch
-  step in the program, run in order; kept as the reference the bench compares with), or 'auto'
-  (`accum_loop`).
+  loop: 'scan' (a `lax.scan`: one microbatch's activations alive at a time) or 'unroll' (N
+  copies of the microbatch step in the program, run in order; kept as the reference the bench
+  compares with).
 
   weight_fn: `Task.loss_weight`. For a loss L_i = S_i / W_i that divides a sum S_i by the
   microbatch's own weight W_i (its scored tokens), the mean of the L_i is not the whole batch's
@@ -202,10 +119,6 @@ def accumulate_gradients(grad_fn: Callable, params, model_state, batch: dict, rn
   if n == 1:
     return grad_fn(params, model_state, batch, rngs)
   micro_rngs = lambda i: {k: jax.random.fold_in(key, i) for k, key in rngs.items()}  # noqa: E731
-  if loop == "auto":
-    micro = jax.tree.map(lambda x: jax.ShapeDtypeStruct((x.shape[0] // n, *x.shape[1:]),
-                                                        x.dtype), batch)
-    loop = accum_loop(grad_fn, params, model_state, micro, micro_rngs(0))
 
   def add(g_sum, grads, share):
     if share is None:
@@ -224,24 +137,22 @@ def accumulate_gradients(grad_fn: Callable, params, model_state, batch: dict, rn
       values.append((loss, metrics))
     loss_N, metrics_N = jax.tree.map(lambda *v: jnp.stack(v), *values)
     share_N = None if shares[0] is None else jnp.stack(shares)
-  elif loop in ("scan", "scan+canonical"):
+  elif loop == "scan":
     rows_M = jnp.arange(jax.tree.leaves(batch)[0].shape[0] // n) * n
-    micro_grad = canonical_convolutions(grad_fn) if loop == "scan+canonical" else grad_fn
 
     def body(carry, i):
       g_sum, state = carry
       # Rows i, i + N, ... gathered in the body: one microbatch is copied at a time, where a
       # split before the loop would copy (transpose) the whole batch.
       micro = jax.tree.map(lambda x: jnp.take(x, rows_M + i, axis=0), batch)
-      grads, (loss, metrics, state) = micro_grad(params, state, micro, micro_rngs(i))
+      grads, (loss, metrics, state) = grad_fn(params, state, micro, micro_rngs(i))
       share = _share(weight_fn, micro, w_whole)
       return (add(g_sum, grads, share), state), (loss, metrics, share)
 
     (g_sum, model_state), (loss_N, metrics_N, share_N) = jax.lax.scan(
         body, (g_sum, model_state), jnp.arange(n))
   else:
-    raise ValueError(f"accumulate_gradients: loop {loop!r}; expected 'auto', 'scan', "
-                     "'scan+canonical' or 'unroll'")
+    raise ValueError(f"accumulate_gradients: loop {loop!r}; expected 'scan' or 'unroll'")
   if share_N is None:
     grads = jax.tree.map(lambda s, p: (s / n).astype(p.dtype), g_sum, params)
     loss, metrics = jax.tree.map(lambda v_N: jnp.mean(v_N.astype(jnp.float32), axis=0),

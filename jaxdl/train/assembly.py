@@ -32,7 +32,7 @@ from jaxdl.config import (ParallelSettings, TrainSettings, parse_parallel, parse
                           parse_train)
 from jaxdl.schema import ConfigError
 from jaxdl.optim import masks, precision
-from jaxdl.train import accumulation, batched_draws, init_from, step, strategies, tasks, trackers
+from jaxdl.train import accumulation, init_from, step, strategies, tasks, trackers
 from jaxdl.train.step import TrainState, create_train_state
 
 
@@ -69,11 +69,15 @@ class Run:
     return self._memo["batch"]
 
   def init_fn(self) -> Callable[[jax.Array], TrainState]:
-    """`key -> state_0` (pure; jit it with the shardings where the state should live)."""
-    example_x = self.task.init_input(self.example_batch())
-    scale = precision.DynamicLossScale.create() if self.policy.loss_scaling else None
-    return lambda key: create_train_state(self.model, self.tx, key, example_x[:1],
-                                          loss_scale=scale)
+    """`key -> state_0` (pure; jit it with the shardings where the state should live). The same
+    function object on every call, so that jax traces it once per run whatever the shardings
+    it is jitted with."""
+    if "init_fn" not in self._memo:
+      example_x = self.task.init_input(self.example_batch())
+      scale = precision.DynamicLossScale.create() if self.policy.loss_scaling else None
+      self._memo["init_fn"] = lambda key: create_train_state(self.model, self.tx, key,
+                                                             example_x[:1], loss_scale=scale)
+    return self._memo["init_fn"]
 
   def _init_traced(self) -> jax.stages.Traced:
     """The init function traced once per run: its jaxpr and its output's shapes."""
@@ -90,20 +94,13 @@ class Run:
     with the config's `init_from`, its parameters are the base's (`jaxdl.train.init_from`).
 
     Compiled from `abstract_state`'s trace, not a second one: the shardings depend on the
-    shapes, and tracing the model's and the optimizer's init again through flax cost as much as
-    the first time (the jaxpr's own equations re-bind in a fraction of that). Its random
-    draws are hashed together (`jaxdl.train.batched_draws`): the same numbers, compiled as a
-    few Threefry calls rather than one per key and parameter."""
-    traced = self._init_traced()
-    flat_shardings = (None if shardings is None
-                      else traced.out_tree.flatten_up_to(shardings))
-    replay = batched_draws.batch_draws(traced.jaxpr)
-
-    def init(*key_leaves):  # named for profiles and compile logs (jit(init))
-      return replay(*key_leaves)
-
-    flat = jax.jit(init, out_shardings=flat_shardings)(*jax.tree.leaves(self.init_key))
-    state = jax.tree.unflatten(traced.out_tree, flat)
+    shapes, and jax reuses the trace of the same function (`init_fn`) jitted with other
+    shardings, where tracing the model's and the optimizer's init again through flax would cost
+    as much as the first time."""
+    self._init_traced()
+    init = (jax.jit(self.init_fn()) if shardings is None
+            else jax.jit(self.init_fn(), out_shardings=shardings))
+    state = init(self.init_key)
     base = parse_root(self.config).init_from
     return init_from.apply(state, self.tx, base) if base else state
 
@@ -128,7 +125,7 @@ def apply_precision(model, policy: precision.Policy, overrides: dict):
   """Clones `model` with the compute dtype and the strategy's overrides it has fields for."""
   fields = {f.name for f in dataclasses.fields(model)}
   if "dtype" not in fields and policy.compute_dtype != jax.numpy.float32:
-    raise ValueError(f"train.precision: model {type(model).__name__!r} has no `dtype` field, so "
+    raise ConfigError(f"train.precision: model {type(model).__name__!r} has no `dtype` field, so "
                      f"it cannot compute in {jax.numpy.dtype(policy.compute_dtype).name}; use "
                      f"train.precision='fp32' or give the model a compute dtype")
   overrides = {**overrides, "dtype": policy.compute_dtype}
@@ -139,7 +136,7 @@ def build(config) -> Run:
   """Parses every section once, then builds data, task, strategy, optimizer, precision policy
   and model from the parsed objects; raises on bad config."""
   train, parallel = parse_train(config), parse_parallel(config)
-  init_from.check(config)
+  config = init_from.resolve(config)  # the base's architecture and checks, before anything
   data = jdata.parse_data(config.data)
   ds = jdata.make_dataset(config, data)
   task = tasks.make_task(config, train)
@@ -152,7 +149,7 @@ def build(config) -> Run:
   accumulation.check_grad_accum(train.grad_accum, data.batch_size, strategy.batch_shards)
   optim = joptim.parse_optim(config.optim)
   if train.eval_ema and optim.ema_decay is None:
-    raise ValueError("train.eval_ema: the run keeps no parameter average; set optim.ema_decay "
+    raise ConfigError("train.eval_ema: the run keeps no parameter average; set optim.ema_decay "
                      "(e.g. 0.999) or train.eval_ema=False")
   if train.eval_ema and trainable_predicate(model) is not None:
     raise ConfigError("train.eval_ema: a LoRA model (model.lora_rank > 0) averages only its "
@@ -174,7 +171,6 @@ def build(config) -> Run:
 
 
 # Tasks whose labels index the model's outputs: K classes need K outputs.
-LABELLED_TASKS = ("classification", "node_classification", "graph_classification")
 # The model fields that size its outputs, the first one a model has named in the refusal.
 OUTPUT_KEYS = ("vocab_size", "out", "num_classes", "n_classes")
 
@@ -185,8 +181,8 @@ def check_data_fits(run: Run) -> None:
   head with fewer than K outputs. One line names both numbers and the key to set (indexing past
   a table does not fail in XLA: it reads garbage, and the loss turns NaN steps later)."""
   info = run.ds.info
-  vocab = info.get("vocab_size") if run.task.kind == "lm" else None
-  classes = info.get("num_classes") if run.config.task in LABELLED_TASKS else None
+  vocab = info.get("vocab_size") if run.task.kind.sequence_model else None
+  classes = info.get("num_classes") if run.task.kind.labels else None
   if not (vocab or classes):
     return
   batch = run.example_batch()
@@ -245,5 +241,5 @@ def check_best_metric(run: Run) -> None:
     return
   names = eval_metric_names(run)
   if metric not in names:
-    raise ValueError(f"train.best_metric: task {run.config.task!r} reports no metric "
+    raise ConfigError(f"train.best_metric: task {run.config.task!r} reports no metric "
                      f"{metric!r}; expected one of {', '.join(names)} (or '' for none)")

@@ -12,6 +12,8 @@ import collections
 
 import numpy as np
 
+from jaxdl.schema import ConfigError
+
 METRICS = {"loss": ("loss",), "grad_norm": ("grad_norm",), "either": ("loss", "grad_norm")}
 
 
@@ -20,11 +22,11 @@ class SpikeDetector:
 
   def __init__(self, factor: float = 5.0, window: int = 20, watch: str = "loss"):
     if watch not in METRICS:
-      raise ValueError(f"train.spike_watch: expected one of {sorted(METRICS)}, got {watch!r}")
+      raise ConfigError(f"train.spike_watch: expected one of {sorted(METRICS)}, got {watch!r}")
     if factor <= 1.0:
-      raise ValueError(f"train.spike_factor: must be > 1, got {factor}")
+      raise ConfigError(f"train.spike_factor: must be > 1, got {factor}")
     if window < 2:
-      raise ValueError(f"train.spike_window: must be >= 2, got {window}")
+      raise ConfigError(f"train.spike_window: must be >= 2, got {window}")
     self.factor, self.window = factor, window
     self.names = METRICS[watch]
     self.history = {k: collections.deque(maxlen=window) for k in self.names}

@@ -33,9 +33,10 @@ import jax
 
 from jaxdl import optim as joptim
 from jaxdl import stop_signals
+from jaxdl.schema import ConfigError
 from jaxdl.train import checkpoint as jckpt
 from jaxdl.train import guards, plots, profiling, resume, step as jstep, throughput, trackers
-from jaxdl.train import watch, workdir as jworkdir, writers
+from jaxdl.train import watch, workdir as jworkdir, writers, xla_cpu
 from jaxdl.train.accumulation import compiler_options
 from jaxdl.train.assembly import Run, build
 from jaxdl.train.errors import NonFiniteLossError, SpikeError, disk_failures_fail_the_run
@@ -89,7 +90,7 @@ def _setup(config, workdir, force: bool, progress: bool, hooks: Sequence[Hook],
   differs = resume.check_same_run(workdir, previous, config_json, force, optim=r.optim)
   hooks = Hooks(hooks)
   if r.train.doctor and not hooks.preflight:
-    raise ValueError("train.doctor: the preflight lives in jaxdl.doctor; pass "
+    raise ConfigError("train.doctor: the preflight lives in jaxdl.doctor; pass "
                      "hooks=[jaxdl.doctor.PreflightHook()] to jaxdl.train.run (the CLI does)")
   abstract = r.abstract_state()
   with jworkdir.lock(workdir, expect_config=previous):
@@ -143,6 +144,9 @@ def _train(r: Run, workdir: pathlib.Path, config_json: dict, abstract, hooks: Ho
                                      loss_weight=r.task.loss_weight)
   eval_step = jstep.make_eval_step(r.model.apply, r.task.loss_fn, axis_name=r.strategy.axis_name)
   loop.state = r.strategy.place_state(loop.state)
+  # The one call site of the compiler workarounds (`jaxdl.train.xla_cpu`: a CPU only).
+  train_step = xla_cpu.train_program(train_step, r.train.xla_cpu_workarounds,
+                                     r.train.grad_accum)
   train_fn = r.strategy.compile_train(train_step, loop.state,
                                       compiler_options(r.train.grad_accum))
   eval_fn = r.strategy.compile_eval(eval_step, loop.state)

@@ -31,6 +31,7 @@ log = logging.getLogger("jaxdl")
 # schedule decides whether a new length keeps the learning rates already taken).
 RESUMABLE_KEYS = ("train.steps", "train.eval_every", "train.log_every", "train.ckpt_every",
                   "train.keep_ckpts", "train.patience", "train.plot", "train.async_checkpoint",
+                  "train.xla_cpu_workarounds",
                   "train.count_flops", "train.peak_flops", "train.profile_steps",
                   "train.watch", "train.watch_every", "train.eval_ema",
                   "train.loggers",

@@ -25,8 +25,8 @@ matching gate and up units): the weights still fall as 1/T, and XLA's SPMD parti
 the projected activations to the head split that c_proj's row split asks for (a collective per
 layer that a head-major layout would not need).
 
-FSDP composes by shape, not by name (`jaxdl.train.fsdp.fsdp_spec`): 'fsdp' takes the largest
-dimension that no named axis took and that F divides, so it covers models without names too.
+FSDP composes by shape, not by name (`fsdp_spec`): 'fsdp' takes the largest dimension that no
+named axis took and that F divides, so it covers models without names too.
 A named dimension that its mesh axis does not divide is replicated and logged; the config check
 (`check_tensor`) refuses such a model before anything is built when it knows its widths.
 """
@@ -38,6 +38,7 @@ import re
 from typing import Any
 
 import jax
+import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from jaxdl.optim import masks
@@ -45,8 +46,12 @@ from jaxdl.schema import ConfigError
 
 log = logging.getLogger("jaxdl")
 
-TENSOR_AXIS = "tensor"
+# The mesh axes (`jaxdl.train.mesh`), outermost first.
+DATA_AXIS = "data"
 FSDP_AXIS = "fsdp"
+EXPERT_AXIS = "expert"
+TENSOR_AXIS = "tensor"
+MESH_AXES = (DATA_AXIS, FSDP_AXIS, EXPERT_AXIS, TENSOR_AXIS)
 
 # (regex searched in the '/'-joined path, logical names of the leaf's last dimensions).
 PARAM_AXES: tuple[tuple[str, tuple[str | None, ...]], ...] = (
@@ -79,7 +84,7 @@ LOGICAL_RULES: dict[str, str | None] = {
     "kv_heads": TENSOR_AXIS,  # N K key/value features
     "qkv": TENSOR_AXIS,       # the fused (H + 2N) K columns of c_attn
     "mlp": TENSOR_AXIS,       # the MLP hidden width F (2F for SwiGLU's fused c_fc)
-    "expert": "expert",       # a mixture's E experts
+    "expert": EXPERT_AXIS,    # a mixture's E experts
     "embed": None,            # the model width D: left to FSDP's shape rule
 }
 
@@ -101,13 +106,22 @@ def logical_axes(path, rank: int) -> tuple[str | None, ...]:
   return (None,) * rank
 
 
-def param_spec(path, shape: tuple[int, ...], sizes: dict[str, int], fsdp_rule=None) -> P:
+def fsdp_spec(shape: tuple[int, ...], fsdp_size: int) -> P:
+  """The shape rule: split the largest dimension n_i with n_i % F == 0 (the first on ties) over
+  'fsdp'; P() if none does or F = 1."""
+  best = None
+  for i, n in enumerate(shape):
+    if n % fsdp_size == 0 and n >= fsdp_size and (best is None or n > shape[best]):
+      best = i
+  if best is None or fsdp_size == 1:
+    return P()
+  return P(*[FSDP_AXIS if i == best else None for i in range(len(shape))])
+
+
+def param_spec(path, shape: tuple[int, ...], sizes: dict[str, int]) -> P:
   """The PartitionSpec of a leaf at `path` on a mesh of axis `sizes`: named dimensions on their
   mesh axes (when the axis has > 1 device and divides the dimension), then 'fsdp' on a free
-  dimension by `fsdp_rule(shape, F) -> P` (default `jaxdl.train.fsdp.fsdp_spec`). P() when
-  nothing is split."""
-  if fsdp_rule is None:
-    from jaxdl.train.fsdp import fsdp_spec as fsdp_rule  # fsdp imports this module
+  dimension by `fsdp_spec`. P() when nothing is split."""
   spec: list[Any] = [None] * len(shape)
   for i, logical in enumerate(logical_axes(path, len(shape))):
     axis = LOGICAL_RULES.get(logical) if logical else None
@@ -115,9 +129,16 @@ def param_spec(path, shape: tuple[int, ...], sizes: dict[str, int], fsdp_rule=No
       spec[i] = axis
   f = sizes.get(FSDP_AXIS, 1)
   if f > 1:  # taken dimensions count as width 1, which F > 1 never divides
-    rest = fsdp_rule(tuple(1 if s else n for s, n in zip(spec, shape)), f)
+    rest = fsdp_spec(tuple(1 if s else n for s, n in zip(spec, shape)), f)
     spec = [s or r for s, r in zip(spec, list(rest) + [None] * (len(shape) - len(rest)))]
   return P(*spec) if any(spec) else P()
+
+
+def sharding_table(state, sizes: dict[str, int]) -> list[tuple[str, tuple, str]]:
+  """(path, shape, spec) for every leaf of `state` on a mesh of axis `sizes`."""
+  return [(jax.tree_util.keystr(path), tuple(np.shape(leaf)),
+           str(param_spec(path, tuple(np.shape(leaf)), sizes)))
+          for path, leaf in jax.tree_util.tree_leaves_with_path(state)]
 
 
 def unsplit_named(state, sizes: dict[str, int]) -> list[tuple[str, tuple, str]]:

@@ -110,8 +110,7 @@ def make_train_step(apply_fn: Callable, loss_fn: Callable, tx: optax.GradientTra
       (for single-device use); the parallel strategies wrap the un-jitted step themselves
       (`Strategy.compile_train`, given the same options).
     grad_accum: N, the number of microbatches the batch is split into for one update (a scan,
-      its convolutions canonicalized on a CPU, `jaxdl.train.accumulation`; gradients summed in
-      float32); 1: none.
+      `jaxdl.train.accumulation`; gradients summed in float32); 1: none.
     watch: `health(step, params, grads, new_params) -> vector`, the health signals of
       `jaxdl.train.watch.make_health`, returned as the metric 'watch'; None: not computed.
     loss_weight: `Task.loss_weight`, for a loss normalized by what the batch scores (tokens,

@@ -1,6 +1,9 @@
 """Training tasks: how a batch becomes a loss and metrics.
 
-A task is chosen by `config.task` from `TASKS`: `TASKS[name](config, train_settings) -> Task`,
+A task is chosen by `config.task` from `TASKS`, a registry of typed `TaskKind`s: what the task
+is (its family, whether it models sequences, samples with one network call, runs on which
+Gaussian path), asked as attributes (`kind_of(name).sequence_model`, `task.kind.is_generative`)
+and never by comparing task names. `TASKS[name](config, train_settings) -> Task` builds its loss,
 `train_settings` the run's parsed `train` section (`jaxdl.config.TrainSettings`, which holds
 `label_smoothing` and `z_loss`). Its `loss_fn` has the signature
 
@@ -9,7 +12,7 @@ A task is chosen by `config.task` from `TASKS`: `TASKS[name](config, train_setti
 `model_state` holds mutable collections such as `batch_stats`; `rngs` is a dict of named keys
 derived in the step; an optional `batch['mask']` (1 real, 0 padding) weights the per-example mean
 so padded eval batches give exact averages. A loss that divides by what its batch scores rather
-than by its rows (lm with a loss_mask, lm_masked, node_classification) names that weight W in
+than by its rows (lm with a loss_mask, node_classification) names that weight W in
 `Task.loss_weight`, so that the train step weighs microbatches and pmap's devices by it.
 
 Losses (B batch, K classes, T time, V vocabulary):
@@ -23,22 +26,23 @@ Losses (B batch, K classes, T time, V vocabulary):
                   training plus the model's aux loss (MoE router losses), when it has one, and
                   with `train.z_loss` = c > 0 PaLM's z-loss c * mean_{B,T} (log Z)^2, log Z =
                   logsumexp_v z_v (it keeps the softmax normalizer near 1; logged as z_loss).
-                  Instruction data (`jaxdl.data.chat`) carries batch['loss_mask'] m (B, T), 1 on
-                  response targets; with w_bt = m_bt mask_b (mask_b: the eval padding, else 1)
+                  A batch may carry batch['loss_mask'] m (B, T), 1 on the scored targets (the
+                  responses of instruction data, `jaxdl.data.chat`; the queries of
+                  `assoc_recall`, whose context is unpredictable); with w_bt = m_bt mask_b
+                  (mask_b: the eval padding, else 1)
                     training  loss = sum_{b,t} w_bt CE_bt / max(1, sum_{b,t} w_bt)
                     eval      loss = sum_{b,t} w_bt CE_bt / (S sum_b mask_b), S =
                               batch['scored_per_row'] the eval split's scored tokens per row
-                  so `loss` is the mean CE per response token: the batch's in training, and,
+                  so `loss` is the mean CE per scored token: the batch's in training, and,
                   the eval average weighting batches by rows, exactly the eval split's total
-                  nats over its response tokens; accuracy, bits per byte (over the response
-                  targets' bytes, `jaxdl.data.packing`) and the z-loss are weighted by w alike
+                  nats over its scored tokens (without `scored_per_row`, eval divides by the
+                  batch's sum w as training does); accuracy, bits per byte (over the scored
+                  targets' bytes, `jaxdl.data.packing`) and the z-loss are weighted by w alike.
+                  This is the one masked LM loss (the task 'lm_masked' it replaces computed the
+                  same numbers)
   regression:     mean over output dimensions of e^2, e = prediction - target (MSE); the tasks
                   regression_mae |e| and regression_huber (delta 1: e^2 / 2 for |e| <= 1, else
                   |e| - 1/2, quadratic near 0 and linear for outliers)
-  lm_masked:      next-token CE weighted by batch['loss_mask'] (B, T) (1 scored, 0 not):
-                  sum_{b,t} m_bt CE_bt / sum_{b,t} m_bt, accuracy weighted the same way; for data
-                  whose scored tokens are a few answers among unpredictable context (e.g.
-                  `assoc_recall`'s query positions)
 
 Graph tasks (N padded nodes) take a `jaxdl.models.gnn.Graph` built from the batch's nodes, edges
 and masks:
@@ -51,6 +55,7 @@ and masks:
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 from typing import Any, Callable
 
@@ -61,8 +66,78 @@ import optax
 from jaxdl.config import TrainSettings, parse_train
 from jaxdl.models import moe
 from jaxdl.models.gnn import Graph
+from jaxdl.schema import ConfigError
 
-TASKS: dict[str, Callable[[Any, TrainSettings], "Task"]] = {}
+
+
+class Family(enum.Enum):
+  """What a task's targets are: the question most code asks of a task."""
+  CLASSIFICATION = "classification"  # integer labels of K classes (or soft targets over K)
+  BINARY = "binary"                  # one logit per example, labels 0 / 1
+  LM = "lm"                          # next-token targets over a vocabulary of V
+  REGRESSION = "regression"          # real-valued targets
+  GENERATIVE = "generative"          # no targets: a model of the data itself
+  OTHER = "other"
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskKind:
+  """A registered task: its name, its factory and what it is.
+
+  family:  `Family`, what its targets are.
+  labels:  its targets are integer labels of the data's `num_classes` (checked against the data
+           before anything compiles).
+  path:    a denoising task's Gaussian path ('flow', 'ddpm', 'edm'; `jaxdl.generative.paths`);
+           None for every other task, a generative one included (VAE, GAN: one network call).
+  likelihood: what `jaxdl likelihood` computes for a trained run: 'ode' (exact log p(x) through
+           the probability-flow ODE), 'elbo' (a lower bound), None (nothing).
+  Calling it, `kind(config, train_settings) -> Task`, builds the task (`train_settings` None:
+  the `train` section's defaults).
+  """
+  name: str
+  factory: Callable[[Any, TrainSettings], "Task"]
+  family: Family = Family.OTHER
+  labels: bool = False
+  path: str | None = None
+  likelihood: str | None = None
+
+  def __call__(self, config, train: TrainSettings | None = None) -> "Task":
+    task = self.factory(config, TrainSettings() if train is None else train)
+    return dataclasses.replace(task, kind=self)
+
+  @property
+  def sequence_model(self) -> bool:
+    """Next-token prediction over a vocabulary: z-loss, bits per byte, ln V as first loss."""
+    return self.family is Family.LM
+
+  @property
+  def is_generative(self) -> bool:
+    return self.family is Family.GENERATIVE
+
+  @property
+  def supervised(self) -> bool:
+    """Targets given with each input (a held-out loss, misaligned labels make sense)."""
+    return self.family in (Family.CLASSIFICATION, Family.BINARY, Family.LM, Family.REGRESSION)
+
+  @property
+  def one_call(self) -> bool:
+    """A generative task that samples with one network call (no path, no steps)."""
+    return self.is_generative and self.path is None
+
+
+  def head_classes(self, info: dict) -> int | None:
+    """K of the softmax head whose first loss is ln K (classes, vocabulary, 2), else None."""
+    if self.family is Family.CLASSIFICATION:
+      return info.get("num_classes")
+    if self.family is Family.LM:
+      return info.get("vocab_size")
+    return 2 if self.family is Family.BINARY else None
+
+
+TASKS: dict[str, TaskKind] = {}
+
+# Names a task had before; a config that still says one is refused with the new name.
+RENAMED = {"lm_masked": "'lm' (its batch['loss_mask'] selects the scored tokens, the same loss)"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,8 +145,8 @@ class Task:
   """A loss function plus the model input it needs for `init`."""
   loss_fn: Callable
   init_input: Callable[[dict], Any] = lambda batch: batch["x"]
-  # 'classification' / 'lm' tasks have a well-defined first loss ln K (used by the doctor).
-  kind: str = "other"
+  # What it is (`TaskKind`); set by the registry when the task is built.
+  kind: TaskKind | None = None
   # `(parsed optim, total_steps) -> (tx, schedule)` replacing `optim.build` for tasks that need
   # more than one chain (the GAN's two players); None: the run's `optim` as built.
   optimizer: Callable | None = None
@@ -82,30 +157,44 @@ class Task:
   loss_weight: Callable[[dict], Any] | None = None
 
 
-def register_task(name: str):
-  """Registers `factory(config, train_settings) -> Task` under `name` (`train_settings`: the
-  run's parsed `train` section, a `TrainSettings`)."""
+def register_task(name: str, family: Family = Family.OTHER, *, labels: bool = False,
+                  path: str | None = None, likelihood: str | None = None):
+  """Registers `factory(config, train_settings) -> Task` under `name` as a `TaskKind` with
+  `family`, `labels`, `path` and `likelihood` (`train_settings`: the run's parsed `train`
+  section)."""
 
   def wrap(factory):
-    TASKS[name] = factory
+    TASKS[name] = TaskKind(name, factory, family, labels, path, likelihood)
     return factory
 
   return wrap
 
 
+def kind_of(name: str) -> TaskKind:
+  """The registered `TaskKind` called `name`; ConfigError naming the known ones otherwise."""
+  if name in TASKS:
+    return TASKS[name]
+  if name in RENAMED:
+    raise ConfigError(f"task: {name!r} is now {RENAMED[name]}; set task='lm'")
+  raise ConfigError(f"task: unknown task {name!r}; expected one of {sorted(TASKS)} "
+                    f"(tasks of other packages register when that package is imported, e.g. "
+                    f"`import jaxdl.generative`)")
+
+
+def task_names(where: Callable[[TaskKind], bool]) -> list[str]:
+  """The registered tasks whose kind satisfies `where` (for messages: 'needs a ... run')."""
+  return [name for name, kind in TASKS.items() if where(kind)]
+
+
 def make_task(config, train: TrainSettings | None = None) -> Task:
   """The task `config.task`, built with the run's parsed `train` section (`Run.train`); None
   parses `config.train` (a task used outside a run)."""
-  if config.task not in TASKS:
-    raise ValueError(f"task: unknown task {config.task!r}; expected one of {sorted(TASKS)} "
-                     f"(tasks of other packages register when that package is imported, e.g. "
-                     f"`import jaxdl.generative`)")
+  kind = kind_of(config.task)
   train = parse_train(config) if train is None else train
-  task = TASKS[config.task](config, train)
-  if train.z_loss and task.kind != "lm":
-    raise ValueError(f"train.z_loss: only language-model tasks (kind 'lm') add the z-loss, "
-                     f"not task {config.task!r}; set train.z_loss=0")
-  return task
+  if train.z_loss and not kind.sequence_model:
+    raise ConfigError(f"train.z_loss: only language-model tasks add the z-loss, not task "
+                      f"{config.task!r}; set train.z_loss=0")
+  return kind(config, train)
 
 
 def apply_model(apply_fn, params, model_state, x, rngs, train: bool, **inputs):
@@ -179,7 +268,7 @@ def smoothed_targets(labels_B: jax.Array, num_classes: int, smoothing: float) ->
   return (1.0 - smoothing) * onehot_BxK + smoothing / num_classes
 
 
-@register_task("classification")
+@register_task("classification", Family.CLASSIFICATION, labels=True)
 def classification(config, train_settings: TrainSettings) -> Task:
   del config
   smoothing = train_settings.label_smoothing
@@ -204,10 +293,10 @@ def classification(config, train_settings: TrainSettings) -> Task:
     metrics = {"accuracy": accuracy, "nll": nll, "smoothed_loss": smoothed}
     return (smoothed if train else nll), (metrics, new_state)
 
-  return Task(loss_fn, kind="classification")
+  return Task(loss_fn)
 
 
-@register_task("binary")
+@register_task("binary", Family.BINARY)
 def binary(config, train_settings: TrainSettings) -> Task:
   del config, train_settings
 
@@ -219,10 +308,10 @@ def binary(config, train_settings: TrainSettings) -> Task:
     accuracy = masked_mean((logits_B > 0) == (labels_B > 0.5), batch)
     return loss, ({"accuracy": accuracy}, new_state)
 
-  return Task(loss_fn, kind="binary")
+  return Task(loss_fn)
 
 
-@register_task("lm")
+@register_task("lm", Family.LM)
 def language_model(config, train_settings: TrainSettings) -> Task:
   del config
   z_coef = train_settings.z_loss
@@ -255,7 +344,7 @@ def language_model(config, train_settings: TrainSettings) -> Task:
     # per byte report the plain CE.
     return loss + aux_loss, (metrics, new_state)
 
-  return Task(loss_fn, kind="lm", loss_weight=scored_weight("loss_mask"))
+  return Task(loss_fn, loss_weight=scored_weight("loss_mask"))
 
 
 def _response_means(batch: dict, ce_BxT, correct_BxT, log_z_BxT):
@@ -292,46 +381,32 @@ def _regression_task(error_fn: Callable[[jax.Array], jax.Array]) -> Task:
     loss = masked_mean(err.reshape(err.shape[0], -1).mean(-1), batch)
     return loss, ({}, new_state)
 
-  return Task(loss_fn, kind="regression")
+  return Task(loss_fn)
 
 
-@register_task("regression")
+@register_task("regression", Family.REGRESSION)
 def regression(config, train_settings: TrainSettings) -> Task:
   del config, train_settings
   return _regression_task(jnp.square)
 
 
-@register_task("regression_mae")
+@register_task("regression_mae", Family.REGRESSION)
 def regression_mae(config, train_settings: TrainSettings) -> Task:
   del config, train_settings
   return _regression_task(jnp.abs)
 
 
-@register_task("regression_huber")
+@register_task("regression_huber", Family.REGRESSION)
 def regression_huber(config, train_settings: TrainSettings) -> Task:
   del config, train_settings
   return _regression_task(lambda e: optax.huber_loss(e, delta=1.0))
-
-
-@register_task("lm_masked")
-def lm_masked(config, train_settings: TrainSettings) -> Task:
-  del config, train_settings
-
-  def loss_fn(apply_fn, params, model_state, batch, rngs, train):
-    logits_BxTxV, new_state, aux_loss, aux_metrics = apply_model_aux(
-        apply_fn, params, model_state, batch["x"], rngs, train)
-    loss, accuracy = weighted_ce(logits_BxTxV, batch["y"], batch["loss_mask"], batch)
-    metrics = {"accuracy": accuracy, **aux_metrics}
-    return loss + aux_loss, (metrics, new_state)
-
-  return Task(loss_fn, kind="other", loss_weight=scored_weight("loss_mask"))
 
 
 def _graph_input(batch: dict) -> Graph:
   return Graph.from_batch(batch)
 
 
-@register_task("graph_classification")
+@register_task("graph_classification", Family.CLASSIFICATION, labels=True)
 def graph_classification(config, train_settings: TrainSettings) -> Task:
   classify = classification(config, train_settings).loss_fn
 
@@ -339,10 +414,10 @@ def graph_classification(config, train_settings: TrainSettings) -> Task:
     return classify(apply_fn, params, model_state, {**batch, "x": _graph_input(batch)}, rngs,
                     train)
 
-  return Task(loss_fn, init_input=_graph_input, kind="classification")
+  return Task(loss_fn, init_input=_graph_input)
 
 
-@register_task("node_classification")
+@register_task("node_classification", labels=True)
 def node_classification(config, train_settings: TrainSettings) -> Task:
   del config, train_settings
 
@@ -352,5 +427,4 @@ def node_classification(config, train_settings: TrainSettings) -> Task:
     loss, accuracy = weighted_ce(logits_BxNxK, batch["y"], batch["label_mask"], batch)
     return loss, ({"accuracy": accuracy}, new_state)
 
-  return Task(loss_fn, init_input=_graph_input, kind="other",
-              loss_weight=scored_weight("label_mask"))
+  return Task(loss_fn, init_input=_graph_input, loss_weight=scored_weight("label_mask"))

@@ -56,8 +56,6 @@ import time
 
 import jax
 import jax.numpy as jnp
-from jax._src import source_info_util
-from jax.extend import core as jcore
 
 from jaxdl import cache
 from jaxdl.models.gpt import gpt_costs
@@ -152,12 +150,24 @@ class NotCountable(Exception):
 
 
 def _sub_jaxprs(params: dict):
+  """The jaxprs among an equation's parameters (a closed one's own), read by duck typing: this
+  module reads traced programs and imports no JAX internals (`jaxdl.train.xla_cpu`)."""
   for value in params.values():
     for x in value if isinstance(value, (tuple, list)) else (value,):
-      if isinstance(x, jcore.ClosedJaxpr):
-        yield x.jaxpr
-      elif isinstance(x, jcore.Jaxpr):
+      if hasattr(x, "eqns"):
         yield x
+      elif hasattr(getattr(x, "jaxpr", None), "eqns") and hasattr(x, "consts"):
+        yield x.jaxpr
+
+
+def _where(eqn) -> str:
+  """'file:line' of the innermost frame outside jax that made `eqn`."""
+  jax_dir = os.path.dirname(jax.__file__) + os.sep
+  traceback = getattr(eqn.source_info, "traceback", None)
+  for frame in getattr(traceback, "frames", ()):
+    if not frame.file_name.startswith(jax_dir):
+      return f"{frame.file_name}:{frame.line_num}"
+  return "an unknown line"
 
 
 def _size(shape) -> int:
@@ -211,7 +221,7 @@ def matmul_flops(jaxpr) -> float:
       if sum(inner):
         raise NotCountable(
             "the step holds a lax.while_loop around matmuls, whose trip count is known only "
-            f"when it runs (at {source_info_util.summarize(eqn.source_info)})")
+            f"when it runs (at {_where(eqn)})")
     elif name == "cond":
       total += max(inner)
     elif name == "scan":
@@ -232,7 +242,7 @@ def count_step_flops(r, train_fn, state, batch) -> tuple[float | None, str]:
   Traces `train_fn` for (state, batch) before its first call: jit keeps the trace, so the first
   step does not trace again. Nothing is compiled here.
   """
-  if r.config.model.get("name") == "gpt" and r.task.kind == "lm":
+  if r.config.model.get("name") == "gpt" and r.task.kind.sequence_model:
     global_x = (r.data.batch_size, batch["x"].shape[-1])
     return _gpt_flops(r.model, global_x), "GPT formula 6N + 12LDT per token"
   jaxpr = (train_fn.trace(state, batch).jaxpr if hasattr(train_fn, "trace")
@@ -265,7 +275,7 @@ class Meter:
 
   def prepare(self, train_fn, state, batch) -> None:
     self.ready = True
-    if self.r.task.kind == "lm":
+    if self.r.task.kind.sequence_model:
       self.tokens = int(batch["x"].shape[-1])
     if not self.count:
       return

@@ -27,6 +27,8 @@ import pathlib
 import time
 from typing import Callable
 
+from jaxdl.schema import ConfigError
+
 log = logging.getLogger("jaxdl")
 
 
@@ -61,11 +63,11 @@ def check(names) -> None:
   """Refuses unknown names and trackers whose package is missing (one line naming the extra)."""
   for name in names:
     if name not in TRACKERS:
-      raise ValueError(f"train.loggers: unknown logger {name!r}; expected some of "
+      raise ConfigError(f"train.loggers: unknown logger {name!r}; expected some of "
                        f"{', '.join(sorted(TRACKERS))}")
     _, package, extra = TRACKERS[name]
     if package is not None and importlib.util.find_spec(package) is None:
-      raise ValueError(f"train.loggers: {name!r} needs the {package} package: "
+      raise ConfigError(f"train.loggers: {name!r} needs the {package} package: "
                        f"pip install -e \".[{extra}]\"")
 
 

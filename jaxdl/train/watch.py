@@ -16,8 +16,9 @@ output logits. For each parameter group g (a top-level module; each layer of a s
             dead_relu/<layer> = the fraction of its units c (last axis: a feature or a conv
             channel) with relu(h)_{b,...,c} = 0 for every example b (and position) of the batch.
             The ReLUs are found in the probe's traced forward (`jax.nn.relu` calls, named by
-            the module that produced their input), so no model code changes and the train
-            step never computes them; ReLUs inside a scan or remat body are not seen.
+            the module that produced their input; `jaxdl.train.xla_cpu.with_relu_inputs`, the
+            one module that evaluates jaxprs), so no model code changes and the train step
+            never computes them; ReLUs inside a scan or remat body are not seen.
 
 The cheap signals are computed inside the train step under `lax.cond(s % K == 0)` and returned
 as one vector (one array to read back, not one per group), so an unwatched step adds a branch
@@ -33,20 +34,21 @@ qk-norm <= 12.3 (loss 2.52 at step 130; 2.6-3.3 over steps 100-150 at lr 0.03); 
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.extend import core as jcore
 
 from jaxdl.optim import tree_reductions
+from jaxdl.train import xla_cpu
+from jaxdl.train.tasks import Family
 
 log = logging.getLogger("jaxdl")
 
 STACKED = "h"          # the scanned transformer stack (`jaxdl.models.transformer.apply_blocks`)
 COLLECTION = "watch"   # what the attention module sows into, only when it is mutable
-PROBED_TASKS = ("classification", "binary", "lm")
+PROBED = (Family.CLASSIFICATION, Family.BINARY, Family.LM)  # the families with logits
 
 
 def _stacked_layers(model) -> int:
@@ -118,38 +120,6 @@ def _sown(tree, prefix: str = "") -> list[tuple[str, jax.Array]]:
   return out
 
 
-def _is_relu(eqn) -> bool:
-  call = eqn.params.get("call_jaxpr") if eqn.primitive.name == "custom_jvp_call" else None
-  return call is not None and getattr(call.jaxpr.debug_info, "func_name", None) == "relu"
-
-
-def with_relu_inputs(fn: Callable, *args, top: str = "") -> tuple[Any, list[tuple[str, Any]]]:
-  """(fn(*args), [(layer, h)]) with h the input of each `jax.nn.relu` that fn calls at its top
-  level, in call order; layer is the module scope (less `top`) of the operation producing h.
-
-  The traced program is run once with those inputs as extra outputs: the same computation, no
-  second forward pass.
-  """
-  closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*args)
-  jaxpr = closed.jaxpr
-  scope, found = {}, []
-  for eqn in jaxpr.eqns:
-    if _is_relu(eqn) and not isinstance(eqn.invars[0], jcore.Literal):
-      found.append((scope.get(eqn.invars[0], ""), eqn.invars[0]))
-    scope.update({v: str(eqn.source_info.name_stack) for v in eqn.outvars})
-  extended = jaxpr.replace(outvars=[*jaxpr.outvars, *(v for _, v in found)],
-                           debug_info=jaxpr.debug_info.with_unknown_names())
-  flat = jcore.jaxpr_as_fun(jcore.ClosedJaxpr(extended, closed.consts))(*jax.tree.leaves(args))
-  n = len(jaxpr.outvars)
-  names, seen = [], {}
-  for layer, _ in found:
-    parts = layer.split("/")
-    layer = "/".join(parts[1:] if parts[0] == top else parts) or "relu"
-    seen[layer] = seen.get(layer, 0) + 1
-    names.append(layer if seen[layer] == 1 else f"{layer}_{seen[layer] - 1}")
-  return jax.tree.unflatten(jax.tree.structure(out_shape), flat[:n]), list(zip(names, flat[n:]))
-
-
 def dead_fraction(h: jax.Array, axis_name: str | None = None) -> jax.Array:
   """Fraction of units (last axis) with h <= 0, i.e. relu(h) = 0, at every other index (and on
   every device's rows of the batch under `axis_name`)."""
@@ -177,8 +147,9 @@ def make_probe(model, task, axis_name: str | None = None) -> Callable:
 
   def probe(state, batch):
     variables = {"params": state.params, **state.model_state}
-    (logits, sown), relus = with_relu_inputs(forward, variables, task.init_input(batch),
-                                             top=type(model).__name__)
+    (logits, sown), relus = xla_cpu.with_relu_inputs(forward, variables,
+                                                     task.init_input(batch),
+                                                     top=type(model).__name__)
     logits = jnp.asarray(logits, jnp.float32)
     mean = pmean(jnp.mean(logits))  # two passes: E z^2 - (E z)^2 cancels when |E z| >> std
     out = {"logit_max": pmax(jnp.max(logits)),
@@ -206,11 +177,11 @@ class Watcher:
       return
     self.names, self.health = make_health(abstract_state.params, r.model, self.every)
     if self.mode == "detailed":
-      if r.task.kind in PROBED_TASKS:
+      if r.task.kind.family in PROBED:
         self.probe = make_probe(r.model, r.task, r.strategy.axis_name)
       else:
-        log.info("train.watch='detailed': no logit probe for task kind %r; cheap signals only",
-                 r.task.kind)
+        log.info("train.watch='detailed': no logit probe for task %r; cheap signals only",
+                 r.task.kind.name)
 
   def compile(self, strategy, state) -> None:
     if self.probe is not None:
