@@ -115,7 +115,10 @@ def test_an_export_carries_the_bases_tokenizer_special_ids_and_chat_template(tmp
   tokenizer_config.json), where transformers' AutoTokenizer and generate read them; `jaxdl
   generate --chat` on the export renders that template and stops at that eos."""
   from jaxdl.config import load_config
+  from jaxdl.data import prepare
+  from jaxdl.data.tokenize import load_hf_tokenizer
   from jaxdl.generative import evaluation
+  from jaxdl.train import init_from
   base, data = tmp_path / "base", tmp_path / "data"
   shutil.copytree(LLAMA, base)
   (base / "generation_config.json").write_text(json.dumps({"bos_token_id": 1,
@@ -124,7 +127,10 @@ def test_an_export_carries_the_bases_tokenizer_special_ids_and_chat_template(tmp
       "bos_token": "<s>", "eos_token": {"content": "</s>"}, "chat_template": CHATML}))
   data.mkdir()
   shutil.copy(base / "tokenizer.json", data)
-  config, _ = load_config(f"finetune_lora:full,base={base},data={data}")
+  tokenizer = {"tokenizer": prepare.tokenizer_entry(load_hf_tokenizer(str(base)))}
+  (data / "manifest.json").write_text(json.dumps(tokenizer))  # prepared with the base's
+  config = init_from.resolve(load_config("finetune_lora:full", [f"init_from={base}",
+                                                                 f"data.path={data}"])[0])
   model, params = hf.load_hf(str(base))
   run = evaluation.save_run(tmp_path / "run", config, params, step=0)
   out = tmp_path / "hf"
@@ -152,7 +158,7 @@ def test_an_export_carries_the_bases_tokenizer_special_ids_and_chat_template(tmp
   for entry, has_template in (({"template": "tokenizer", "template_sha256": hashlib.sha256(
       CHATML.encode()).hexdigest()}, True), ({"template": "plain"}, False),
                               ({"template": "x.jinja", "template_sha256": "0" * 64}, False)):
-    (data / "manifest.json").write_text(json.dumps({"loss_mask": entry}))
+    (data / "manifest.json").write_text(json.dumps({**tokenizer, "loss_mask": entry}))
     shutil.rmtree(out)
     assert cli.main(["export", str(run), "--out", str(out)]) == 0
     tok_cfg = json.loads((out / "tokenizer_config.json").read_text())
