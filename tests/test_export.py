@@ -164,6 +164,10 @@ def test_an_export_carries_the_bases_tokenizer_special_ids_and_chat_template(tmp
     tok_cfg = json.loads((out / "tokenizer_config.json").read_text())
     assert ("chat_template" in tok_cfg) == has_template
     assert ("export: no chat_template" in capsys.readouterr().out) != has_template
+  # Without generation_config.json the ids come from tokenizer_config.json's tokens.
+  (base / "generation_config.json").unlink()
+  assert hf.special_ids(str(base), load_hf_tokenizer(str(base)).hf.token_to_id) == {
+      "bos": 1, "eos": [2], "pad": None}
 
 
 def test_a_window_exports_as_mistral_or_qwen2_and_never_as_llama(tmp_path):
