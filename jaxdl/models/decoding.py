@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxdl.schema import ConfigError
 
