@@ -21,6 +21,17 @@ committed llama model: a 120-word text's summed NLL and perplexity under the str
 `jaxdl eval` (`strided_nll`, transformers' documented loop, at strides 32 and 64 of its 64-token
 context, the text after the '</s>' prefix), and 20 multiple-choice items with each choice's
 log-likelihood, acc and acc_norm as lm-evaluation-harness computes them.
+
+`--generation` (run after, on the committed llama, mistral and qwen2 directories, loaded with
+`from_pretrained` so the weights stay as they are) adds generate.npz, batched greedy decoding as
+`jaxdl generate` runs it:
+  prompt (2, 12) int64, mask (2, 12)   row 0 twelve tokens, row 1 five pad ids (0) then seven
+  generated (2, 28)        `generate(prompt, attention_mask=mask)`, 16 greedy tokens, no eos
+  margin ()                the smallest top-1 minus top-2 logit over those 32 choices
+  eos (), eos_generated    the same with eos_token_id = row 0's 4th new token: row 0 stops
+                           there and is padded with 0 after, row 1 runs on unless it meets it
+  long_tokens (2, 40), long_logits (mistral only)  a forward pass 2.5 times its window of 16
+Mistral's 28 tokens of row 0 also run past its window, so cached decoding is checked there.
 """
 
 from __future__ import annotations
@@ -103,6 +114,33 @@ def write_tokenizer(path: str) -> None:
   tok.train_from_iterator(text, trainer)
   assert tok.get_vocab_size() <= 64, tok.get_vocab_size()
   tok.save(path)
+
+
+def expected_generation(directory: str, name: str, seed: int) -> dict:
+  """generate.npz of the model saved in `directory` (module docstring)."""
+  model = transformers.AutoModelForCausalLM.from_pretrained(directory).eval()
+  model.config._attn_implementation = "eager"
+  g = torch.Generator().manual_seed(seed)
+  v = model.config.vocab_size
+  prompt = torch.randint(1, v, (2, 12), generator=g)
+  mask = torch.ones_like(prompt)
+  prompt[1, :5], mask[1, :5] = 0, 0
+  greedy = dict(do_sample=False, max_new_tokens=16, pad_token_id=0, return_dict_in_generate=True,
+                output_logits=True)
+  out = {"prompt": prompt.numpy(), "mask": mask.numpy()}
+  with torch.no_grad():
+    res = model.generate(prompt, attention_mask=mask, min_new_tokens=16, eos_token_id=None,
+                         **greedy)
+    out["generated"] = res.sequences.numpy()
+    top2 = torch.topk(torch.stack(res.logits).float(), 2, dim=-1).values
+    out["margin"] = np.float32((top2[..., 0] - top2[..., 1]).min())
+    eos = int(res.sequences[0, 12 + 3])
+    res = model.generate(prompt, attention_mask=mask, eos_token_id=eos, **greedy)
+    out["eos"], out["eos_generated"] = np.int64(eos), res.sequences.numpy()
+    if name == "mistral":
+      out["long_tokens"] = torch.randint(0, v, (2, 40), generator=g).numpy()
+      out["long_logits"] = model(torch.as_tensor(out["long_tokens"])).logits.float().numpy()
+  return out
 
 
 def main(out_root: str) -> None:
@@ -208,10 +246,17 @@ def eval_expected(out_root: str) -> None:
 
 
 if __name__ == "__main__":
-  args = [a for a in sys.argv[1:] if a != "--eval"]
+  args = [a for a in sys.argv[1:] if a not in ("--eval", "--generation")]
   root = args[0] if args else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
                                            "tests", "data", "hf")
   if "--eval" in sys.argv[1:]:  # only llama/eval.json, from the committed llama model
     eval_expected(root)
+  elif "--generation" in sys.argv[1:]:
+    torch.use_deterministic_algorithms(True)
+    for seed, name in enumerate(("llama", "mistral", "qwen2")):
+      exp = expected_generation(os.path.join(root, name), name, 200 + seed)
+      np.savez(os.path.join(root, name, "generate.npz"), **exp)
+      print(f"{name}: generate.npz, greedy margin {exp['margin']:.4f}, eos {exp['eos']}, "
+            f"eos rows {exp['eos_generated'].tolist()}")
   else:
     main(root)

@@ -3,8 +3,10 @@ model (the adapters merged into the base) computes the adapted model's logits; b
 line, exit 2, and writes nothing."""
 
 import errno
+import hashlib
 import json
 import os
+import shutil
 from collections.abc import Mapping
 
 import jax
@@ -13,6 +15,7 @@ import pytest
 
 from jaxdl import cli
 from jaxdl.models import hf, lora
+from jaxdl.schema import ConfigError
 from jaxdl.train import load_run
 
 LLAMA_SHAPED = ["model.pos='rope'", "model.norm='rms'", "model.mlp='swiglu'",
@@ -98,3 +101,86 @@ def test_a_full_disk_is_one_line_exit_1_and_leaves_nothing(lora_run, tmp_path, c
     assert len(err) == 1, err
     assert err[0].startswith("jaxdl: error: export: no space left on device: "), err
   assert list(tmp_path.iterdir()) == []
+
+
+LLAMA = os.path.join(os.path.dirname(__file__), "data", "hf", "llama")  # '<s>' 1, '</s>' 2
+CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}</s>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def test_an_export_carries_the_bases_tokenizer_special_ids_and_chat_template(tmp_path, capsys):
+  """A full fine-tune of a Hugging Face base (init_from) on data prepared with its tokenizer,
+  saved at the base's own weights: the export holds those weights, the tokenizer.json, and
+  bos/eos/pad ids and the chat template as the base declared them (generation_config.json and
+  tokenizer_config.json), where transformers' AutoTokenizer and generate read them; `jaxdl
+  generate --chat` on the export renders that template and stops at that eos."""
+  from jaxdl.config import load_config
+  from jaxdl.data import prepare
+  from jaxdl.data.tokenize import load_hf_tokenizer
+  from jaxdl.generative import evaluation
+  from jaxdl.train import init_from
+  base, data = tmp_path / "base", tmp_path / "data"
+  shutil.copytree(LLAMA, base)
+  (base / "generation_config.json").write_text(json.dumps({"bos_token_id": 1,
+                                                           "eos_token_id": 2}))
+  (base / "tokenizer_config.json").write_text(json.dumps({
+      "bos_token": "<s>", "eos_token": {"content": "</s>"}, "chat_template": CHATML}))
+  data.mkdir()
+  shutil.copy(base / "tokenizer.json", data)
+  tokenizer = {"tokenizer": prepare.tokenizer_entry(load_hf_tokenizer(str(base)))}
+  (data / "manifest.json").write_text(json.dumps(tokenizer))  # prepared with the base's
+  config = init_from.resolve(load_config("finetune_lora:full", [f"init_from={base}",
+                                                                 f"data.path={data}"])[0])
+  model, params = hf.load_hf(str(base))
+  run = evaluation.save_run(tmp_path / "run", config, params, step=0)
+  out = tmp_path / "hf"
+  assert cli.main(["export", str(run), "--out", str(out)]) == 0
+  assert sorted(p.name for p in out.iterdir()) == [
+      "config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+      "tokenizer_config.json"]
+  chex_equal = jax.tree.map(np.array_equal, hf.read_weights(str(out)), hf.read_weights(LLAMA))
+  assert all(jax.tree.leaves(chex_equal))
+  config_json = json.loads((out / "config.json").read_text())
+  generation = json.loads((out / "generation_config.json").read_text())
+  for cfg in (config_json, generation):
+    assert (cfg["bos_token_id"], cfg["eos_token_id"], cfg["pad_token_id"]) == (1, 2, 2)
+  tok_cfg = json.loads((out / "tokenizer_config.json").read_text())
+  assert (tok_cfg["bos_token"], tok_cfg["eos_token"], tok_cfg["pad_token"]) == ("<s>", "</s>",
+                                                                                "</s>")
+  assert tok_cfg["chat_template"] == CHATML and tok_cfg["model_max_length"] == 64
+  assert (out / "tokenizer.json").read_bytes() == (base / "tokenizer.json").read_bytes()
+  assert hf.special_ids(str(out)) == {"bos": 1, "eos": [2], "pad": 2}
+  capsys.readouterr()
+  assert cli.main(["generate", str(out), "--chat", "--prompt", "the quick brown fox", "--prompt",
+                   "sea", "--temperature", "0", "--max-new-tokens", "6"]) == 0
+  assert len(capsys.readouterr().out.splitlines()) == 2
+  # Data whose manifest names the template its chats were rendered with: only that one goes.
+  for entry, has_template in (({"template": "tokenizer", "template_sha256": hashlib.sha256(
+      CHATML.encode()).hexdigest()}, True), ({"template": "plain"}, False),
+                              ({"template": "x.jinja", "template_sha256": "0" * 64}, False)):
+    (data / "manifest.json").write_text(json.dumps({**tokenizer, "loss_mask": entry}))
+    shutil.rmtree(out)
+    assert cli.main(["export", str(run), "--out", str(out)]) == 0
+    tok_cfg = json.loads((out / "tokenizer_config.json").read_text())
+    assert ("chat_template" in tok_cfg) == has_template
+    assert ("export: no chat_template" in capsys.readouterr().out) != has_template
+  # Without generation_config.json the ids come from tokenizer_config.json's tokens.
+  (base / "generation_config.json").unlink()
+  assert hf.special_ids(str(base), load_hf_tokenizer(str(base)).hf.token_to_id) == {
+      "bos": 1, "eos": [2], "pad": None}
+
+
+def test_a_window_exports_as_mistral_or_qwen2_and_never_as_llama(tmp_path):
+  model, params = hf.load_hf(os.path.join(os.path.dirname(LLAMA), "mistral"))
+  assert hf.save_hf(str(tmp_path / "m"), model, params) == ["model.safetensors"]
+  assert json.loads((tmp_path / "m" / "config.json").read_text())["sliding_window"] == 16
+  hf.save_hf(str(tmp_path / "q"), model.clone(qkv_bias=True), params | {"h": params["h"] | {
+      "attn": params["h"]["attn"] | {"c_attn": params["h"]["attn"]["c_attn"] | {
+          "bias": np.zeros((2, 64), np.float32)}}}})
+  qwen2 = json.loads((tmp_path / "q" / "config.json").read_text())
+  assert (qwen2["model_type"], qwen2["use_sliding_window"], qwen2["sliding_window"],
+          qwen2["max_window_layers"]) == ("qwen2", True, 16, 0)
+  assert hf.load_hf(str(tmp_path / "q"))[0].sliding_window == 16
+  with pytest.raises(ConfigError, match=r"^model.sliding_window: a llama checkpoint has no window"):
+    hf.save_hf(str(tmp_path / "l"), model, params, model_type="llama")
+  assert not (tmp_path / "l").exists()

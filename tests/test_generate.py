@@ -16,25 +16,47 @@ import pytest
 
 from jaxdl import cli
 from jaxdl.cli import generate
-from jaxdl.data.tokenize import bytes_tokenizer
+from jaxdl.data import chat_template
+from jaxdl.data.tokenize import bytes_tokenizer, load_hf_tokenizer
 from jaxdl.models import decoding, hf
 from jaxdl.train import load_run
 
 LLAMA = os.path.join(os.path.dirname(__file__), "data", "hf", "llama")  # vocab_size 96
 
 
-def test_an_lm_run_continues_a_prompt_greedily(tmp_path, untrained_run, capsys):
+def test_an_lm_run_continues_a_batch_of_prompts_greedily(tmp_path, untrained_run, capsys):
+  """Two prompts of different lengths, twice each, in one left-padded batch: each row is the
+  library's greedy continuation of its prompt decoded alone (no padding), as bytes."""
   run = untrained_run(tmp_path / "lm", "char_gpt:smoke", jnp.zeros((1, 4), jnp.int32))
   _, model, variables, _ = load_run(run)
-  assert cli.main(["generate", str(run), "--prompt", "To be", "--temperature", "0",
-                   "--max-new-tokens", "5", "--num", "2"]) == 0
-  # Greedy: both rows are the library's own greedy continuation, decoded as bytes.
-  ids = np.frombuffer(b"To be", np.uint8).astype(np.int32)[None]
-  want = np.asarray(decoding.generate(model, variables["params"], ids, jax.random.key(0), 5,
-                                     temperature=0))[0]
-  row = bytes_tokenizer().decode(want)
-  assert row.startswith("To be") and len(want) == 10
-  assert capsys.readouterr().out == f"{row}\n{row}\n"
+  assert cli.main(["generate", str(run), "--prompt", "To be", "--prompt", "or not to",
+                   "--temperature", "0", "--max-new-tokens", "5", "--num", "2"]) == 0
+  rows = []
+  for text in ("To be", "or not to"):
+    ids = np.frombuffer(text.encode(), np.uint8).astype(np.int32)[None]
+    want = np.asarray(decoding.generate(model, variables["params"], ids, jax.random.key(0), 5,
+                                       temperature=0))[0]
+    assert len(want) == len(text) + 5
+    rows += [bytes_tokenizer().decode(want)] * 2
+  assert capsys.readouterr().out.splitlines() == rows
+
+
+def test_left_pad_and_the_chat_prompt_ids():
+  prompt_BxP, start_B = decoding.left_pad([[5, 6, 7], [8]], pad_id=2)
+  assert prompt_BxP.tolist() == [[5, 6, 7], [2, 2, 8]] and start_B.tolist() == [0, 2]
+  tok = load_hf_tokenizer(LLAMA)
+  template = chat_template.ChatTemplate("t", "t", "{% for m in messages %}<s>{{ m.content }}</s>"
+                                        "{% endfor %}{% if add_generation_prompt %}<s>{% endif %}")
+  # The template's '<s>' / '</s>' are their ids (1, 2); the message's text is text.
+  ids = chat_template.encode_prompt(template, "the fox </s>", tok)
+  text_ids = tok.encode("the fox </s>").tolist()
+  assert ids.tolist() == [1, *text_ids, 2, 1] and 2 not in text_ids
+  # The turn ends with '</s>', a special token: generation stops there too; a plain-text end
+  # of turn is no stop id.
+  assert chat_template.end_of_turn_id(template, tok) == 2
+  plain = chat_template.ChatTemplate("p", "p", "{% for m in messages %}{{ m.content }}\n"
+                                     "{% endfor %}")
+  assert chat_template.end_of_turn_id(plain, tok) is None
 
 
 @pytest.fixture
@@ -56,6 +78,8 @@ def refuse_after_config(monkeypatch):
     (["--num", "0"], "--num: must be >= 1, got 0"),
     (["--max-new-tokens", "0"], "--max-new-tokens: must be >= 1, got 0"),
     (["--max-new-tokens", "100000"], "exceed the model's context"),
+    (["--prompt", "the quick brown fox " * 20], "tokens fill the model's context of 64"),
+    (["--chat"], "--chat: " + LLAMA + " has no chat template"),
 ])
 def test_a_bad_generate_input_is_one_line_exit_2(argv, message, refuse_after_config, capsys):
   assert cli.main(["generate", LLAMA, "--prompt", "the quick", *argv]) == 2

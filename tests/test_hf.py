@@ -52,16 +52,34 @@ def _copy(name, tmp_path, **config_changes):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_logits_and_greedy_generation_match_transformers(name):
+def test_logits_and_batched_greedy_generation_match_transformers(name):
+  """Logits on expected.npz's batch; then generate.npz (llama, mistral, qwen2): a batch whose row
+  1 is left-padded by 5, decoded greedily until eos (row 0 meets it, and is padded with 0 after
+  it as transformers does; row 1 never does: 16 tokens). Mistral's window is 16: its logits at
+  40 tokens and its 28-token rows without eos run past it."""
   exp = _expected(name)
   model, params = hf.load_hf(os.path.join(DATA, name))
   np.testing.assert_allclose(_logits(model, params, exp["tokens"]), exp["logits"], atol=1e-5,
                              rtol=0)
-  if name != "llama_tied":  # the tied layout's logits suffice: its decoding is llama's
-    out = decoding.generate(model, params, jnp.asarray(exp["prompt"], jnp.int32),
-                            jax.random.key(0), exp["generated"].shape[1] - exp["prompt"].shape[1],
+  if name == "llama_tied":  # the tied layout's logits suffice: its decoding is llama's
+    return
+  gen = dict(np.load(os.path.join(DATA, name, "generate.npz")))
+  assert gen["margin"] > 1e-3  # the greedy choices are decided well above 1e-5
+  prompt_BxP = jnp.asarray(gen["prompt"], jnp.int32)
+  start_B = jnp.asarray((gen["mask"] == 0).sum(1), jnp.int32)
+  assert start_B.tolist() == [0, 5]
+  out = decoding.generate(model, params, prompt_BxP, jax.random.key(0), 16, start_B=start_B,
+                          temperature=0, eos_ids=[int(gen["eos"])])
+  want = gen["eos_generated"]
+  np.testing.assert_array_equal(np.asarray(out), want)
+  assert (want[0, -1], want[1, -1]) == (0, gen["generated"][1, -1])  # row 0 padded after eos
+  if name == "mistral":
+    assert model.sliding_window == 16 and gen["long_tokens"].shape[1] == 40
+    np.testing.assert_allclose(_logits(model, params, gen["long_tokens"]), gen["long_logits"],
+                               atol=1e-5, rtol=0)
+    out = decoding.generate(model, params, prompt_BxP, jax.random.key(0), 16, start_B=start_B,
                             temperature=0)
-    np.testing.assert_array_equal(np.asarray(out), exp["generated"])
+    np.testing.assert_array_equal(np.asarray(out), gen["generated"])
 
 
 def test_config_fields_and_unrolled_layers():
@@ -76,8 +94,9 @@ def test_config_fields_and_unrolled_layers():
   scanned, p_scanned = hf.load_hf(os.path.join(DATA, "llama"))
   chex.assert_trees_all_equal(transformer.stack_layers(params), p_scanned)
   assert scanned.scan_layers and "h" in p_scanned
-  # Mistral's window of 16 below its 64 positions: the import keeps inputs inside it.
-  assert hf.load_hf(os.path.join(DATA, "mistral"))[0].block_size == 16
+  # Mistral's window of 16 below its 64 positions: a setting, the context stays 64.
+  mistral = hf.load_hf(os.path.join(DATA, "mistral"))[0]
+  assert (mistral.sliding_window, mistral.block_size) == (16, 64)
   qwen2, p = hf.load_hf(os.path.join(DATA, "qwen2"))
   assert qwen2.qkv_bias and not qwen2.use_bias and qwen2.rope_theta == 1e6
   assert p["h"]["attn"]["c_attn"]["bias"].shape == (2, 32 + 2 * 8)
@@ -106,7 +125,8 @@ def test_export_writes_the_tensors_transformers_saved(name, tmp_path):
   assert ours["rope_theta"] == theirs["rope_parameters"]["rope_theta"]
   model2, params2 = hf.load_hf(str(tmp_path))
   chex.assert_trees_all_equal(params2, params)
-  assert model2.clone(block_size=model.block_size) == model  # mistral's window is not exported
+  assert model2 == model  # mistral's window included
+  assert ours.get("sliding_window") == theirs.get("sliding_window")
 
 
 def test_gpt2_goes_through_the_same_entry_points(tmp_path):
@@ -171,6 +191,37 @@ def test_an_unrepresentable_config_is_one_line_naming_the_field(name, changes, f
   assert cli.main(["generate", str(d), "--prompt", "the"]) == 2
 
 
+QWEN2_WINDOWS = [  # (config changes, the GPT's sliding_window), as transformers' Qwen2Config reads
+    (dict(use_sliding_window=True, sliding_window=8, max_window_layers=0, layer_types=None), 8),
+    (dict(use_sliding_window=True, sliding_window=8, max_window_layers=2, layer_types=None), 0),
+    (dict(use_sliding_window=False, sliding_window=8, layer_types=None), 0),
+    (dict(use_sliding_window=True, sliding_window=8, layer_types=["sliding_attention"] * 2), 8),
+]
+
+
+@pytest.mark.parametrize("changes,window", QWEN2_WINDOWS)
+def test_qwen2_windows_every_layer_or_none(changes, window):
+  cfg = {k: v for k, v in {**_expected_config("qwen2"), **changes}.items() if v is not None}
+  assert hf_families.model_from_config(cfg).sliding_window == window
+
+
+def test_per_layer_windows_are_refused_in_one_line():
+  base = _expected_config("qwen2")
+  for changes in (dict(use_sliding_window=True, sliding_window=8, max_window_layers=1,
+                       layer_types=None),
+                  dict(use_sliding_window=True, sliding_window=8,
+                       layer_types=["full_attention", "sliding_attention"])):
+    cfg = {k: v for k, v in {**base, **changes}.items() if v is not None}
+    with pytest.raises(ConfigError, match=r'^config.json: layer_types=\["full_attention", '
+                                          r'"sliding_attention"\] cannot be imported[^\n]*$'):
+      hf_families.model_from_config(cfg)
+
+
+def _expected_config(name):
+  with open(os.path.join(DATA, name, "config.json"), encoding="utf-8") as f:
+    return json.load(f)
+
+
 def test_bad_weights_are_one_line_errors(tmp_path):
   d = _copy("llama", tmp_path)
   os.remove(d / "model-00003-of-00005.safetensors")
@@ -197,7 +248,8 @@ def test_bad_weights_are_one_line_errors(tmp_path):
 
 def test_live_round_trip_through_transformers(tmp_path):
   """Builds models in transformers, imports them, exports them back and loads that in
-  transformers: logits agree to 1e-5 both ways (Llama with GQA, Qwen2's biases, GPT-2)."""
+  transformers: logits agree to 1e-5 both ways (Llama with GQA, Qwen2's biases and its sliding
+  window over every layer, GPT-2)."""
   torch = pytest.importorskip("torch")
   transformers = pytest.importorskip("transformers")
   torch.manual_seed(0)
@@ -208,6 +260,8 @@ def test_live_round_trip_through_transformers(tmp_path):
           **common, rope_theta=20000.0, tie_word_embeddings=False)),
       "qwen2": transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
           **common, tie_word_embeddings=True)),
+      "qwen2_window": transformers.Qwen2ForCausalLM(transformers.Qwen2Config(  # 12 tokens > 8
+          **common, use_sliding_window=True, sliding_window=8, max_window_layers=0)),
       "gpt2": transformers.GPT2LMHeadModel(transformers.GPT2Config(
           vocab_size=80, n_positions=32, n_embd=32, n_layer=2, n_head=4)),
   }

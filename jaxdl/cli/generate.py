@@ -1,14 +1,31 @@
-"""`jaxdl generate DIR --prompt TEXT`: continue text with a language model.
+"""`jaxdl generate DIR --prompt TEXT [--prompt TEXT ...]`: continue text with a language model.
 
   jaxdl generate path/to/hf_model --prompt "Once upon a time" --max-new-tokens 40
-  jaxdl generate runs/char_gpt --prompt "ROMEO:" --temperature 0.8 --top-k 20 --num 3
+  jaxdl generate runs/char_gpt --prompt "ROMEO:" --prompt "JULIET:" --temperature 0.8 --top-k 20
+  jaxdl generate path/to/chat_model --chat --prompt "Name a prime." --temperature 0
 
 DIR is a Hugging Face Llama / Mistral / Qwen2 / GPT-2 directory (`jaxdl.models.hf`, with the
 tokenizer.json beside its weights) or the workdir of a jaxdl 'lm' run (its latest checkpoint, the
 parameter average when it kept one; the tokenizer its data was prepared with, or bytes for a
-256-token byte model). Prints `--num` continuations (default 1), one per line, drawn with
-`--temperature` (0: greedy), `--top-k` and `--top-p` (`jaxdl.models.decoding.make_generator`).
-Every option is checked, top-k against the model's vocabulary, before the weights are read.
+256-token byte model). Every prompt is continued `--num` times (default 1), all in one batch:
+prompts of different lengths are left-padded, each row's positions counted from its own first
+token and the padding masked (`jaxdl.models.decoding.make_generator`), so a row continues as it
+would alone. Tokens are drawn with `--temperature` (0: greedy), `--top-k` and `--top-p`; a row
+ends at an end-of-sequence id: a Hugging Face directory's (generation_config.json, else
+config.json, else tokenizer_config.json's eos_token: `jaxdl.models.hf.special_ids`; none there,
+none: it runs to --max-new-tokens as transformers' generate does), a run's the end-of-text id
+of its tokenizer, and with --chat also the template's end of turn (`<|im_end|>`, `<|eot_id|>`:
+`jaxdl.data.chat_template.end_of_turn_id`). Prints one line per row, prompt by prompt, the
+prompt's text and its continuation (end of sequence and padding dropped).
+
+`--chat` wraps each prompt as one user message in the tokenizer's chat template with the
+assistant's turn opened (`jaxdl.data.chat_template.encode_prompt`): the template of a Hugging Face
+directory (chat_template.jinja or tokenizer_config.json's chat_template), of a run's prepared
+data folder; where there is none it is refused in one line. With --chat only the reply is
+printed.
+
+Every option is checked, top-k against the model's vocabulary and each prompt against its
+context, before the weights are read: one line, exit 2.
 """
 
 from __future__ import annotations
@@ -22,9 +39,13 @@ HELP = "continue a --prompt with a Hugging Face model directory or a trained 'lm
 def add_arguments(parser) -> None:
   parser.add_argument("model", metavar="DIR",
                       help="a Hugging Face model directory or the workdir of an 'lm' run")
-  parser.add_argument("--prompt", required=True, help="the text to continue")
+  parser.add_argument("--prompt", required=True, action="append",
+                      help="the text to continue (repeat for a batch)")
+  parser.add_argument("--chat", action="store_true",
+                      help="apply the tokenizer's chat template (the prompt as a user message)")
   parser.add_argument("--max-new-tokens", type=int, default=32, help="tokens to add (default 32)")
-  parser.add_argument("--num", type=int, default=1, help="continuations to draw (default 1)")
+  parser.add_argument("--num", type=int, default=1,
+                      help="continuations of each prompt (default 1)")
   parser.add_argument("--temperature", type=float, default=1.0,
                       help="softmax temperature (0: the likeliest token each step)")
   parser.add_argument("--top-k", type=int, default=0,
@@ -59,8 +80,8 @@ def read_model_config(directory: str):
 
 
 def run_tokenizer(config, workdir: str):
-  """The tokenizer of an 'lm' run: the one its prepared data names, else bytes for a 256-token
-  model; anything else is refused in one line."""
+  """(tokenizer, its folder or None) of an 'lm' run: the tokenizer its prepared data names (the
+  data folder), else bytes for a 256-token model; anything else is refused in one line."""
   from jaxdl.data import parse_data
   from jaxdl.data.tokenize import bytes_tokenizer, get_tokenizer
   from jaxdl.schema import ConfigError
@@ -70,16 +91,40 @@ def run_tokenizer(config, workdir: str):
     manifest = os.path.join(directory, "manifest.json")
     if os.path.isfile(manifest):
       with open(manifest, encoding="utf-8") as f:
-        return get_tokenizer(json.load(f)["tokenizer"]["name"], directory)
+        return get_tokenizer(json.load(f)["tokenizer"]["name"], directory), directory
   if config.model.vocab_size == 256:
-    return bytes_tokenizer()
+    return bytes_tokenizer(), None
   raise ConfigError(f"{workdir}: cannot tell the run's tokenizer (its prepared data is not "
                     f"there and its vocab_size is {config.model.vocab_size}, not 256 bytes)")
 
 
+def prompt_ids(args, tok, folder: str | None, eos: list) -> tuple[list, list]:
+  """(each --prompt's ids, the end-of-sequence ids): its text tokenized and `eos`; or with --chat
+  the chat template's rendering of it (the template of `folder`, the tokenizer's directory) and
+  `eos` with the template's end of turn."""
+  from jaxdl.data import chat_template
+  from jaxdl.schema import ConfigError
+  if not args.chat:
+    rows = tok.encode_batch(args.prompt)
+  else:
+    template = (chat_template.resolve("auto", folder, folder)
+                if folder is not None and tok.hf is not None else None)
+    if template is None:
+      raise ConfigError(f"--chat: {args.model} has no chat template (no chat_template.jinja or "
+                        f"tokenizer_config.json chat_template beside its tokenizer)")
+    rows = [chat_template.encode_prompt(template, text, tok) for text in args.prompt]
+    turn_end = chat_template.end_of_turn_id(template, tok)
+    if turn_end is not None:
+      eos = [*eos, turn_end]
+  for i, ids in enumerate(rows):
+    if not len(ids):
+      raise ConfigError(f"--prompt: prompt {i + 1} encodes to no tokens")
+  return rows, eos
+
+
 def load(args):
-  """(model, params, tokenizer, prompt ids) for `args`, every option checked before the weights
-  are read (module docstring)."""
+  """(model, params, tokenizer, prompt id rows, eos ids, pad id) for `args`, every option checked
+  before the weights are read (module docstring)."""
   from jaxdl.models import build_model, decoding, hf, hf_families
   from jaxdl.schema import ConfigError
   for flag, value in (("--num", args.num), ("--max-new-tokens", args.max_new_tokens)):
@@ -92,22 +137,43 @@ def load(args):
                           top_p=args.top_p, names=("--temperature", "--top-k", "--top-p"))
   if kind == "hf":
     from jaxdl.data.tokenize import load_hf_tokenizer
-    tok = load_hf_tokenizer(args.model, model.vocab_size, key=args.model)
+    tok, folder = load_hf_tokenizer(args.model, model.vocab_size, key=args.model), args.model
+    specials = hf.special_ids(args.model, tok.hf.token_to_id)
   else:
-    tok = run_tokenizer(cfg, args.model)
-  ids = tok.encode(args.prompt)
-  if not len(ids):
-    raise ConfigError("--prompt: encodes to no tokens")
-  if len(ids) + args.max_new_tokens > model.block_size:
-    raise ConfigError(f"--max-new-tokens: {len(ids)} prompt tokens + {args.max_new_tokens} "
+    tok, folder = run_tokenizer(cfg, args.model)
+    specials = {"eos": [tok.eot_id], "pad": None}
+  rows, eos = prompt_ids(args, tok, folder, specials["eos"])
+  longest = max(len(r) for r in rows)
+  if longest >= model.block_size:
+    raise ConfigError(f"--prompt: {longest} tokens fill the model's context of "
+                      f"{model.block_size}; nothing is left to generate")
+  if longest + args.max_new_tokens > model.block_size:
+    raise ConfigError(f"--max-new-tokens: {longest} prompt tokens + {args.max_new_tokens} "
                       f"exceed the model's context of {model.block_size}")
+  if getattr(model, "mixer", "attention") != "attention" and len({len(r) for r in rows}) > 1:
+    raise ConfigError(f"--prompt: prompts of different lengths are left-padded, which "
+                      f"model.mixer={model.mixer!r} cannot mask; give prompts of one length")
+  eos = [e for e in eos if 0 <= e < model.vocab_size]
+  pad = next((i for i in (specials["pad"], *eos) if i is not None), 0)
   if kind == "hf":
     model, params = hf.load_hf(args.model)
   else:
     from jaxdl.train import load_run
     _, model, variables, _ = load_run(args.model, cfg, ema=args.ema)
     params = variables["params"]
-  return model, params, tok, ids
+  return model, params, tok, rows, eos, pad
+
+
+def continuations(out_BxN, start_B, p: int, eos) -> list:
+  """Each row's ids without its left padding, cut before its first end of sequence after the
+  prompt's P ids (the prompt is kept whole)."""
+  import numpy as np
+  rows = []
+  for row, s in zip(np.asarray(out_BxN), np.asarray(start_B)):
+    new = row[p:]
+    ends = np.flatnonzero(np.isin(new, list(eos)))
+    rows.append((row[s:p], new[:ends[0]] if len(ends) else new))
+  return rows
 
 
 def main(args) -> None:
@@ -116,14 +182,15 @@ def main(args) -> None:
   from jaxdl.models import decoding
   from jaxdl.schema import ConfigError
   try:
-    model, params, tok, ids = load(args)
+    model, params, tok, rows, eos, pad = load(args)
   except ConfigError:
     raise
   except (ValueError, FileNotFoundError) as e:  # a tokenizer or weights that do not fit
     raise ConfigError(str(e).splitlines()[0]) from None
-  prompt_BxP = np.tile(np.asarray(ids, np.int32)[None], (args.num, 1))
+  prompt_BxP, start_B = decoding.left_pad([r for r in rows for _ in range(args.num)], pad)
   out_BxN = decoding.generate(model, params, prompt_BxP, jax.random.key(args.seed),
-                              args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                              top_p=args.top_p)
-  for row in np.asarray(out_BxN):
-    print(tok.decode(row))
+                              args.max_new_tokens, start_B=start_B if start_B.any() else None,
+                              temperature=args.temperature,
+                              top_k=args.top_k, top_p=args.top_p, eos_ids=eos, pad_id=pad)
+  for prompt, new in continuations(out_BxN, start_B, prompt_BxP.shape[1], eos):
+    print(tok.decode(new) if args.chat else tok.decode(np.concatenate([prompt, new])))

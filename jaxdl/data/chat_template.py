@@ -83,11 +83,12 @@ class ChatTemplate:
       raise ValueError(f"--chat-template: {self.where} is not a valid Jinja template "
                        f"(line {e.lineno}: {e.message})") from None
 
-  def render(self, messages: list[tuple[str, str]], record: int) -> str:
+  def render(self, messages: list[tuple[str, str]], record: int,
+             add_generation_prompt: bool = False) -> str:
     try:
       return self.compiled.render(
           messages=[{"role": r, "content": c} for r, c in messages], tools=None,
-          documents=None, add_generation_prompt=False, **dict(self.specials))
+          documents=None, add_generation_prompt=add_generation_prompt, **dict(self.specials))
     except Exception as e:  # noqa: BLE001 -- a user's template can raise anything
       why = (str(e).strip().splitlines() or [type(e).__name__])[0]
       raise ValueError(f"--chat-template: {self.where} raised on record {record}: {why}") from None
@@ -270,3 +271,38 @@ def encode(template: ChatTemplate, messages: list[tuple[str, str]], tok: Tokeniz
       ids[k] = e
   mask_N = np.concatenate([np.full(len(i), p[1], np.uint8) for i, p in zip(ids, parts)])
   return np.concatenate(ids).astype(np.int32), mask_N
+
+
+def encode_prompt(template: ChatTemplate, text: str, tok: Tokenizer) -> np.ndarray:
+  """The ids a chat model continues for one user message `text`: the template's rendering of
+  [user: text] with add_generation_prompt (the assistant's head, e.g. '<|im_start|>assistant'),
+  the template's text tokenized with special tokens recognized and `text` as plain text
+  (`encode`'s rule), no BOS added but the template's own (`jaxdl generate --chat`)."""
+  full = template.render([("user", text)], 1, add_generation_prompt=True)
+  marked = template.render([("user", MARKER)], 1, add_generation_prompt=True)
+  if marked.count(MARKER) != 1:
+    raise ValueError(f"--chat: {template.where} does not write the user's message once")
+  head, foot = marked.split(MARKER)
+  if not (full.startswith(head) and full.endswith(foot)):
+    raise ValueError(f"--chat: {template.where} rewrites the user's message")
+  content = full[len(head):len(full) - len(foot)]
+  h, f = _encode(tok, [head, foot], specials=True)
+  (c,) = _encode(tok, [content], specials=False)
+  return np.concatenate([h, c, f]).astype(np.int32)
+
+
+def end_of_turn_id(template: ChatTemplate, tok: Tokenizer) -> int | None:
+  """The id that ends an assistant turn: the first token of the text the template writes after
+  an assistant message ('<|im_end|>', '<|eot_id|>'), when it is a special token of the
+  tokenizer; else None (a reply then ends at the tokenizer's end of sequence only)."""
+  if tok.hf is None:
+    return None
+  try:
+    marked = template.render([("user", "x"), ("assistant", MARKER)], 1)
+  except ValueError:
+    return None
+  if marked.count(MARKER) != 1:
+    return None
+  (foot,) = _encode(tok, [marked.split(MARKER)[1]], specials=True)
+  special = {i for i, t in tok.hf.get_added_tokens_decoder().items() if t.special}
+  return int(foot[0]) if len(foot) and int(foot[0]) in special else None

@@ -35,10 +35,15 @@ Dtype = Any
 ATTN_IMPLS = ("reference", "chunked", "xla", "cudnn", "auto")
 
 
-def causal_mask(t: int, s: int | None = None, offset=0) -> jax.Array:
-  """Bool (T, S): query i (at absolute position offset + i) may see key j iff j <= offset + i."""
+def causal_mask(t: int, s: int | None = None, offset=0, window: int = 0) -> jax.Array:
+  """Bool (T, S): query i (at absolute position offset + i) may see key j iff j <= offset + i,
+  and with a sliding window W > 0 also offset + i - j < W (the W latest keys, itself included:
+  Mistral's window, as transformers masks it)."""
   s = t if s is None else s
-  return jnp.arange(s)[None, :] <= (offset + jnp.arange(t))[:, None]
+  q_Tx1, k_1xS = (offset + jnp.arange(t))[:, None], jnp.arange(s)[None, :]
+  if window:
+    return (k_1xS <= q_Tx1) & (q_Tx1 - k_1xS < window)
+  return k_1xS <= q_Tx1
 
 
 def check_heads(h: int, n: int) -> None:
@@ -209,6 +214,9 @@ class MultiHeadAttention(nn.Module):
   keys/values from `context` with `kv_proj`. `c_proj` is W_O. `lora` adds low-rank adapters
   to the sites 'attn/q', 'attn/k', 'attn/v', 'attn/o' it names (`jaxdl.models.lora`).
 
+  `window` W > 0 (causal self-attention only) is a sliding window: query i sees keys
+  i - W < j <= i, in the full forward and over a KV cache alike (`causal_mask`).
+
   Call: `y = mha(x, context=None, *, train, mask=None)`; `positions` (B, T) replaces
   pos .. pos + T - 1 as the RoPE positions (packed documents restart theirs). With
   `return_weights=True` or a `cache` it returns `(y, aux)` with
@@ -219,6 +227,7 @@ class MultiHeadAttention(nn.Module):
   n_head: int
   n_kv_head: int
   causal: bool = False
+  window: int = 0
   qk_norm: bool = False
   rope: bool = False
   rope_theta: float = 10000.0
@@ -272,11 +281,16 @@ class MultiHeadAttention(nn.Module):
       q, k_ = (apply_rope(q, positions, self.rope_theta),
                apply_rope(k_, positions, self.rope_theta))
 
+    causal = self.causal
+    if self.window and cache is None:
+      # The band is an explicit mask (the chunked and cuDNN causal paths know no window).
+      band = causal_mask(t, s, window=self.window)[None, None]
+      mask = band if mask is None else jnp.logical_and(mask, band)
+      causal = False
     if cache is None and self.is_mutable_collection("watch") and not self.is_initializing():
       # Only the watch probe makes 'watch' mutable, so training never computes the T x S logits
       # (and init, where every collection is mutable, must not make it part of the state).
-      self.sow("watch", "attn_max_logit", max_attention_logit(q, k_, mask, causal=self.causal))
-    causal = self.causal
+      self.sow("watch", "attn_max_logit", max_attention_logit(q, k_, mask, causal=causal))
     new_cache = None
     if cache is not None:
       # Write the T new keys/values at pos; attend to every cached position <= the query's.
@@ -284,7 +298,7 @@ class MultiHeadAttention(nn.Module):
       cv = jax.lax.dynamic_update_slice(cache["v"], v.astype(cache["v"].dtype), (0, pos, 0, 0))
       new_cache = {"k": ck, "v": cv}
       k_, v = ck.astype(self.dtype), cv.astype(self.dtype)
-      m = causal_mask(t, ck.shape[1], offset=pos)[None, None]
+      m = causal_mask(t, ck.shape[1], offset=pos, window=self.window)[None, None]
       mask = m if mask is None else jnp.logical_and(mask, m)
       causal = False
 

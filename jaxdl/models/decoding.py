@@ -6,7 +6,9 @@ Shapes: B batch, P prompt length, N total length, S cache length, V vocab, L lay
 Generation: the prompt fills the cache in one forward pass; each new token t_i is drawn from
 p(t_i | t_<i) = softmax(logits_i / temperature), restricted to the top_k largest logits and to the
 smallest set whose mass reaches top_p (temperature 0: the argmax), then fed back as one cached
-decoding step (`make_generator`, what `jaxdl generate` runs).
+decoding step (`make_generator`, what `jaxdl generate` runs). A batch of prompts is left-padded
+(`left_pad`), each row's positions counted from its own first token; a row ends at its first
+end-of-sequence id.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxdl.schema import ConfigError
 
@@ -76,10 +79,15 @@ def sample_logits(rng, logits_BxV, *, temperature=1.0, top_k: int = 0, top_p: fl
 
 
 def make_generator(model, max_new_tokens: int, *, temperature: float = 1.0, top_k: int = 0,
-                   top_p: float = 1.0):
-  """Returns jitted `generate(params, prompt_BxP, rng) -> tokens BxN`, N = P + max_new_tokens:
-  text continuation (`jaxdl generate`); the Gaussian-path samplers are
+                   top_p: float = 1.0, eos_ids=(), pad_id: int = 0):
+  """Returns jitted `generate(params, prompt_BxP, rng, start_B=None) -> tokens BxN`,
+  N = P + max_new_tokens: text continuation (`jaxdl generate`); the Gaussian-path samplers are
   `jaxdl.generative.samplers.make_sampler`.
+
+  Prompts of different lengths come left-padded: row b's prompt fills prompt[b, start_B[b]:]
+  (start_B None: every row starts at 0), so every row's next token is drawn at index P. Its
+  positions count from start_B[b] and nothing attends to the padding (`GPT`'s `start`), so each
+  row continues as it would alone, and as transformers' `generate` with that attention mask.
 
   Args:
     model: a `GPT` (dropout is switched off for decoding).
@@ -88,38 +96,58 @@ def make_generator(model, max_new_tokens: int, *, temperature: float = 1.0, top_
     temperature: logits are divided by it before the softmax; 0 takes the argmax (greedy).
     top_k: keep only the k largest logits, 1 <= k <= vocab_size (0: all).
     top_p: keep the smallest set of tokens whose probability mass reaches p (1.0: all).
+    eos_ids: end-of-sequence ids: a row that draws one is finished, its later tokens are
+      `pad_id` (what transformers writes), and the loop stops once every row is finished.
+    pad_id: the id written after a row's end (and in the rows' unused tail).
   A bad value raises ConfigError (`check_sampling`) before anything is compiled.
   """
   check_sampling(model.vocab_size, temperature=temperature, top_k=top_k, top_p=top_p)
   model = model.clone(dropout=0.0, attn_dropout=0.0)
+  eos_E = jnp.asarray(sorted({int(e) for e in eos_ids}) or [-1], jnp.int32)  # -1: never drawn
 
   @jax.jit
-  def generate(params, prompt_BxP, rng):
+  def generate(params, prompt_BxP, rng, start_B=None):
     b, p = prompt_BxP.shape
     total = p + max_new_tokens
     if model.pos == "learned" and total > model.block_size:
       raise ValueError(f"generate: prompt {p} + {max_new_tokens} new tokens exceeds block_size "
                        f"{model.block_size}")
     cache = init_cache(model, b, total)
-    logits, cache = model.apply({"params": params}, prompt_BxP, train=False, cache=cache, pos=0)
-    out_BxN = jnp.zeros((b, total), prompt_BxP.dtype).at[:, :p].set(prompt_BxP)
+    logits, cache = model.apply({"params": params}, prompt_BxP, train=False, cache=cache, pos=0,
+                                start=start_B)
+    out_BxN = jnp.full((b, total), pad_id, prompt_BxP.dtype).at[:, :p].set(prompt_BxP)
 
-    def step(i, carry):
-      out_BxN, cache, last_BxV, rng = carry
+    def step(carry):
+      i, out_BxN, cache, last_BxV, done_B, rng = carry
       rng, sub = jax.random.split(rng)
       tok_B = sample_logits(sub, last_BxV, temperature=temperature, top_k=top_k,
                             top_p=top_p).astype(out_BxN.dtype)
+      tok_B = jnp.where(done_B, pad_id, tok_B)
+      done_B = done_B | jnp.isin(tok_B, eos_E)
       out_BxN = jax.lax.dynamic_update_slice(out_BxN, tok_B[:, None], (0, p + i))
       logits, cache = model.apply({"params": params}, tok_B[:, None], train=False, cache=cache,
-                                  pos=p + i)
-      return out_BxN, cache, logits[:, -1], rng
+                                  pos=p + i, start=start_B)
+      return i + 1, out_BxN, cache, logits[:, -1], done_B, rng
 
-    out_BxN, *_ = jax.lax.fori_loop(0, max_new_tokens, step, (out_BxN, cache, logits[:, -1], rng))
-    return out_BxN
+    def running(carry):
+      return (carry[0] < max_new_tokens) & ~jnp.all(carry[4])
+
+    carry = (jnp.int32(0), out_BxN, cache, logits[:, -1], jnp.zeros((b,), bool), rng)
+    return jax.lax.while_loop(running, step, carry)[1]
 
   return generate
 
 
-def generate(model, params, prompt_BxP, rng, max_new_tokens: int, **sampling):
+def generate(model, params, prompt_BxP, rng, max_new_tokens: int, *, start_B=None, **settings):
   """One-off convenience around `make_generator` (which callers should keep to reuse the jit)."""
-  return make_generator(model, max_new_tokens, **sampling)(params, prompt_BxP, rng)
+  return make_generator(model, max_new_tokens, **settings)(params, prompt_BxP, rng, start_B)
+
+
+def left_pad(rows: list, pad_id: int = 0):
+  """(prompt_BxP int32, start_B int32): id lists of different lengths right-aligned in P =
+  the longest, pad_id before them; start_B[b] the index where row b's ids begin."""
+  p = max(len(r) for r in rows)
+  prompt_BxP = np.full((len(rows), p), pad_id, np.int32)
+  for b, r in enumerate(rows):
+    prompt_BxP[b, p - len(r):] = r
+  return prompt_BxP, np.asarray([p - len(r) for r in rows], np.int32)

@@ -46,7 +46,10 @@ class GPT(transformer.TransformerModel):
   `model.apply(v, tokens, train=False)` is the full forward. With `cache` (from
   `decoding.init_cache`) and `pos` (position of tokens[:, 0]) it returns `(logits, new_cache)`
   for incremental decoding. `segment_ids` and `positions` (int (B, T)) describe packed
-  documents (module docstring). The defaults are GPT-2's architecture choices.
+  documents (module docstring). `start` (int (B,)) is left padding, for batches of prompts of
+  different lengths: row b's text begins at index start[b], so token i of it sits at position
+  pos + i - start[b] and no token attends to an index before start[b] (cached or not; the
+  padding's own outputs are meaningless). The defaults are GPT-2's architecture choices.
   """
 
   vocab_size: int = setting(256, POSITIVE)
@@ -57,6 +60,9 @@ class GPT(transformer.TransformerModel):
   # Biases on the query/key/value projection even with use_bias off (Qwen2: biased Q, K, V and
   # unbiased output and MLP projections).
   qkv_bias: bool = False
+  # Sliding-window attention (Mistral, Qwen2): W > 0 lets token i see only tokens i - W < j <= i,
+  # in the full forward and in cached decoding alike, so a sequence may run past W; 0: none.
+  sliding_window: int = setting(0, NONNEG)
   tie_embeddings: bool = True
   # Mixture of experts (`jaxdl.models.moe`): moe_experts = E > 0 replaces every block's MLP by E
   # GELU experts, each token routed to moe_top_k of them; capacity factor and aux-loss weights.
@@ -85,6 +91,9 @@ class GPT(transformer.TransformerModel):
     if self.moe_experts and self.moe_top_k > self.moe_experts:
       fail("model.", "moe_top_k", f"must be in [1, {self.moe_experts}] (moe_experts), got "
            f"{self.moe_top_k}")
+    if self.sliding_window and self.mixer != "attention":
+      fail("model.", "sliding_window", f"windows attention; mixer={self.mixer!r} has none, got "
+           f"{self.sliding_window} (expected 0)")
     if self.moe_experts and self.mlp != "gelu":
       fail("model.", "mlp", f"the experts of moe_experts > 0 are GELU MLPs; got {self.mlp!r}, "
            "expected 'gelu'")
@@ -117,17 +126,19 @@ class GPT(transformer.TransformerModel):
     return lora.LoraSpec(self.lora_rank, self.lora_alpha,
                          lora.resolve_sites(self.lora_targets, sites))
 
-  def __call__(self, x, *, train: bool, cache=None, pos=0, segment_ids=None, positions=None):
+  def __call__(self, x, *, train: bool, cache=None, pos=0, segment_ids=None, positions=None,
+               start=None):
     forward = GPT.forward
     if self.lora_rank and not self.is_initializing():
       # The base is frozen: read through stop_gradient, its parameters' gradients are symbolic
       # zeros, so the backward pass computes no weight gradient but the adapters'.
       forward = nn.map_variables(forward, "params", trans_in_fn=lora.freeze_base, mutable=False)
     return forward(self, x, train=train, cache=cache, pos=pos, segment_ids=segment_ids,
-                   positions=positions)
+                   positions=positions, start=start)
 
   @nn.compact
-  def forward(self, x, *, train: bool, cache=None, pos=0, segment_ids=None, positions=None):
+  def forward(self, x, *, train: bool, cache=None, pos=0, segment_ids=None, positions=None,
+              start=None):
     """The forward pass of `__call__` (which freezes the base parameters under LoRA)."""
     chex.assert_rank(x, 2, custom_message=f"{self.name or 'GPT'}: tokens must be int (B, T)")
     if not jnp.issubdtype(x.dtype, jnp.integer):
@@ -140,6 +151,18 @@ class GPT(transformer.TransformerModel):
     if cache is not None and (segment_ids is not None or positions is not None):
       raise ValueError("GPT: cached decoding continues one document; segment_ids and "
                        "positions are for packed training batches")
+    if start is not None and self.mixer != "attention":
+      raise ValueError(f"GPT: start (left padding) needs attention to mask the padding; "
+                       f"mixer={self.mixer!r} reads it into its state")
+    if start is not None and (segment_ids is not None or positions is not None):
+      raise ValueError("GPT: start (left padding) and packed documents (segment_ids, positions) "
+                       "are exclusive")
+    mask = None
+    if start is not None:
+      start_Bx1 = jnp.asarray(start, jnp.int32).reshape(b, 1)
+      positions = jnp.maximum(pos + jnp.arange(t)[None] - start_Bx1, 0)
+      s = t if cache is None else limit
+      mask = (jnp.arange(s)[None] >= start_Bx1)[:, None, None, :]  # B x 1 x 1 x S: no padding
     if segment_ids is not None and positions is None:
       raise ValueError(f"GPT: segment_ids without positions (model.pos={self.pos!r}): packed "
                        "documents need both, from jaxdl.data.packing.segment_positions")
@@ -154,7 +177,7 @@ class GPT(transformer.TransformerModel):
                            else wpe(positions))
     x_BxTxD = nn.Dropout(self.dropout, deterministic=not train)(x_BxTxD)
     x_BxTxD, new_cache = transformer.apply_blocks(self, x_BxTxD, train=train, cache=cache,
-                                                  pos=pos, positions=positions,
+                                                  pos=pos, mask=mask, positions=positions,
                                                   segment_ids=segment_ids)
     if self.tie_embeddings:
       logits_BxTxV = wte.attend(x_BxTxD)

@@ -1,8 +1,11 @@
 """Hugging Face model directories <-> jaxdl GPT: GPT-2, Llama, Mistral and Qwen2, one way in and
 one way out.
 
-`load_hf(dir) -> (model, params)` and `save_hf(dir, model, params)`. A directory holds
-config.json and the weights, one model.safetensors or the shards that
+`load_hf(dir) -> (model, params)` and `save_hf(dir, model, params)`; `special_ids(dir)` the
+bos / eos / pad ids generation stops and pads with, `save_tokenizer` the tokenizer files of an
+export (tokenizer.json, tokenizer_config.json with the special tokens and chat template).
+
+A directory holds config.json and the weights, one model.safetensors or the shards that
 model.safetensors.index.json names ({"weight_map": {tensor: file}}); the tokenizer.json beside
 them is `jaxdl.data.tokenize.load_hf_tokenizer`'s. What each family's config fields and tensors
 mean as a GPT (the conversion tables, and what is refused) is `jaxdl.models.hf_families`'.
@@ -31,6 +34,8 @@ from jaxdl.models.hf_families import MODEL_TYPES, refuse
 from jaxdl.schema import ConfigError
 
 INDEX = "model.safetensors.index.json"
+GENERATION_CONFIG = "generation_config.json"
+TOKENIZER_CONFIG = "tokenizer_config.json"
 
 _ST_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16,
               "BF16": ml_dtypes.bfloat16, "I64": np.int64, "I32": np.int32, "I16": np.int16,
@@ -279,19 +284,91 @@ def load_hf(path: str, *, scan_layers: bool = True, dtype=jnp.float32, param_dty
   return model, hf_families.to_params(tensors, model, cfg["model_type"], path, shardings)
 
 
+def _json(path: str) -> dict:
+  """A JSON object file, {} when absent; unreadable is a one-line ConfigError."""
+  if not os.path.isfile(path):
+    return {}
+  try:
+    with open(path, encoding="utf-8") as f:
+      obj = json.load(f)
+  except (OSError, ValueError) as e:
+    raise ConfigError(f"{path}: unreadable ({type(e).__name__}: {e})".splitlines()[0]) from None
+  return obj if isinstance(obj, dict) else {}
+
+
+def token_text(value) -> str | None:
+  """A tokenizer_config.json token: a string or an AddedToken {"content": ...}."""
+  value = value.get("content") if isinstance(value, dict) else value
+  return value if isinstance(value, str) else None
+
+
+def special_ids(directory: str, token_to_id=None) -> dict:
+  """{'bos': id | None, 'eos': [ids], 'pad': id | None} of a Hugging Face directory, where
+  transformers' `generate` finds them: generation_config.json's bos/eos/pad_token_id (eos an id or
+  a list), else config.json's, else tokenizer_config.json's bos_token / eos_token / pad_token
+  strings looked up with `token_to_id` (the tokenizer.json's). eos [] means none: generation
+  then runs to its length, as transformers' does."""
+  configs = [_json(os.path.join(directory, n)) for n in (GENERATION_CONFIG, "config.json")]
+  tok_cfg = _json(os.path.join(directory, TOKENIZER_CONFIG))
+  out = {}
+  for key in ("bos", "eos", "pad"):
+    value = next((c[f"{key}_token_id"] for c in configs if c.get(f"{key}_token_id") is not None),
+                 None)
+    if value is None and token_to_id is not None and token_text(tok_cfg.get(f"{key}_token")):
+      value = token_to_id(token_text(tok_cfg[f"{key}_token"]))
+    if key == "eos":
+      value = [] if value is None else [value] if isinstance(value, int) else list(value)
+    out[key] = value
+  return out
+
+
 def save_hf(out_dir: str, model: GPT, params: dict, *, model_type: str | None = None,
-            max_shard_bytes: int | None = None, dtype=np.float32) -> list[str]:
-  """Writes config.json and the weights (sharded past `max_shard_bytes`) for `transformers`.
+            max_shard_bytes: int | None = None, dtype=np.float32, specials: dict | None = None
+            ) -> list[str]:
+  """Writes config.json, generation_config.json and the weights (sharded past
+  `max_shard_bytes`) for `transformers`.
 
   model_type: 'llama' / 'mistral' / 'qwen2' / 'gpt2'; default gpt2 for learned positions, else
-  qwen2 with qkv_bias and llama without (`hf_families.export_type`, which refuses a model the
-  layout cannot hold). Returns the weight files written."""
+  qwen2 with qkv_bias, mistral with a sliding window, llama otherwise
+  (`hf_families.export_type`, which refuses a model the layout cannot hold). specials:
+  `special_ids`' {'bos', 'eos', 'pad'}, written as bos/eos/pad_token_id to config.json and
+  generation_config.json (eos one id or a list, as transformers reads it). Returns the weight
+  files written."""
   model_type = hf_families.export_type(model, model_type)
   tensors = hf_families.to_tensors(params, model, model_type, dtype)
   os.makedirs(out_dir, exist_ok=True)
   files = write_weights(out_dir, tensors, max_shard_bytes)
   cfg = hf_families.hf_config(model, model_type)
   cfg["torch_dtype"] = np.dtype(dtype).name
+  ids = {}
+  for key, value in (specials or {}).items():
+    if key == "eos" and value is not None:
+      value = (list(value) if len(value) != 1 else value[0]) if len(value) else None
+    ids[f"{key}_token_id"] = value
+  cfg.update(ids)
   with open(os.path.join(out_dir, "config.json"), "w", encoding="utf-8") as f:
     json.dump(cfg, f, indent=2)
+  with open(os.path.join(out_dir, GENERATION_CONFIG), "w", encoding="utf-8") as f:
+    json.dump({"_from_model_config": False, **ids}, f, indent=2)
   return files
+
+
+def save_tokenizer(out_dir: str, tokenizer_json: str, specials: dict, id_to_token, *,
+                   model_max_length: int, chat_template: str | None = None) -> None:
+  """tokenizer.json (copied) and tokenizer_config.json beside an export, so `AutoTokenizer`
+  loads it with its special tokens: bos_token / eos_token / pad_token are the texts of
+  `specials`' ids (`id_to_token`, the tokenizer's; the first eos), and the chat template when
+  there is one."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  shutil.copy(tokenizer_json, os.path.join(out_dir, "tokenizer.json"))
+  cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": model_max_length,
+         "clean_up_tokenization_spaces": False}
+  for key in ("bos", "eos", "pad"):
+    value = specials.get(key)
+    value = (value[0] if value else None) if key == "eos" else value
+    if value is not None and id_to_token(value) is not None:
+      cfg[f"{key}_token"] = id_to_token(value)
+  if chat_template is not None:
+    cfg["chat_template"] = chat_template
+  with open(os.path.join(out_dir, TOKENIZER_CONFIG), "w", encoding="utf-8") as f:
+    json.dump(cfg, f, indent=2)

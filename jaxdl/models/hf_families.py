@@ -39,10 +39,14 @@ max_position_embeddings block_size. GPT-2: n_embd, n_layer, n_head, n_positions,
 layer_norm_epsilon. Refused, in one line naming the field: hidden_act other than silu, any RoPE
 scaling, head_dim != hidden_size / heads, attention_bias or mlp_bias (Llama's all-projection
 biases), quantization; for GPT-2 an activation other than the tanh GELU or n_inner other than
-4 n_embd. A sliding window W (Mistral; Qwen2 with use_sliding_window) lets position i see j only
-when i - j < W, which never binds on W tokens or fewer: the import sets block_size =
-min(max_position_embeddings, W), so a longer input is refused by the model instead of computed
-differently (an export writes no window: block_size bounds it).
+4 n_embd. A sliding window W (Mistral's sliding_window; Qwen2's with use_sliding_window) lets
+position i see j only when i - j < W: it is the GPT's sliding_window, applied in the full forward
+and in cached decoding, so a sequence runs past W as transformers computes it. Qwen2 windows the
+layers i >= max_window_layers (or those layer_types calls 'sliding_attention'); every layer or
+none is imported, a mix is refused in one line (per-layer windows are not a GPT setting). An
+export writes the window back (Mistral: sliding_window; Qwen2: use_sliding_window, every layer).
+Special-token ids (bos_token_id, eos_token_id, pad_token_id) are not the model's: `special_ids`
+reads them from generation_config.json / config.json, and an export writes them to both.
 """
 
 from __future__ import annotations
@@ -114,6 +118,30 @@ def _rope_theta(cfg: dict, where: str) -> float:
   return float(10000.0 if theta is None else theta)  # transformers' base where none is stated
 
 
+def _window(cfg: dict, where: str) -> int:
+  """The GPT's sliding_window (0: none) of a Mistral or Qwen2 config (module docstring)."""
+  if cfg["model_type"] not in ("mistral", "qwen2"):
+    return 0
+  window = cfg.get("sliding_window")
+  if cfg["model_type"] == "qwen2" and not cfg.get("use_sliding_window"):
+    window = None  # transformers' Qwen2Config drops the window unless use_sliding_window
+  if not window:
+    return 0
+  if not isinstance(window, int) or window < 0:
+    refuse(where, "sliding_window", window, "a positive number of tokens or null")
+  kinds = cfg.get("layer_types")
+  if cfg["model_type"] == "qwen2" and not kinds:
+    n, first = cfg.get("num_hidden_layers") or 0, cfg.get("max_window_layers", 0) or 0
+    kinds = ["sliding_attention" if i >= first else "full_attention" for i in range(n)]
+  kinds = set(kinds or ("sliding_attention",))
+  if kinds == {"full_attention"}:
+    return 0
+  if kinds != {"sliding_attention"}:
+    refuse(where, "layer_types", sorted(kinds), "every layer 'sliding_attention' or every layer "
+           "'full_attention' (per-layer windows are not implemented; see max_window_layers)")
+  return window
+
+
 def model_from_config(cfg: dict, where: str = "config.json", **overrides) -> GPT:
   """The GPT a Hugging Face config describes (module docstring); `overrides` are GPT fields."""
   def need(key):
@@ -149,11 +177,8 @@ def model_from_config(cfg: dict, where: str = "config.json", **overrides) -> GPT
   if cfg.get("head_dim") not in (None, d // h) or d % h:
     refuse(where, "head_dim", cfg.get("head_dim"), f"hidden_size / num_attention_heads = {d / h}")
   block = need("max_position_embeddings")
-  window = cfg.get("sliding_window")
-  if cfg["model_type"] == "qwen2" and not (cfg.get("use_sliding_window") or
-                                           "sliding_attention" in (cfg.get("layer_types") or ())):
-    window = None
-  fields = dict(vocab_size=need("vocab_size"), block_size=min(block, window or block),
+  fields = dict(vocab_size=need("vocab_size"), block_size=block,
+                sliding_window=_window(cfg, where),
                 n_layer=need("num_hidden_layers"), n_head=h,
                 n_kv_head=cfg.get("num_key_value_heads") or h, d_model=d,
                 mlp_hidden=need("intermediate_size"), epsilon=cfg.get("rms_norm_eps", 1e-6),
@@ -166,8 +191,8 @@ def model_from_config(cfg: dict, where: str = "config.json", **overrides) -> GPT
 
 def export_type(model: GPT, model_type: str | None) -> str:
   """The model_type `model` is saved as (default: gpt2 for learned positions, else qwen2 with
-  qkv_bias and llama without), refusing in one line naming the setting a model that layout
-  cannot hold."""
+  qkv_bias, mistral with a sliding window and llama otherwise), refusing in one line naming
+  the setting a model that layout cannot hold."""
   if model_type is not None and model_type not in MODEL_TYPES:
     raise ConfigError(f"model_type: {model_type!r}; expected one of {', '.join(MODEL_TYPES)}")
   if model.lora_rank:
@@ -186,8 +211,15 @@ def export_type(model: GPT, model_type: str | None) -> str:
       raise ConfigError(f"model.{setting}: a {'GPT-2' if gpt2 else 'Llama-family'} checkpoint "
                         f"needs {value!r}, got {getattr(model, key)!r}")
   if gpt2:
+    if model.sliding_window:
+      raise ConfigError(f"model.sliding_window: a GPT-2 checkpoint has no window, got "
+                        f"{model.sliding_window}")
     return "gpt2"
-  model_type = model_type or ("qwen2" if model.qkv_bias else "llama")
+  model_type = model_type or ("qwen2" if model.qkv_bias else
+                              "mistral" if model.sliding_window else "llama")
+  if model.sliding_window and model_type == "llama":
+    raise ConfigError(f"model.sliding_window: a llama checkpoint has no window (export as "
+                      f"mistral or qwen2), got {model.sliding_window}")
   if model.qkv_bias != (model_type == "qwen2"):
     raise ConfigError(f"model.qkv_bias: {model_type} checkpoints have "
                       f"{'' if model_type == 'qwen2' else 'no '}query/key/value biases, got "
@@ -211,12 +243,15 @@ def hf_config(model: GPT, model_type: str) -> dict:
          "hidden_act": "silu", "max_position_embeddings": model.block_size,
          "rms_norm_eps": model.epsilon, "rope_theta": model.rope_theta, "rope_scaling": None,
          "tie_word_embeddings": model.tie_embeddings, "torch_dtype": "float32"}
+  window = model.sliding_window or None
   if model_type == "qwen2":
-    cfg.update(use_sliding_window=False, sliding_window=None)
+    cfg.update(use_sliding_window=bool(window), sliding_window=window,
+               max_window_layers=0 if window else model.n_layer, layer_types=[
+                   "sliding_attention" if window else "full_attention"] * model.n_layer)
   else:
     cfg.update(head_dim=model.d_model // model.n_head, attention_bias=False, mlp_bias=False)
     if model_type == "mistral":
-      cfg["sliding_window"] = None
+      cfg["sliding_window"] = window
   return cfg
 
 

@@ -80,6 +80,7 @@ class TransformerModel(layers.Model):
   # The variants a subclass may switch on (`BlockSpec`): off here.
   rope: ClassVar[bool] = False
   rope_theta: ClassVar[float] = 10000.0  # the RoPE base
+  sliding_window: ClassVar[int] = 0  # W > 0: causal attention sees only the W latest tokens
   qkv_bias: ClassVar[bool] = False  # Q/K/V biases even with use_bias off (Qwen2)
   moe_spec: ClassVar[moe.MoeSpec | None] = None
   ssm_spec: ClassVar[ssm.SsmSpec | None] = None
@@ -128,6 +129,7 @@ class BlockSpec:
   drop_path: float
   rope: bool
   rope_theta: float
+  sliding_window: int
   qk_norm: bool
   use_bias: bool
   qkv_bias: bool
@@ -232,14 +234,15 @@ class Block(nn.Module):
         return y_BxTxD, {"h": h_BxExN, "conv": tail_BxKm1xE}
       attn = attention.MultiHeadAttention(
           n_head=cfg.n_head, n_kv_head=cfg.n_kv_head, causal=cfg.causal,
-          qk_norm=cfg.qk_norm, rope=cfg.rope, rope_theta=cfg.rope_theta, use_bias=cfg.use_bias,
-          qkv_bias=cfg.qkv_bias,
+          window=cfg.sliding_window, qk_norm=cfg.qk_norm, rope=cfg.rope,
+          rope_theta=cfg.rope_theta, use_bias=cfg.use_bias, qkv_bias=cfg.qkv_bias,
           attn_dropout=cfg.attn_dropout, impl=cfg.attn_impl, kernel_init=cfg.kernel_init,
           out_init=cfg.out_init, lora=cfg.lora_spec, dtype=cfg.dtype,
           param_dtype=cfg.param_dtype, name="attn")
       if cache is None:
         return attn(h_BxTxD, train=train, pos=pos, mask=mask, positions=positions), None
-      y_BxTxD, aux = attn(h_BxTxD, train=train, cache=cache, pos=pos)
+      y_BxTxD, aux = attn(h_BxTxD, train=train, cache=cache, pos=pos, mask=mask,
+                          positions=positions)
       return y_BxTxD, aux["cache"]
 
     mlp = (MlpBlock if cfg.moe_spec is None else moe.MoeMlp)(cfg, name="mlp")
