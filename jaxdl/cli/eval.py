@@ -130,7 +130,7 @@ def main(args) -> None:
       model = hf_families.model_from_config(cfg, args.model)
       tok = load_hf_tokenizer(args.model, model.vocab_size, key=args.model)
     else:
-      model, tok = build_model(cfg.model), run_tokenizer(cfg, args.model)
+      model, (tok, _) = build_model(cfg.model), run_tokenizer(cfg, args.model)
     context = model.block_size
     stride = args.stride or max(1, context // 2)
     scoring.windows(2, context, stride)  # checks --stride
