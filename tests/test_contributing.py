@@ -37,3 +37,9 @@ def clean_registries():
 def test_example_runs(title, code, clean_registries):
   del title
   exec(compile(code, str(GUIDE), "exec"), {"__name__": "contributing_example"})  # noqa: S102
+
+
+def test_the_guide_stays_a_guide():
+  """CONTRIBUTING.md is a contributor's guide, not a diary: at most 250 lines (measurement
+  history belongs in the docstrings of the benches that measure it, and in git)."""
+  assert len(GUIDE.read_text().splitlines()) <= 250
