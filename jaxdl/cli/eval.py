@@ -99,7 +99,7 @@ def read_prepared(path: str, tok) -> tuple[list, int]:
     manifest = records.read_manifest(path, key="--data")
   except ValueError as e:
     raise ConfigError(str(e).splitlines()[0]) from None
-  made_by = manifest.get("tokenizer", {}).get("sha256")
+  made_by = (manifest.get("tokenizer") or {}).get("sha256")  # a manifest, not a setting
   if manifest.get("kind") != "lm" or made_by is None:
     raise ConfigError(f"--data: {path} is not tokenized text (expected `jaxdl data prepare` "
                       "text output)")

@@ -150,7 +150,7 @@ def load(args):
   if longest + args.max_new_tokens > model.block_size:
     raise ConfigError(f"--max-new-tokens: {longest} prompt tokens + {args.max_new_tokens} "
                       f"exceed the model's context of {model.block_size}")
-  if getattr(model, "mixer", "attention") != "attention" and len({len(r) for r in rows}) > 1:
+  if getattr(model, "mixer", None) not in (None, "attention") and len({len(r) for r in rows}) > 1:
     raise ConfigError(f"--prompt: prompts of different lengths are left-padded, which "
                       f"model.mixer={model.mixer!r} cannot mask; give prompts of one length")
   eos = [e for e in eos if 0 <= e < model.vocab_size]

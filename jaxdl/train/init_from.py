@@ -158,7 +158,7 @@ def data_tokenizer(data) -> dict | None:
   except (OSError, ValueError, KeyError, TypeError):
     pass  # not a prepared folder, or not prepared yet
   # Else the tokenizer it names, or the one it will be prepared with on first use.
-  spec = getattr(data, "tokenizer", "") or getattr(data, "prepare_with", "")
+  spec = getattr(data, "tokenizer", None) or getattr(data, "prepare_with", None) or ""
   if spec and spec != "bpe":
     tok = tokenize.get_tokenizer(spec, key="data.tokenizer")
     return dict(name=tok.name, vocab_size=tok.vocab_size, sha256=tok.fingerprint, spec=spec,
