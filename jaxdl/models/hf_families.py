@@ -129,17 +129,18 @@ def _rope(cfg: dict, where: str) -> dict:
   for key, value in (("rope_scaling", scaling), ("rope_parameters", rp)):
     if not isinstance(value, dict):
       refuse(where, key, value, "an object of RoPE settings or null")
+  src = "rope_scaling" if scaling else "rope_parameters"  # the field errors name
   rp = {**rp, **scaling}  # v4's rope_scaling, where a file has both
   kind = rp.get("rope_type", rp.get("type", "default"))
   if kind == "dynamic":
-    refuse(where, "rope_parameters.rope_type", kind, "'default', 'linear', 'llama3' or 'yarn' "
+    refuse(where, f"{src}.rope_type", kind, "'default', 'linear', 'llama3' or 'yarn' "
            "(dynamic NTK recomputes the frequencies from each call's length at run time, which "
            "a KV cache's stored keys cannot follow)")
   if kind not in _ROPE_KEYS:
-    refuse(where, "rope_parameters.rope_type", kind, "'default', 'linear', 'llama3' or 'yarn'")
+    refuse(where, f"{src}.rope_type", kind, "'default', 'linear', 'llama3' or 'yarn'")
   extra = sorted(set(rp) - {"rope_type", "type", "rope_theta"} - set(_ROPE_KEYS[kind]))
   if extra:
-    refuse(where, f"rope_parameters.{extra[0]}", rp[extra[0]],
+    refuse(where, f"{src}.{extra[0]}", rp[extra[0]],
            f"only {', '.join(('rope_theta',) + _ROPE_KEYS[kind])} for rope_type {kind!r}")
   if cfg.get("partial_rotary_factor", 1.0) != 1.0:
     refuse(where, "partial_rotary_factor", cfg["partial_rotary_factor"], "1.0 (every feature "
@@ -155,7 +156,7 @@ def _rope(cfg: dict, where: str) -> dict:
                                               cfg.get("max_position_embeddings"))
   if kind == "yarn":
     if rp.get("truncate", True) is not True:
-      refuse(where, "rope_parameters.truncate", rp["truncate"], "true (YaRN's integer band)")
+      refuse(where, f"{src}.truncate", rp["truncate"], "true (YaRN's integer band)")
     if rp.get("factor") is None:
       rp["factor"] = cfg["max_position_embeddings"] / rp["original_max_position_embeddings"]
     mscale, mscale_all = rp.get("mscale"), rp.get("mscale_all_dim")
@@ -166,10 +167,10 @@ def _rope(cfg: dict, where: str) -> dict:
     if kind != "default" and rp.get(key) is not None:
       value = rp[key]
       if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-        refuse(where, f"rope_parameters.{key}", value, "a positive number")
+        refuse(where, f"{src}.{key}", value, "a positive number")
       out[field] = int(value) if field == "rope_original_max" else float(value)
   if kind != "default" and "rope_factor" not in out:
-    refuse(where, "rope_parameters.factor", None, f"a positive number for rope_type {kind!r}")
+    refuse(where, f"{src}.factor", None, f"a positive number for rope_type {kind!r}")
   return out
 
 
