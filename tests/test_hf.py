@@ -311,7 +311,8 @@ def test_bad_weights_are_one_line_errors(tmp_path):
 def test_live_round_trip_through_transformers(tmp_path):
   """Builds models in transformers, imports them, exports them back and loads that in
   transformers: logits agree to 1e-5 both ways (Llama with GQA, Qwen2's biases and its sliding
-  window over every layer, GPT-2)."""
+  window over every layer, linear RoPE scaling with wider heads, Qwen3 with YaRN's betas and
+  attention factor, GPT-2)."""
   torch = pytest.importorskip("torch")
   transformers = pytest.importorskip("transformers")
   torch.manual_seed(0)
@@ -324,6 +325,13 @@ def test_live_round_trip_through_transformers(tmp_path):
           **common, tie_word_embeddings=True)),
       "qwen2_window": transformers.Qwen2ForCausalLM(transformers.Qwen2Config(  # 12 tokens > 8
           **common, use_sliding_window=True, sliding_window=8, max_window_layers=0)),
+      "llama_linear": transformers.LlamaForCausalLM(transformers.LlamaConfig(
+          **common, head_dim=12, rope_parameters={"rope_type": "linear", "rope_theta": 1e4,
+                                                  "factor": 3.0})),
+      "qwen3_yarn": transformers.Qwen3ForCausalLM(transformers.Qwen3Config(
+          **common, head_dim=16, rope_parameters={
+              "rope_type": "yarn", "rope_theta": 1e4, "factor": 2.0, "beta_fast": 8.0,
+              "beta_slow": 2.0, "attention_factor": 1.2, "original_max_position_embeddings": 8})),
       "gpt2": transformers.GPT2LMHeadModel(transformers.GPT2Config(
           vocab_size=80, n_positions=32, n_embd=32, n_layer=2, n_head=4)),
   }
