@@ -1,5 +1,5 @@
-"""Hugging Face model directories <-> jaxdl GPT: GPT-2, Llama, Mistral and Qwen2, one way in and
-one way out.
+"""Hugging Face model directories <-> jaxdl GPT: GPT-2, Llama, Mistral, Qwen2 and Qwen3, one way in
+and one way out.
 
 `load_hf(dir) -> (model, params)` and `save_hf(dir, model, params)`; `special_ids(dir)` the
 bos / eos / pad ids generation stops and pads with, `save_tokenizer` the tokenizer files of an
