@@ -4,6 +4,7 @@ GPT-2 goes through the one pair of entry points, `save_hf` / `load_hf`, like the
 
 import json
 import os
+import re
 import struct
 
 import chex
@@ -115,3 +116,15 @@ def test_rope_frequencies_equal_transformers():
   # The types act: llama3 keeps the fastest frequency and divides the slowest by its factor 8.
   llama3 = np.array(cases["llama3"]["inv_freq"]) / 5e5 ** (-np.arange(0, 128, 2) / 128)
   np.testing.assert_allclose(llama3[[0, -1]], [1.0, 1 / 8], rtol=1e-6)
+
+
+@pytest.mark.parametrize("change,message", [
+    (dict(rope_scaling="llama3"), "model.rope_scaling: scales RoPE; pos='learned' has none"),
+    (dict(pos="rope", head_dim=7), "model.head_dim: RoPE turns feature pairs: the head width "
+                                   "must be even, got 7"),
+    (dict(pos="rope", rope_scaling="llama3", rope_high_freq_factor=1.0),
+     "model.rope_high_freq_factor: must exceed rope_low_freq_factor=1.0"),
+])
+def test_rope_settings_the_model_cannot_use_are_refused(change, message):
+  with pytest.raises(ConfigError, match="^" + re.escape(message)):
+    models.build_model(models.gpt_config("tiny", **change))

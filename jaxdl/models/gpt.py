@@ -108,6 +108,12 @@ class GPT(transformer.TransformerModel):
     if self.sliding_window and self.mixer != "attention":
       fail("model.", "sliding_window", f"windows attention; mixer={self.mixer!r} has none, got "
            f"{self.sliding_window} (expected 0)")
+    if self.rope_scaling != "none" and not self.rope:
+      fail("model.", "rope_scaling", f"scales RoPE; pos={self.pos!r} has none, got "
+           f"{self.rope_scaling!r} (expected 'none')")
+    if self.rope and self.mixer == "attention" and self.head_width % 2:
+      fail("model.", "head_dim", f"RoPE turns feature pairs: the head width must be even, got "
+           f"{self.head_width}")
     if self.rope_scaling == "llama3" and self.rope_high_freq_factor <= self.rope_low_freq_factor:
       fail("model.", "rope_high_freq_factor", f"must exceed rope_low_freq_factor="
            f"{self.rope_low_freq_factor} (llama3 blends between them), got "
