@@ -58,7 +58,22 @@ MODELS = {
     "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM,
               dict(num_key_value_heads=1, tie_word_embeddings=False,
                    rope_parameters={"rope_type": "default", "rope_theta": 1e6})),
+    # Llama 3.1's RoPE (its band factors, the pretraining context scaled down to 16 of 64) and
+    # heads of 16 features where hidden / heads is 8.
+    "llama3": (transformers.LlamaConfig, transformers.LlamaForCausalLM,
+               dict(num_key_value_heads=2, head_dim=16, tie_word_embeddings=False,
+                    rms_norm_eps=1e-5, rope_parameters={
+                        "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                        "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                        "original_max_position_embeddings": 16})),
+    # Qwen3: per-head q/k RMSNorm, head_dim 16, no biases, tied head, and YaRN (factor 4 over 16
+    # pretraining positions: the ramp and the attention factor 0.1 ln 4 + 1 both act).
+    "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM,
+              dict(num_key_value_heads=2, head_dim=16, tie_word_embeddings=True,
+                   rope_parameters={"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0,
+                                    "original_max_position_embeddings": 16})),
 }
+GREEDY = {"llama3": 16, "qwen3": 16}  # greedy tokens in expected.npz (N otherwise)
 SHARDED = {"llama": "20KB"}
 B, T, P, N = 2, 8, 4, 8
 
@@ -78,7 +93,7 @@ def build(name: str, seed: int):
   return model
 
 
-def expected(model, seed: int) -> dict:
+def expected(model, seed: int, n: int = N) -> dict:
   g = torch.Generator().manual_seed(seed)
   v = model.config.vocab_size
   tokens = torch.randint(0, v, (B, T), generator=g)
@@ -87,10 +102,10 @@ def expected(model, seed: int) -> dict:
     logits = model(tokens).logits.float()
     # No end of text, and an explicit mask: else generate masks the prompt's pad_token_id ids.
     out = model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
-                         max_new_tokens=N, min_new_tokens=N, eos_token_id=None, pad_token_id=0)
+                         max_new_tokens=n, min_new_tokens=n, eos_token_id=None, pad_token_id=0)
     # The same greedy decoding step by step, for the top-2 margins.
     ids, margin = prompt, np.inf
-    for _ in range(N):
+    for _ in range(n):
       last = model(ids).logits[:, -1].float()
       top2 = torch.topk(last, 2, dim=-1).values
       margin = min(margin, float((top2[:, 0] - top2[:, 1]).min()))
@@ -143,9 +158,11 @@ def expected_generation(directory: str, name: str, seed: int) -> dict:
   return out
 
 
-def main(out_root: str) -> None:
+def main(out_root: str, only=None) -> None:
   torch.use_deterministic_algorithms(True)
   for seed, name in enumerate(MODELS):
+    if only and name not in only:
+      continue
     model = build(name, seed)
     out = os.path.join(out_root, name)
     os.makedirs(out, exist_ok=True)
@@ -153,7 +170,7 @@ def main(out_root: str) -> None:
       os.remove(os.path.join(out, f))
     kw = {"max_shard_size": SHARDED[name]} if name in SHARDED else {}
     model.save_pretrained(out, **kw)
-    exp = expected(model, 100 + seed)
+    exp = expected(model, 100 + seed, GREEDY.get(name, N))
     np.savez(os.path.join(out, "expected.npz"), **exp)
     if name == "llama":
       write_tokenizer(os.path.join(out, "tokenizer.json"))
@@ -245,11 +262,64 @@ def eval_expected(out_root: str) -> None:
         f"acc_norm {out['acc_norm']}")
 
 
+# `--rope`: rope/expected.json, transformers' own ROPE_INIT_FUNCTIONS outputs (inverse
+# frequencies and attention scaling) for configs of each RoPE type, at real checkpoints' sizes.
+ROPE_CASES = {
+    "default": dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+    "linear": dict(rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0}),
+    "llama3": dict(rope_parameters={  # Llama 3.1 8B's
+        "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+        max_position_embeddings=131072),
+    "llama3_v4": dict(rope_theta=500000.0, rope_scaling={  # the same, as transformers 4 wrote it
+        "rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192}, head_dim=64, max_position_embeddings=131072),
+    "yarn": dict(rope_parameters={  # Qwen3's documented YaRN
+        "rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0,
+        "original_max_position_embeddings": 32768}, max_position_embeddings=131072),
+    "yarn_betas_attention": dict(rope_parameters={
+        "rope_type": "yarn", "rope_theta": 10000.0, "factor": 8.0, "beta_fast": 16.0,
+        "beta_slow": 2.0, "attention_factor": 1.5, "original_max_position_embeddings": 4096},
+        max_position_embeddings=32768),
+    "yarn_mscale": dict(rope_parameters={
+        "rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "mscale": 0.707,
+        "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096},
+        max_position_embeddings=163840),
+    "yarn_no_original": dict(rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0,
+                                              "factor": 2.0}, max_position_embeddings=2048),
+}
+
+
+def rope_expected(out_root: str) -> None:
+  from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+  out = {"versions": {"torch": torch.__version__, "transformers": transformers.__version__}}
+  for name, fields in ROPE_CASES.items():
+    cfg = {**dict(hidden_size=4096, num_attention_heads=32, num_key_value_heads=8,
+                  intermediate_size=64, num_hidden_layers=1, vocab_size=8,
+                  max_position_embeddings=8192, head_dim=128), **fields}
+    config = transformers.LlamaConfig(**cfg)
+    kind = config.rope_parameters["rope_type"]
+    # What the model runs (the default type's function is the rotary module's own method).
+    rotary = transformers.models.llama.modeling_llama.LlamaRotaryEmbedding(config)
+    inv_freq, scaling = rotary.inv_freq, rotary.attention_scaling
+    if kind != "default":
+      init_freq, init_scaling = ROPE_INIT_FUNCTIONS[kind](config, "cpu")
+      assert torch.equal(init_freq, inv_freq) and init_scaling == scaling, name
+    out[name] = {"config": dict(cfg, model_type="llama"), "inv_freq": inv_freq.tolist(),
+                 "attention_scaling": float(scaling)}
+  os.makedirs(os.path.join(out_root, "rope"), exist_ok=True)
+  with open(os.path.join(out_root, "rope", "expected.json"), "w", encoding="utf-8") as f:
+    json.dump(out, f, indent=0)
+  print(f"rope/expected.json: {sorted(k for k in out if k != 'versions')}")
+
+
 if __name__ == "__main__":
-  args = [a for a in sys.argv[1:] if a not in ("--eval", "--generation")]
+  args = [a for a in sys.argv[1:] if not a.startswith("--")]
   root = args[0] if args else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
                                            "tests", "data", "hf")
-  if "--eval" in sys.argv[1:]:  # only llama/eval.json, from the committed llama model
+  if "--rope" in sys.argv[1:]:
+    rope_expected(root)
+  elif "--eval" in sys.argv[1:]:  # only llama/eval.json, from the committed llama model
     eval_expected(root)
   elif "--generation" in sys.argv[1:]:
     torch.use_deterministic_algorithms(True)
@@ -258,5 +328,6 @@ if __name__ == "__main__":
       np.savez(os.path.join(root, name, "generate.npz"), **exp)
       print(f"{name}: generate.npz, greedy margin {exp['margin']:.4f}, eos {exp['eos']}, "
             f"eos rows {exp['eos_generated'].tolist()}")
-  else:
-    main(root)
+  else:  # --only=a,b: only those models (the others' files stay as committed)
+    only = [a.split("=", 1)[1].split(",") for a in sys.argv[1:] if a.startswith("--only=")]
+    main(root, only[0] if only else None)

@@ -1,4 +1,4 @@
-"""Hugging Face Llama / Mistral / Qwen2 / GPT-2 import and export (`jaxdl.models.hf`).
+"""Hugging Face Llama / Mistral / Qwen2 / Qwen3 / GPT-2 import and export (`jaxdl.models.hf`).
 
 tests/data/hf/<name>/ are tiny random models that `transformers` saved, with its logits and
 greedy generations (scripts/make_hf_fixtures.py, run where torch is installed). The last test
@@ -18,7 +18,7 @@ import pytest
 
 from jaxdl import cli
 from jaxdl.data import tokenize
-from jaxdl.models import decoding, hf, hf_families, transformer
+from jaxdl.models import decoding, hf, hf_families, lora, transformer
 from jaxdl.models.gpt import GPT, PRESETS
 from jaxdl.schema import ConfigError
 
@@ -80,6 +80,61 @@ def test_logits_and_batched_greedy_generation_match_transformers(name):
     out = decoding.generate(model, params, prompt_BxP, jax.random.key(0), 16, start_B=start_B,
                             temperature=0)
     np.testing.assert_array_equal(np.asarray(out), gen["generated"])
+
+
+@pytest.mark.parametrize("name", ("llama3", "qwen3"))
+def test_llama3_and_qwen3_match_transformers_and_export_back(name, tmp_path):
+  """llama3: Llama 3.1's RoPE scaling and heads of 16 features (hidden / heads = 8); qwen3: its
+  per-head q/k RMSNorm, head_dim 16, YaRN (attention factor 0.1 ln 4 + 1) and a tied head.
+  Logits within 1e-5 of transformers', its 16 greedy tokens, and an export holding exactly the
+  fixture's tensors and RoPE settings that imports back to the same model."""
+  src, exp = os.path.join(DATA, name), _expected(name)
+  model, params = hf.load_hf(src)
+  assert (model.head_dim, model.head_width, model.d_model, model.n_head) == (16, 16, 32, 4)
+  assert (model.rope_scaling, model.qk_norm) == (
+      {"llama3": ("llama3", False), "qwen3": ("yarn", True)}[name])
+  assert params["h"]["attn"]["c_attn"]["kernel"].shape == (2, 32, (4 + 2 * 2) * 16)
+  assert params["h"]["attn"]["c_proj"]["kernel"].shape == (2, 64, 32)
+  np.testing.assert_allclose(_logits(model, params, exp["tokens"]), exp["logits"], atol=1e-5,
+                             rtol=0)
+  assert exp["margin"] > 1e-3 and exp["generated"].shape == (2, 4 + 16)
+  out = decoding.generate(model, params, jnp.asarray(exp["prompt"], jnp.int32),
+                          jax.random.key(0), 16, temperature=0)
+  np.testing.assert_array_equal(np.asarray(out), exp["generated"])
+  hf.save_hf(str(tmp_path), model, params)
+  assert _header(str(tmp_path)) == _header(src)
+  chex.assert_trees_all_equal(hf.read_weights(str(tmp_path)), hf.read_weights(src))
+  ours = json.loads((tmp_path / "config.json").read_text())
+  theirs = _expected_config(name)
+  assert (ours["model_type"], ours["head_dim"]) == (theirs["model_type"], 16)
+  for key, value in theirs["rope_parameters"].items():  # v5's settings, written v4's way
+    assert (ours if key == "rope_theta" else ours["rope_scaling"])[key] == value, key
+  model2, params2 = hf.load_hf(str(tmp_path))
+  assert model2 == model
+  chex.assert_trees_all_equal(params2, params)
+
+
+def test_lora_on_wider_heads_merges_and_exports(tmp_path):
+  """LoRA on every attention site of qwen3 (queries H K = 64 wide, D = 32): the merged model
+  computes the adapted one, and exports as qwen3."""
+  base, params = hf.load_hf(os.path.join(DATA, "qwen3"))
+  model = base.clone(lora_rank=2, lora_targets=("attn",))
+  tok = jnp.asarray(_expected("qwen3")["tokens"], jnp.int32)
+  init = jax.jit(lambda: model.init(jax.random.key(0), tok, train=False))()["params"]
+  assert init["h"]["attn"]["lora_q"]["b"].shape == (2, 2, 64)
+  assert init["h"]["attn"]["lora_o"]["a"].shape == (2, 64, 2)
+  rng = np.random.default_rng(0)  # nonzero B, so every adapter changes the output
+  adapted = {**init, **params, "h": {**init["h"], "attn": {**init["h"]["attn"], **params["h"][
+      "attn"]}, **{k: v for k, v in params["h"].items() if k != "attn"}}}
+  adapted = jax.tree_util.tree_map_with_path(
+      lambda p, a: a + 0.1 * rng.normal(size=a.shape).astype(np.float32)
+      if "lora_" in jax.tree_util.keystr(p) else a, adapted)
+  merged_model, merged = lora.merge(model, adapted)
+  want = _logits(model, adapted, tok)
+  assert np.abs(want - _logits(base, params, tok)).max() > 1e-2
+  np.testing.assert_allclose(_logits(merged_model, merged, tok), want, atol=1e-5, rtol=0)
+  hf.save_hf(str(tmp_path), merged_model, merged)
+  assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "qwen3"
 
 
 def test_config_fields_and_unrolled_layers():
@@ -169,13 +224,20 @@ def test_generate_cli_continues_a_prompt(capsys):
 
 
 BAD_CONFIGS = [
-    ("llama", dict(rope_scaling={"rope_type": "linear", "factor": 2.0}), "rope_scaling="),
-    ("llama", dict(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}),
-     "rope_parameters="),
-    ("qwen2", dict(rope_parameters={"rope_type": "dynamic", "rope_theta": 1e4}),
-     "rope_parameters.rope_type="),
+    ("qwen2", dict(rope_parameters={"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0}),
+     "rope_parameters.rope_type=\"dynamic\""),
+    ("llama3", dict(rope_parameters={"rope_type": "longrope", "rope_theta": 1e4}),
+     "rope_parameters.rope_type=\"longrope\""),
+    ("llama", dict(rope_scaling={"rope_type": "linear", "factor": 2.0, "low_freq_factor": 1.0}),
+     "rope_scaling.low_freq_factor=1.0"),
+    ("llama", dict(rope_scaling={"rope_type": "linear"}), "rope_scaling.factor=null"),
+    ("qwen3", dict(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0,
+                                    "truncate": False}), "rope_parameters.truncate=false"),
+    ("llama", dict(partial_rotary_factor=0.5), "partial_rotary_factor=0.5"),
     ("mistral", dict(hidden_act="gelu"), "hidden_act=\"gelu\""),
-    ("llama_tied", dict(head_dim=16), "head_dim=16"),
+    ("llama_tied", dict(head_dim=15), "head_dim=15"),
+    ("qwen3", dict(attention_bias=True), "attention_bias=true"),
+    ("llama_tied", dict(model_type="phi3"), "model_type=\"phi3\""),
     ("llama_tied", dict(attention_bias=True), "attention_bias=true"),
     ("llama_tied", dict(model_type="gemma"), "model_type=\"gemma\""),
     ("llama_tied", dict(hidden_size=None), "hidden_size is missing"),
@@ -249,7 +311,8 @@ def test_bad_weights_are_one_line_errors(tmp_path):
 def test_live_round_trip_through_transformers(tmp_path):
   """Builds models in transformers, imports them, exports them back and loads that in
   transformers: logits agree to 1e-5 both ways (Llama with GQA, Qwen2's biases and its sliding
-  window over every layer, GPT-2)."""
+  window over every layer, linear RoPE scaling with wider heads, Qwen3 with YaRN's betas and
+  attention factor, GPT-2)."""
   torch = pytest.importorskip("torch")
   transformers = pytest.importorskip("transformers")
   torch.manual_seed(0)
@@ -262,6 +325,13 @@ def test_live_round_trip_through_transformers(tmp_path):
           **common, tie_word_embeddings=True)),
       "qwen2_window": transformers.Qwen2ForCausalLM(transformers.Qwen2Config(  # 12 tokens > 8
           **common, use_sliding_window=True, sliding_window=8, max_window_layers=0)),
+      "llama_linear": transformers.LlamaForCausalLM(transformers.LlamaConfig(
+          **common, head_dim=12, rope_parameters={"rope_type": "linear", "rope_theta": 1e4,
+                                                  "factor": 3.0})),
+      "qwen3_yarn": transformers.Qwen3ForCausalLM(transformers.Qwen3Config(
+          **common, head_dim=16, rope_parameters={
+              "rope_type": "yarn", "rope_theta": 1e4, "factor": 2.0, "beta_fast": 8.0,
+              "beta_slow": 2.0, "attention_factor": 1.2, "original_max_position_embeddings": 8})),
       "gpt2": transformers.GPT2LMHeadModel(transformers.GPT2Config(
           vocab_size=80, n_positions=32, n_embd=32, n_layer=2, n_head=4)),
   }

@@ -3,6 +3,8 @@ GPT-2 goes through the one pair of entry points, `save_hf` / `load_hf`, like the
 (whose tables tests/test_hf.py checks against transformers' own files)."""
 
 import json
+import os
+import re
 import struct
 
 import chex
@@ -12,9 +14,10 @@ import numpy as np
 import pytest
 
 from jaxdl import models
-from jaxdl.models import hf, hf_families, transformer
+from jaxdl.models import attention, hf, hf_families, transformer
 from jaxdl.schema import ConfigError
 
+DATA = os.path.join(os.path.dirname(__file__), "data", "hf")
 TOK = jax.random.randint(jax.random.key(1), (2, 8), 0, 64)
 
 
@@ -92,3 +95,36 @@ def test_gpt2_names_without_prefix_buffers_and_errors():
                          (dict(pos="rope"), "model.pos: a GPT-2 checkpoint needs 'learned'")):
     with pytest.raises(ConfigError, match="^" + needle):
       hf_families.export_type(m.clone(**change), "gpt2")
+
+
+def test_rope_frequencies_equal_transformers():
+  """tests/data/hf/rope/expected.json: transformers' ROPE_INIT_FUNCTIONS (inverse frequencies
+  and the cos/sin scaling) for default, linear, llama3 (as written by transformers 5 and 4) and
+  yarn configs (its betas, an explicit attention_factor, mscale / mscale_all_dim, no
+  original_max_position_embeddings) at real checkpoints' sizes; ours from the same config.json
+  fields through the import, computed in float64 and rounded once (transformers' are float32
+  throughout: a few ulp apart)."""
+  with open(os.path.join(DATA, "rope", "expected.json"), encoding="utf-8") as f:
+    cases = json.load(f)
+  del cases["versions"]
+  assert len(cases) == 8
+  for name, case in cases.items():
+    model = hf_families.model_from_config(case["config"])
+    inv_freq, scaling = attention.rope_frequencies(model.rope_spec, model.head_width)
+    np.testing.assert_allclose(inv_freq, case["inv_freq"], rtol=1e-6, atol=0, err_msg=name)
+    assert scaling == pytest.approx(case["attention_scaling"], rel=1e-12), name
+  # The types act: llama3 keeps the fastest frequency and divides the slowest by its factor 8.
+  llama3 = np.array(cases["llama3"]["inv_freq"]) / 5e5 ** (-np.arange(0, 128, 2) / 128)
+  np.testing.assert_allclose(llama3[[0, -1]], [1.0, 1 / 8], rtol=1e-6)
+
+
+@pytest.mark.parametrize("change,message", [
+    (dict(rope_scaling="llama3"), "model.rope_scaling: scales RoPE; pos='learned' has none"),
+    (dict(pos="rope", head_dim=7), "model.head_dim: RoPE turns feature pairs: the head width "
+                                   "must be even, got 7"),
+    (dict(pos="rope", rope_scaling="llama3", rope_high_freq_factor=1.0),
+     "model.rope_high_freq_factor: must exceed rope_low_freq_factor=1.0"),
+])
+def test_rope_settings_the_model_cannot_use_are_refused(change, message):
+  with pytest.raises(ConfigError, match="^" + re.escape(message)):
+    models.build_model(models.gpt_config("tiny", **change))

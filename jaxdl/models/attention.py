@@ -11,11 +11,13 @@ multi-head, N = 1: multi-query). Every path computes it grouped, Q as B x T x N 
 N key/value heads are never repeated; `jax.nn.dot_product_attention` takes N < H as is.
 
 Shapes: B batch, T query length, S key length, C a chunk of queries, D model width, H query
-heads, N key/value heads, G = H / N queries per key/value head, K head width (D = H K).
+heads, N key/value heads, G = H / N queries per key/value head, K head width (D = H K unless
+a model sets head_dim: then the queries are H K wide and W_O maps H K back to D).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Callable
 
@@ -23,6 +25,7 @@ import chex
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxdl.models import lora as lora_lib
 from jaxdl.models.layers import RMSNorm
@@ -187,17 +190,82 @@ def dot_product_attention(q_BxTxHxK, k_BxSxNxK, v_BxSxNxK, mask=None, *, causal=
                                       is_causal=causal, implementation=impl)
 
 
-def apply_rope(x_BxTxHxK, positions_T, base: float = 10000.0):
-  """Rotary position embedding: rotates feature pairs (i, i + K/2) by angle pos * base^(-2i/K).
+@dataclasses.dataclass(frozen=True)
+class RopeSpec:
+  """A RoPE's frequencies (`rope_frequencies`): the base theta and a context-extension scaling.
 
-  `positions_T` is (T,) shared by the batch, or (B, T) per row (packed documents)."""
-  k = x_BxTxHxK.shape[-1]
+  scaling 'none' (plain RoPE), 'linear' (positions / factor), 'llama3' (Llama 3.1's per-band
+  factor between low_freq_factor and high_freq_factor over original_max positions) or 'yarn'
+  (NTK-by-parts between beta_fast and beta_slow rotations, cos and sin times attn_factor; 0 means
+  YaRN's 0.1 ln(factor) + 1). original_max, the pretraining context L, is the model's context
+  where a checkpoint states none (`GPT.rope_spec` resolves it; transformers' default)."""
+
+  theta: float = 10000.0
+  scaling: str = "none"
+  factor: float = 1.0
+  original_max: int = 0
+  low_freq_factor: float = 1.0
+  high_freq_factor: float = 4.0
+  beta_fast: float = 32.0
+  beta_slow: float = 1.0
+  attn_factor: float = 0.0
+
+
+ROPE_SCALINGS = ("none", "linear", "llama3", "yarn")
+
+
+def rope_frequencies(rope: RopeSpec, k: int) -> tuple[np.ndarray, float]:
+  """(inv_freq (K/2,) float32, attention scaling): feature pair i turns by pos * inv_freq[i], and
+  cos, sin are multiplied by the scaling. As transformers' ROPE_INIT_FUNCTIONS compute them
+  (in float64 here, rounded once), with w_i = theta^(-2i/K) and factor s:
+    none    w_i, 1
+    linear  w_i / s, 1
+    llama3  with L = original_max and wavelength l_i = 2 pi / w_i: w_i where l_i < L / high,
+            w_i / s where l_i > L / low, else (1 - a) w_i / s + a w_i, a = (L / l_i - low) /
+            (high - low); scaling 1
+    yarn    with d(r) = K ln(L / (2 pi r)) / (2 ln theta), the band lo = max(floor(d(beta_fast)),
+            0), hi = min(ceil(d(beta_slow)), K - 1), ramp_i = clip((i - lo) / (hi - lo), 0, 1):
+            w_i (1 - ramp_i) + (w_i / s) ramp_i, scaling attn_factor or 0.1 ln(s) + 1 (1 if s <= 1)
+  """
   if k % 2:
     raise ValueError(f"rope needs an even head width, got {k}")
-  inv_freq = base ** (-jnp.arange(0, k // 2, dtype=jnp.float32) * 2.0 / k)
-  ang_TxK2 = positions_T.astype(jnp.float32)[..., None] * inv_freq
+  if rope.scaling not in ROPE_SCALINGS:
+    raise ValueError(f"rope scaling: unknown {rope.scaling!r}; expected one of {ROPE_SCALINGS}")
+  w = 1.0 / rope.theta ** (np.arange(0, k, 2, dtype=np.float64) / k)
+  s, big_l, scale = rope.factor, rope.original_max, 1.0
+  if rope.scaling in ("llama3", "yarn") and big_l <= 0:
+    raise ValueError(f"rope scaling {rope.scaling!r} needs original_max > 0, got {big_l}")
+  if rope.scaling == "linear":
+    w = w / s
+  elif rope.scaling == "llama3":
+    lo, hi = rope.low_freq_factor, rope.high_freq_factor
+    wavelen = 2 * math.pi / w
+    a = (big_l / wavelen - lo) / (hi - lo)
+    w = np.where(wavelen > big_l / lo, w / s,
+                 np.where(wavelen < big_l / hi, w, (1 - a) * w / s + a * w))
+  elif rope.scaling == "yarn":
+    dim = lambda r: k * math.log(big_l / (r * 2 * math.pi)) / (2 * math.log(rope.theta))  # noqa: E731
+    lo, hi = max(math.floor(dim(rope.beta_fast)), 0), min(math.ceil(dim(rope.beta_slow)), k - 1)
+    hi = hi + 0.001 if lo == hi else hi  # transformers' guard against a zero-width ramp
+    ramp = np.clip((np.arange(k // 2) - lo) / (hi - lo), 0, 1)
+    w = w * (1 - ramp) + (w / s) * ramp
+    scale = rope.attn_factor or (0.1 * math.log(s) + 1.0 if s > 1 else 1.0)
+  return w.astype(np.float32), float(scale)
+
+
+def apply_rope(x_BxTxHxK, positions_T, rope: float | RopeSpec = 10000.0):
+  """Rotary position embedding: rotates feature pairs (i, i + K/2) by angle pos * inv_freq[i]
+  (`rope_frequencies` of `rope`, a RopeSpec or plain RoPE's base theta: base^(-2i/K)), the
+  result times the spec's attention scaling.
+
+  `positions_T` is (T,) shared by the batch, or (B, T) per row (packed documents)."""
+  rope = rope if isinstance(rope, RopeSpec) else RopeSpec(theta=float(rope))
+  inv_freq, scale = rope_frequencies(rope, x_BxTxHxK.shape[-1])
+  ang_TxK2 = positions_T.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq)
   # (..., T, 1, K/2): broadcasts over the heads, and over the batch when positions are (T,).
   cos, sin = jnp.cos(ang_TxK2)[..., None, :], jnp.sin(ang_TxK2)[..., None, :]
+  if scale != 1.0:
+    cos, sin = cos * scale, sin * scale
   x1, x2 = jnp.split(x_BxTxHxK.astype(jnp.float32), 2, axis=-1)
   out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
   return out.astype(x_BxTxHxK.dtype)
@@ -213,6 +281,10 @@ class MultiHeadAttention(nn.Module):
   3D and the GPT-2 layout when N = H); cross-attention projects queries with `q_proj` and
   keys/values from `context` with `kv_proj`. `c_proj` is W_O. `lora` adds low-rank adapters
   to the sites 'attn/q', 'attn/k', 'attn/v', 'attn/o' it names (`jaxdl.models.lora`).
+
+  `head_dim` K (0: D / H) is the query/key/value head width; `rope_spec` the RoPE frequencies
+  (`rope_frequencies`) when `rope`; `qk_norm` RMS-normalizes each query and key head (epsilon
+  `qk_epsilon`, a scale of K) before RoPE.
 
   `window` W > 0 (causal self-attention only) is a sliding window: query i sees keys
   i - W < j <= i, in the full forward and over a KV cache alike (`causal_mask`).
@@ -230,7 +302,9 @@ class MultiHeadAttention(nn.Module):
   window: int = 0
   qk_norm: bool = False
   rope: bool = False
-  rope_theta: float = 10000.0
+  rope_spec: RopeSpec = RopeSpec()
+  head_dim: int = 0  # K; 0: D / H
+  qk_epsilon: float = 1e-6  # the q/k RMSNorms' epsilon
   use_bias: bool = True
   qkv_bias: bool = False
   attn_dropout: float = 0.0
@@ -245,9 +319,9 @@ class MultiHeadAttention(nn.Module):
   def __call__(self, x_BxTxD, context=None, *, train: bool, mask=None, cache=None, pos=0,
                positions=None, return_weights=False):
     b, t, d = x_BxTxD.shape
-    if d % self.n_head:
+    if d % self.n_head and not self.head_dim:
       raise ValueError(f"{self.name}: width {d} is not divisible by n_head {self.n_head}")
-    h, n, k = self.n_head, self.n_kv_head, d // self.n_head
+    h, n, k = self.n_head, self.n_kv_head, self.head_dim or d // self.n_head
     check_heads(h, n)
     def dense(features, name, init, bias=self.use_bias):
       return nn.Dense(features, use_bias=bias, kernel_init=init, dtype=self.dtype,
@@ -261,7 +335,7 @@ class MultiHeadAttention(nn.Module):
       kv_in = x_BxTxD
     else:
       chex.assert_rank(context, 3)
-      q = dense(d, "q_proj", self.kernel_init, qkv_bias)(x_BxTxD)
+      q = dense(h * k, "q_proj", self.kernel_init, qkv_bias)(x_BxTxD)
       k_, v = jnp.split(dense(2 * n * k, "kv_proj", self.kernel_init, qkv_bias)(context), 2,
                         axis=-1)
       kv_in = context
@@ -274,12 +348,13 @@ class MultiHeadAttention(nn.Module):
     q, k_, v = (qkv["q"].reshape(b, t, h, k), qkv["k"].reshape(b, s, n, k),
                 qkv["v"].reshape(b, s, n, k))
     if self.qk_norm:
-      q = RMSNorm(dtype=self.dtype, param_dtype=self.param_dtype, name="q_norm")(q)
-      k_ = RMSNorm(dtype=self.dtype, param_dtype=self.param_dtype, name="k_norm")(k_)
+      # Per head, over its K features, before RoPE (Qwen3's q_norm / k_norm).
+      q = RMSNorm(self.qk_epsilon, self.dtype, self.param_dtype, name="q_norm")(q)
+      k_ = RMSNorm(self.qk_epsilon, self.dtype, self.param_dtype, name="k_norm")(k_)
     if self.rope:
       positions = pos + jnp.arange(t) if positions is None else positions
-      q, k_ = (apply_rope(q, positions, self.rope_theta),
-               apply_rope(k_, positions, self.rope_theta))
+      q, k_ = (apply_rope(q, positions, self.rope_spec),
+               apply_rope(k_, positions, self.rope_spec))
 
     causal = self.causal
     if self.window and cache is None:
@@ -307,7 +382,7 @@ class MultiHeadAttention(nn.Module):
                                 return_weights=return_weights, dropout_rate=self.attn_dropout,
                                 dropout_rng=rng)
     out, w = res if return_weights else (res, None)
-    out_BxTxD = out.reshape(b, t, d)
+    out_BxTxD = out.reshape(b, t, h * k)
     y_BxTxD = dense(d, "c_proj", self.out_init)(out_BxTxD)
     delta = adapter("attn/o", d)
     if delta is not None:

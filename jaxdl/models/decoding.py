@@ -35,7 +35,7 @@ def init_cache(model, batch_size: int, max_len: int | None = None, dtype=None) -
   s = max_len or model.block_size
   if model.pos == "learned" and s > model.block_size:
     raise ValueError(f"GPT: cache length {s} exceeds block_size {model.block_size}")
-  shape = (model.n_layer, batch_size, s, model.kv_heads, model.d_model // model.n_head)
+  shape = (model.n_layer, batch_size, s, model.kv_heads, model.head_width)
   z = jnp.zeros(shape, dtype or model.dtype)
   return {"k": z, "v": z}
 

@@ -86,7 +86,8 @@ class DiTBlock(nn.Module):
                         name="drop_path")
       drop = lambda h, drop=drop: path(drop(h))  # noqa: E731
     attn = attention.MultiHeadAttention(
-        n_head=cfg.n_head, n_kv_head=cfg.n_kv_head, causal=False, qk_norm=cfg.qk_norm,
+        n_head=cfg.n_head, n_kv_head=cfg.n_kv_head, head_dim=cfg.head_dim, causal=False,
+        qk_norm=cfg.qk_norm,
         use_bias=cfg.use_bias, attn_dropout=cfg.attn_dropout, impl=cfg.attn_impl,
         kernel_init=cfg.kernel_init, out_init=cfg.out_init, dtype=cfg.dtype,
         param_dtype=cfg.param_dtype, name="attn")

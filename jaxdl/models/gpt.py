@@ -19,10 +19,10 @@ Attention has n_head query heads and n_kv_head key/value heads (grouped-query at
 n_head). With lora_rank > 0 low-rank adapters sit beside the dense layers lora_targets names and
 only they train (`jaxdl.models.lora`; `lora.merge` folds them into the base weights).
 Parameter names follow GPT-2 (wte, wpe, h.ln_1, h.attn.c_attn, ...), so GPT-2's checkpoint is a
-renaming; `hf.py` reads and writes Hugging Face directories of GPT-2 and of Llama / Mistral / Qwen2
-(pos='rope', norm='rms', mlp='swiglu' with rope_theta and qkv_bias), their tables in
-`hf_families.py`. Decoding (KV cache, sampling, generate)
-is in `jaxdl.models.decoding`.
+renaming; `hf.py` reads and writes Hugging Face directories of GPT-2 and of Llama / Mistral /
+Qwen2 / Qwen3 (pos='rope', norm='rms', mlp='swiglu' with rope_theta, the rope_scaling settings,
+head_dim, qkv_bias and qk_norm), their tables in `hf_families.py`. Decoding (KV cache,
+sampling, generate) is in `jaxdl.models.decoding`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from jaxdl.models import layers, lora, moe, register_model, ssm, transformer
+from jaxdl.models import attention, layers, lora, moe, register_model, ssm, transformer
 from jaxdl.schema import NONNEG, POSITIVE, ConfigError, fail, one_of, setting
 
 
@@ -57,6 +57,20 @@ class GPT(transformer.TransformerModel):
   pos: str = setting("learned", one_of("learned", "rope"))
   # RoPE base theta (pos='rope'): feature pair i of a K-wide head turns by pos * theta^(-2i/K).
   rope_theta: float = setting(10000.0, POSITIVE)
+  # RoPE context extension, as transformers computes it (`attention.rope_frequencies`): 'linear'
+  # divides every frequency by rope_factor; 'llama3' (Llama 3.1+) divides those whose wavelength
+  # exceeds rope_original_max / rope_low_freq_factor, keeps those below rope_original_max /
+  # rope_high_freq_factor and blends between; 'yarn' ramps between beta_fast and beta_slow
+  # rotations and multiplies cos, sin by rope_attn_factor (0: 0.1 ln(rope_factor) + 1).
+  # rope_original_max, the pretraining context, 0: block_size.
+  rope_scaling: str = setting("none", one_of(*attention.ROPE_SCALINGS))
+  rope_factor: float = setting(1.0, POSITIVE)
+  rope_original_max: int = setting(0, NONNEG)
+  rope_low_freq_factor: float = setting(1.0, POSITIVE)
+  rope_high_freq_factor: float = setting(4.0, POSITIVE)
+  rope_beta_fast: float = setting(32.0, POSITIVE)
+  rope_beta_slow: float = setting(1.0, POSITIVE)
+  rope_attn_factor: float = setting(0.0, NONNEG)
   # Biases on the query/key/value projection even with use_bias off (Qwen2: biased Q, K, V and
   # unbiased output and MLP projections).
   qkv_bias: bool = False
@@ -94,6 +108,16 @@ class GPT(transformer.TransformerModel):
     if self.sliding_window and self.mixer != "attention":
       fail("model.", "sliding_window", f"windows attention; mixer={self.mixer!r} has none, got "
            f"{self.sliding_window} (expected 0)")
+    if self.rope_scaling != "none" and not self.rope:
+      fail("model.", "rope_scaling", f"scales RoPE; pos={self.pos!r} has none, got "
+           f"{self.rope_scaling!r} (expected 'none')")
+    if self.rope and self.mixer == "attention" and self.head_width % 2:
+      fail("model.", "head_dim", f"RoPE turns feature pairs: the head width must be even, got "
+           f"{self.head_width}")
+    if self.rope_scaling == "llama3" and self.rope_high_freq_factor <= self.rope_low_freq_factor:
+      fail("model.", "rope_high_freq_factor", f"must exceed rope_low_freq_factor="
+           f"{self.rope_low_freq_factor} (llama3 blends between them), got "
+           f"{self.rope_high_freq_factor}")
     if self.moe_experts and self.mlp != "gelu":
       fail("model.", "mlp", f"the experts of moe_experts > 0 are GELU MLPs; got {self.mlp!r}, "
            "expected 'gelu'")
@@ -101,6 +125,15 @@ class GPT(transformer.TransformerModel):
   @property
   def rope(self) -> bool:
     return self.pos == "rope"
+
+  @property
+  def rope_spec(self) -> attention.RopeSpec:
+    """The RoPE settings in one value, rope_original_max resolved (0: block_size)."""
+    return attention.RopeSpec(
+        self.rope_theta, self.rope_scaling, self.rope_factor,
+        self.rope_original_max or self.block_size, self.rope_low_freq_factor,
+        self.rope_high_freq_factor, self.rope_beta_fast, self.rope_beta_slow,
+        self.rope_attn_factor)
 
   @property
   def moe_spec(self) -> moe.MoeSpec | None:

@@ -16,11 +16,15 @@ Conv1D stores (in, out), already a Dense kernel, so nothing is transposed:
   h.{i}.attn.c_proj / mlp.c_fc / mlp.c_proj -> h_i.attn.c_proj / h_i.mlp.c_fc / h_i.mlp.c_proj
 Buffers (attn.bias, attn.masked_bias) and the tied lm_head.weight hold nothing to import.
 
-Llama family (model_type llama, mistral, qwen2) = GPT(pos='rope', norm='rms', mlp='swiglu',
-ln='pre', use_bias=False; qkv_bias=True for Qwen2). Per layer, prefix model.layers.{i}.:
+Llama family (model_type llama, mistral, qwen2, qwen3) = GPT(pos='rope', norm='rms',
+mlp='swiglu', ln='pre', use_bias=False; qkv_bias=True for Qwen2, qk_norm=True for Qwen3). K is
+head_dim (config.json's, else hidden / heads), so H K need not be D. Per layer, prefix
+model.layers.{i}.:
   input_layernorm.weight (D,)                -> h_i.ln_1.scale
   self_attn.{q,k,v}_proj.weight (HK|NK|NK, D) -> h_i.attn.c_attn.kernel = [q^T k^T v^T] (D, (H+2N)K)
   self_attn.{q,k,v}_proj.bias (Qwen2)        -> h_i.attn.c_attn.bias = [q k v]
+  self_attn.{q,k}_norm.weight (K,) (Qwen3)   -> h_i.attn.{q,k}_norm.scale (RMSNorm of each head,
+                                                before RoPE, epsilon rms_norm_eps)
   self_attn.o_proj.weight (D, HK)            -> h_i.attn.c_proj.kernel = o^T
   post_attention_layernorm.weight (D,)       -> h_i.ln_2.scale
   mlp.{gate,up}_proj.weight (F, D)           -> h_i.mlp.c_fc.kernel = [gate^T up^T] (D, 2F)
@@ -33,18 +37,27 @@ h // (H/N) (HF's repeat_kv); MLP down(silu(gate x) * (up x)).
 
 config.json -> GPT, Llama family: hidden_size d_model, intermediate_size mlp_hidden,
 num_attention_heads n_head, num_key_value_heads n_kv_head, num_hidden_layers n_layer,
-vocab_size, rms_norm_eps epsilon, rope_theta (or rope_parameters.rope_theta) rope_theta,
+vocab_size, rms_norm_eps epsilon, head_dim head_dim (0 when it is hidden / heads),
+rope_theta (or rope_parameters.rope_theta) rope_theta, and the RoPE scaling of v4's rope_scaling
+or v5's rope_parameters (`_rope`): rope_type linear / llama3 / yarn -> rope_scaling, factor
+rope_factor, original_max_position_embeddings rope_original_max, low_freq_factor,
+high_freq_factor, beta_fast, beta_slow, attention_factor -> rope_low_freq_factor, ...,
+rope_attn_factor (frequencies: `attention.rope_frequencies`), exported back as v4's
+rope_theta + rope_scaling, which transformers 5 reads into rope_parameters;
 tie_word_embeddings tie_embeddings (absent: tied iff the weights have no lm_head.weight),
 max_position_embeddings block_size. GPT-2: n_embd, n_layer, n_head, n_positions, vocab_size,
-layer_norm_epsilon. Refused, in one line naming the field: hidden_act other than silu, any RoPE
-scaling, head_dim != hidden_size / heads, attention_bias or mlp_bias (Llama's all-projection
-biases), quantization; for GPT-2 an activation other than the tanh GELU or n_inner other than
-4 n_embd. A sliding window W (Mistral's sliding_window; Qwen2's with use_sliding_window) lets
+layer_norm_epsilon. Refused, in one line naming the field: hidden_act other than silu, RoPE
+types dynamic (its frequencies follow each call's length at run time) and longrope, a RoPE
+field the type does not read, YaRN's truncate=false, partial_rotary_factor other than 1, an odd
+head_dim, attention_bias or mlp_bias (Llama's all-projection biases), quantization; for GPT-2
+an activation other than the tanh GELU or n_inner other than 4 n_embd.
+A sliding window W (Mistral's sliding_window; Qwen2's with use_sliding_window) lets
 position i see j only when i - j < W: it is the GPT's sliding_window, applied in the full forward
 and in cached decoding, so a sequence runs past W as transformers computes it. Qwen2 windows the
 layers i >= max_window_layers (or those layer_types calls 'sliding_attention'); every layer or
-none is imported, a mix is refused in one line (per-layer windows are not a GPT setting). An
-export writes the window back (Mistral: sliding_window; Qwen2: use_sliding_window, every layer).
+none is imported, a mix is refused in one line (per-layer windows are not a GPT setting); Qwen3
+reads its window the same way. An export writes the window back (Mistral: sliding_window;
+Qwen2, Qwen3: use_sliding_window, every layer).
 Special-token ids (bos_token_id, eos_token_id, pad_token_id) are not the model's: `special_ids`
 reads them from generation_config.json / config.json, and an export writes them to both.
 """
@@ -52,6 +65,7 @@ reads them from generation_config.json / config.json, and an export writes them 
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import jax
@@ -63,7 +77,7 @@ from jaxdl.models.transformer import unstack_layers
 from jaxdl.schema import ConfigError
 
 LLAMA_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
-               "qwen2": "Qwen2ForCausalLM"}
+               "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 MODEL_TYPES = tuple(LLAMA_TYPES) + ("gpt2",)
 GPT2_PREFIX = "transformer."  # GPT2LMHeadModel's names; the bare GPT2Model's lack it
 
@@ -75,6 +89,8 @@ _LLAMA_LAYER = (
     (("attn", "c_attn", "bias"), ("self_attn.q_proj.bias", "self_attn.k_proj.bias",
                                   "self_attn.v_proj.bias"), False),
     (("attn", "c_proj", "kernel"), ("self_attn.o_proj.weight",), True),
+    (("attn", "q_norm", "scale"), ("self_attn.q_norm.weight",), False),
+    (("attn", "k_norm", "scale"), ("self_attn.k_norm.weight",), False),
     (("ln_2", "scale"), ("post_attention_layernorm.weight",), False),
     (("mlp", "c_fc", "kernel"), ("mlp.gate_proj.weight", "mlp.up_proj.weight"), True),
     (("mlp", "c_proj", "kernel"), ("mlp.down_proj.weight",), True))
@@ -102,35 +118,107 @@ def refuse(where: str, field: str, value, expected: str):
   raise ConfigError(f"{where}: {field}={json.dumps(value)} cannot be imported; expected {expected}")
 
 
-def _rope_theta(cfg: dict, where: str) -> float:
-  """The RoPE base of a v4 (rope_theta, rope_scaling) or v5 (rope_parameters) config."""
-  if cfg.get("rope_scaling") not in (None, {}):
-    refuse(where, "rope_scaling", cfg["rope_scaling"], "null (RoPE scaling is not implemented)")
-  rp = cfg.get("rope_parameters") or {}
-  if not isinstance(rp, dict) or set(rp) - {"rope_type", "type", "rope_theta"}:
-    refuse(where, "rope_parameters", rp, "only rope_type 'default' and rope_theta")
+# The fields each RoPE type reads (transformers' ROPE_INIT_FUNCTIONS), beside rope_type / type
+# and rope_theta; any other is refused, naming it.
+_ROPE_KEYS = {"default": (), "linear": ("factor",),
+              "llama3": ("factor", "low_freq_factor", "high_freq_factor",
+                         "original_max_position_embeddings"),
+              "yarn": ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow",
+                       "attention_factor", "mscale", "mscale_all_dim", "truncate")}
+_ROPE_FIELDS = {"factor": "rope_factor", "low_freq_factor": "rope_low_freq_factor",
+                "high_freq_factor": "rope_high_freq_factor", "beta_fast": "rope_beta_fast",
+                "beta_slow": "rope_beta_slow", "attention_factor": "rope_attn_factor",
+                "original_max_position_embeddings": "rope_original_max"}
+
+
+def _rope(cfg: dict, where: str) -> dict:
+  """The GPT's RoPE fields (rope_theta, rope_scaling, rope_factor, ...) of a v4 (rope_theta,
+  rope_scaling) or v5 (rope_parameters) config, as transformers reads them: the scaling's
+  original_max_position_embeddings defaults to max_position_embeddings, YaRN's factor to
+  max_position_embeddings / original_max_position_embeddings, and its attention_factor, when
+  absent, is mscale(factor, mscale) / mscale(factor, mscale_all_dim) where both are given
+  (mscale(s, m) = 0.1 m ln(s) + 1), else left to 0.1 ln(factor) + 1 (`attention.RopeSpec`)."""
+  scaling, rp = cfg.get("rope_scaling") or {}, cfg.get("rope_parameters") or {}
+  for key, value in (("rope_scaling", scaling), ("rope_parameters", rp)):
+    if not isinstance(value, dict):
+      refuse(where, key, value, "an object of RoPE settings or null")
+  src = "rope_scaling" if scaling else "rope_parameters"  # the field errors name
+  rp = {**rp, **scaling}  # v4's rope_scaling, where a file has both
   kind = rp.get("rope_type", rp.get("type", "default"))
-  if kind != "default":
-    refuse(where, "rope_parameters.rope_type", kind, "'default' (RoPE scaling is not implemented)")
+  if kind == "dynamic":
+    refuse(where, f"{src}.rope_type", kind, "'default', 'linear', 'llama3' or 'yarn' "
+           "(dynamic NTK recomputes the frequencies from each call's length at run time, which "
+           "a KV cache's stored keys cannot follow)")
+  if kind not in _ROPE_KEYS:
+    refuse(where, f"{src}.rope_type", kind, "'default', 'linear', 'llama3' or 'yarn'")
+  extra = sorted(set(rp) - {"rope_type", "type", "rope_theta"} - set(_ROPE_KEYS[kind]))
+  if extra:
+    refuse(where, f"{src}.{extra[0]}", rp[extra[0]],
+           f"only {', '.join(('rope_theta',) + _ROPE_KEYS[kind])} for rope_type {kind!r}")
+  if cfg.get("partial_rotary_factor", 1.0) != 1.0:
+    refuse(where, "partial_rotary_factor", cfg["partial_rotary_factor"], "1.0 (every feature "
+           "rotates)")
   theta = rp.get("rope_theta")
-  if theta is None:
-    theta = cfg.get("rope_theta")
-  return float(10000.0 if theta is None else theta)  # transformers' base where none is stated
+  theta = cfg.get("rope_theta") if theta is None else theta
+  out = {"rope_theta": float(10000.0 if theta is None else theta),  # transformers' default
+         "rope_scaling": "none" if kind == "default" else kind}
+  if kind in ("llama3", "yarn"):
+    # transformers' standardize_rope_params: a top-level original_max_position_embeddings wins.
+    rp["original_max_position_embeddings"] = (cfg.get("original_max_position_embeddings") or
+                                              rp.get("original_max_position_embeddings") or
+                                              cfg.get("max_position_embeddings"))
+  if kind == "yarn":
+    if rp.get("truncate", True) is not True:
+      refuse(where, f"{src}.truncate", rp["truncate"], "true (YaRN's integer band)")
+    if rp.get("factor") is None:
+      rp["factor"] = cfg["max_position_embeddings"] / rp["original_max_position_embeddings"]
+    mscale, mscale_all = rp.get("mscale"), rp.get("mscale_all_dim")
+    if rp.get("attention_factor") is None and mscale and mscale_all:
+      m = lambda x: 0.1 * x * math.log(rp["factor"]) + 1.0 if rp["factor"] > 1 else 1.0  # noqa: E731
+      rp["attention_factor"] = m(mscale) / m(mscale_all)
+  for key, field in _ROPE_FIELDS.items():
+    if kind != "default" and rp.get(key) is not None:
+      value = rp[key]
+      if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+        refuse(where, f"{src}.{key}", value, "a positive number")
+      out[field] = int(value) if field == "rope_original_max" else float(value)
+  if kind != "default" and "rope_factor" not in out:
+    refuse(where, f"{src}.factor", None, f"a positive number for rope_type {kind!r}")
+  return out
+
+
+def _rope_config(model: GPT) -> dict:
+  """config.json's RoPE entries for `model`: rope_theta, and rope_scaling (null, or the type's
+  fields) that transformers 4 reads as is and 5 folds into rope_parameters."""
+  if model.rope_scaling == "none":
+    return {"rope_theta": model.rope_theta, "rope_scaling": None}
+  scaling = {"rope_type": model.rope_scaling, "factor": model.rope_factor}
+  if model.rope_scaling in ("llama3", "yarn"):
+    scaling["original_max_position_embeddings"] = model.rope_spec.original_max
+  if model.rope_scaling == "llama3":
+    scaling.update(low_freq_factor=model.rope_low_freq_factor,
+                   high_freq_factor=model.rope_high_freq_factor)
+  if model.rope_scaling == "yarn":
+    scaling.update(beta_fast=model.rope_beta_fast, beta_slow=model.rope_beta_slow)
+    if model.rope_attn_factor:
+      scaling["attention_factor"] = model.rope_attn_factor
+  return {"rope_theta": model.rope_theta, "rope_scaling": scaling}
 
 
 def _window(cfg: dict, where: str) -> int:
   """The GPT's sliding_window (0: none) of a Mistral or Qwen2 config (module docstring)."""
-  if cfg["model_type"] not in ("mistral", "qwen2"):
+  if cfg["model_type"] not in ("mistral", "qwen2", "qwen3"):
     return 0
+  qwen = cfg["model_type"] in ("qwen2", "qwen3")
   window = cfg.get("sliding_window")
-  if cfg["model_type"] == "qwen2" and not cfg.get("use_sliding_window"):
+  if qwen and not cfg.get("use_sliding_window"):
     window = None  # transformers' Qwen2Config drops the window unless use_sliding_window
   if not window:
     return 0
   if not isinstance(window, int) or window < 0:
     refuse(where, "sliding_window", window, "a positive number of tokens or null")
   kinds = cfg.get("layer_types")
-  if cfg["model_type"] == "qwen2" and not kinds:
+  if qwen and not kinds:
     n, first = cfg.get("num_hidden_layers") or 0, cfg.get("max_window_layers", 0) or 0
     kinds = ["sliding_attention" if i >= first else "full_attention" for i in range(n)]
   kinds = set(kinds or ("sliding_attention",))
@@ -174,35 +262,41 @@ def model_from_config(cfg: dict, where: str = "config.json", **overrides) -> GPT
     refuse(where, "quantization_config", sorted(cfg["quantization_config"]),
            "none (unquantized weights)")
   d, h = need("hidden_size"), need("num_attention_heads")
-  if cfg.get("head_dim") not in (None, d // h) or d % h:
-    refuse(where, "head_dim", cfg.get("head_dim"), f"hidden_size / num_attention_heads = {d / h}")
+  head_dim = cfg.get("head_dim")
+  if head_dim is None and d % h:
+    refuse(where, "head_dim", None, f"a head width (hidden_size {d} is not a multiple of "
+           f"num_attention_heads {h})")
+  if head_dim is not None and (not isinstance(head_dim, int) or head_dim <= 0 or head_dim % 2):
+    refuse(where, "head_dim", head_dim, "an even positive number of features (RoPE pairs them)")
   block = need("max_position_embeddings")
   fields = dict(vocab_size=need("vocab_size"), block_size=block,
                 sliding_window=_window(cfg, where),
                 n_layer=need("num_hidden_layers"), n_head=h,
+                head_dim=0 if head_dim in (None, d // h) and not d % h else head_dim,
                 n_kv_head=cfg.get("num_key_value_heads") or h, d_model=d,
                 mlp_hidden=need("intermediate_size"), epsilon=cfg.get("rms_norm_eps", 1e-6),
-                rope_theta=_rope_theta(cfg, where), tie_embeddings=bool(
+                **_rope(cfg, where), tie_embeddings=bool(
                     cfg.get("tie_word_embeddings", False)),
                 pos="rope", norm="rms", mlp="swiglu", ln="pre", use_bias=False,
-                qkv_bias=cfg["model_type"] == "qwen2")
+                qkv_bias=cfg["model_type"] == "qwen2", qk_norm=cfg["model_type"] == "qwen3")
   return GPT(**{**fields, **overrides})
 
 
 def export_type(model: GPT, model_type: str | None) -> str:
-  """The model_type `model` is saved as (default: gpt2 for learned positions, else qwen2 with
-  qkv_bias, mistral with a sliding window and llama otherwise), refusing in one line naming
-  the setting a model that layout cannot hold."""
+  """The model_type `model` is saved as (default: gpt2 for learned positions, else qwen3 with
+  qk_norm, qwen2 with qkv_bias, mistral with a sliding window and llama otherwise), refusing in
+  one line naming the setting a model that layout cannot hold."""
   if model_type is not None and model_type not in MODEL_TYPES:
     raise ConfigError(f"model_type: {model_type!r}; expected one of {', '.join(MODEL_TYPES)}")
   if model.lora_rank:
     raise ConfigError("model.lora_rank: the adapters must be merged first (lora.merge), got "
                       f"{model.lora_rank}")
-  common = dict(ln="pre", qk_norm=False, moe_experts=0, mixer="attention")
+  common = dict(ln="pre", moe_experts=0, mixer="attention")
   gpt2 = model_type == "gpt2" or (model_type is None and model.pos == "learned")
   if gpt2:
     want = dict(common, pos="learned", norm="layer", mlp="gelu", use_bias=True,
-                tie_embeddings=True, mlp_width=4 * model.d_model, kv_heads=model.n_head)
+                tie_embeddings=True, mlp_width=4 * model.d_model, kv_heads=model.n_head,
+                qk_norm=False, head_dim=0, rope_scaling="none")
   else:
     want = dict(common, pos="rope", norm="rms", mlp="swiglu", use_bias=False)
   for key, value in want.items():
@@ -215,11 +309,15 @@ def export_type(model: GPT, model_type: str | None) -> str:
       raise ConfigError(f"model.sliding_window: a GPT-2 checkpoint has no window, got "
                         f"{model.sliding_window}")
     return "gpt2"
-  model_type = model_type or ("qwen2" if model.qkv_bias else
+  model_type = model_type or ("qwen3" if model.qk_norm else "qwen2" if model.qkv_bias else
                               "mistral" if model.sliding_window else "llama")
   if model.sliding_window and model_type == "llama":
     raise ConfigError(f"model.sliding_window: a llama checkpoint has no window (export as "
                       f"mistral or qwen2), got {model.sliding_window}")
+  if model.qk_norm != (model_type == "qwen3"):
+    raise ConfigError(f"model.qk_norm: {model_type} checkpoints have "
+                      f"{'' if model_type == 'qwen3' else 'no '}per-head query/key RMSNorms, got "
+                      f"{model.qk_norm}")
   if model.qkv_bias != (model_type == "qwen2"):
     raise ConfigError(f"model.qkv_bias: {model_type} checkpoints have "
                       f"{'' if model_type == 'qwen2' else 'no '}query/key/value biases, got "
@@ -241,17 +339,20 @@ def hf_config(model: GPT, model_type: str) -> dict:
          "intermediate_size": model.mlp_width, "num_hidden_layers": model.n_layer,
          "num_attention_heads": model.n_head, "num_key_value_heads": model.kv_heads,
          "hidden_act": "silu", "max_position_embeddings": model.block_size,
-         "rms_norm_eps": model.epsilon, "rope_theta": model.rope_theta, "rope_scaling": None,
-         "tie_word_embeddings": model.tie_embeddings, "torch_dtype": "float32"}
+         "rms_norm_eps": model.epsilon, **_rope_config(model),
+         "head_dim": model.head_width, "tie_word_embeddings": model.tie_embeddings,
+         "torch_dtype": "float32"}
   window = model.sliding_window or None
-  if model_type == "qwen2":
+  if model_type in ("qwen2", "qwen3"):
     cfg.update(use_sliding_window=bool(window), sliding_window=window,
                max_window_layers=0 if window else model.n_layer, layer_types=[
                    "sliding_attention" if window else "full_attention"] * model.n_layer)
-  else:
-    cfg.update(head_dim=model.d_model // model.n_head, attention_bias=False, mlp_bias=False)
-    if model_type == "mistral":
-      cfg["sliding_window"] = window
+  if model_type != "qwen2":
+    cfg["attention_bias"] = False
+  if model_type in ("llama", "mistral"):
+    cfg["mlp_bias"] = False
+  if model_type == "mistral":
+    cfg["sliding_window"] = window
   return cfg
 
 
@@ -272,7 +373,8 @@ def _table(model: GPT, model_type: str):
                           (f,), (f, d), (d,))))
     layer, prefix = _GPT2_LAYER, "h.{i}."
   else:
-    q, kv = d, model.kv_heads * (d // model.n_head)
+    k = model.head_width
+    q, kv = model.n_head * k, model.kv_heads * k
     top = {"model.embed_tokens.weight": (("wte", "embedding"), (v, d)),
            "model.norm.weight": (("ln_f", "scale"), (d,))}
     if not model.tie_embeddings:
@@ -285,6 +387,8 @@ def _table(model: GPT, model_type: str):
     if model.qkv_bias:
       per_layer.update({"self_attn.q_proj.bias": (q,), "self_attn.k_proj.bias": (kv,),
                         "self_attn.v_proj.bias": (kv,)})
+    if model.qk_norm:
+      per_layer.update({"self_attn.q_norm.weight": (k,), "self_attn.k_norm.weight": (k,)})
     layer = [row for row in _LLAMA_LAYER if row[1][0] in per_layer]
     prefix = "model.layers.{i}."
   shapes = {name: shape for name, (_, shape) in top.items()}

@@ -88,13 +88,15 @@ def resolve_sites(patterns, sites) -> tuple[str, ...]:
 
 
 def site_widths(model) -> dict[str, tuple[int, int]]:
-  """(D_in, D_out) of each adaptable site of a transformer `model` (D width, H K = D query
-  features, N K key/value features, F = `mlp_width`; SwiGLU's c_fc is [gate, up], 2 F wide)."""
-  d, k = model.d_model, model.d_model // model.n_head
+  """(D_in, D_out) of each adaptable site of a transformer `model` (D width, H K query features
+  (= D unless head_dim is set), N K key/value features, F = `mlp_width`; SwiGLU's c_fc is
+  [gate, up], 2 F wide)."""
+  d, k = model.d_model, model.head_width
   f = model.mlp_width
   f_in = 2 * f if model.mlp == "swiglu" else f
-  return {"attn/q": (d, d), "attn/k": (d, model.kv_heads * k), "attn/v": (d, model.kv_heads * k),
-          "attn/o": (d, d), "mlp/c_fc": (d, f_in), "mlp/c_proj": (f, d)}
+  q = model.n_head * k
+  return {"attn/q": (d, q), "attn/k": (d, model.kv_heads * k), "attn/v": (d, model.kv_heads * k),
+          "attn/o": (q, d), "mlp/c_fc": (d, f_in), "mlp/c_proj": (f, d)}
 
 
 def check_rank(model) -> None:
@@ -178,7 +180,7 @@ def merge(model, params) -> tuple[Any, dict]:
   if spec is None:
     return model, params
   h, n = model.n_head, model.kv_heads
-  k = model.d_model // h
+  k = model.head_width
   self_attn = {"q": ("c_attn", 0, h * k), "k": ("c_attn", h * k, n * k),
                "v": ("c_attn", (h + n) * k, n * k)}
   cross_attn = {"q": ("q_proj", 0, h * k), "k": ("kv_proj", 0, n * k),

@@ -65,6 +65,9 @@ class TransformerModel(layers.Model):
   # with this probability (kept ones scaled by 1 / (1 - p)); the identity at eval. Off: 0.
   drop_path: float = setting(0.0, UNIT)
   qk_norm: bool = False
+  # K, the width of a query/key/value head: 0 means d_model / n_head; set, the queries are H K
+  # wide whatever D is (Qwen3, Gemma) and the output projection maps H K back to D.
+  head_dim: int = setting(0, NONNEG)
   use_bias: bool = True
   scan_layers: bool = True
   # Layers per scan iteration: > 1 trades a little compile time for fewer loop-carried copies
@@ -79,7 +82,7 @@ class TransformerModel(layers.Model):
 
   # The variants a subclass may switch on (`BlockSpec`): off here.
   rope: ClassVar[bool] = False
-  rope_theta: ClassVar[float] = 10000.0  # the RoPE base
+  rope_spec: ClassVar[attention.RopeSpec] = attention.RopeSpec()  # the RoPE frequencies
   sliding_window: ClassVar[int] = 0  # W > 0: causal attention sees only the W latest tokens
   qkv_bias: ClassVar[bool] = False  # Q/K/V biases even with use_bias off (Qwen2)
   moe_spec: ClassVar[moe.MoeSpec | None] = None
@@ -87,7 +90,7 @@ class TransformerModel(layers.Model):
   lora_spec: ClassVar[lora.LoraSpec | None] = None
 
   def check(self):
-    if self.ssm_spec is None and self.d_model % self.n_head:
+    if self.ssm_spec is None and self.d_model % self.n_head and not self.head_dim:
       fail("model.", "d_model", f"must be divisible by n_head={self.n_head} (heads of equal "
            f"width), got {self.d_model}")
     if self.ssm_spec is None and self.n_head % self.kv_heads:
@@ -99,6 +102,12 @@ class TransformerModel(layers.Model):
     """N, the key/value heads: n_kv_head, or n_head when it is 0 (the one place that reads 0 so;
     the blocks, the KV cache, LoRA, the HF tables and the sharding rules all take N from here)."""
     return self.n_kv_head or self.n_head
+
+  @property
+  def head_width(self) -> int:
+    """K, the head width: head_dim, or d_model / n_head when it is 0 (the one place; the blocks,
+    the KV cache, LoRA and the HF tables take K from here)."""
+    return self.head_dim or self.d_model // self.n_head
 
   @property
   def mlp_width(self) -> int:
@@ -118,6 +127,7 @@ class BlockSpec:
 
   n_head: int
   n_kv_head: int  # N, resolved: the model's kv_heads (never 0 here)
+  head_dim: int  # K, resolved: the model's head_width (never 0 here)
   causal: bool
   n_residual: int  # residual branches in the stack, 2 L: scales the output projections' init
   mlp: str
@@ -128,7 +138,7 @@ class BlockSpec:
   attn_dropout: float
   drop_path: float
   rope: bool
-  rope_theta: float
+  rope_spec: attention.RopeSpec
   sliding_window: int
   qk_norm: bool
   use_bias: bool
@@ -144,10 +154,11 @@ class BlockSpec:
 
   @classmethod
   def of(cls, model: TransformerModel) -> BlockSpec:
-    """`model`'s attributes of the same names, with N and F resolved (`kv_heads`, `mlp_width`);
+    """`model`'s attributes of the same names, with N, K and F resolved (`kv_heads`,
+    `head_width`, `mlp_width`);
     n_residual = 2 L (attention and MLP per block)."""
-    derived = dict(n_kv_head=model.kv_heads, mlp_hidden=model.mlp_width,
-                   n_residual=2 * model.n_layer)
+    derived = dict(n_kv_head=model.kv_heads, head_dim=model.head_width,
+                   mlp_hidden=model.mlp_width, n_residual=2 * model.n_layer)
     return cls(**{f.name: getattr(model, f.name) for f in dataclasses.fields(cls)
                   if f.name not in derived}, **derived)
 
@@ -235,7 +246,8 @@ class Block(nn.Module):
       attn = attention.MultiHeadAttention(
           n_head=cfg.n_head, n_kv_head=cfg.n_kv_head, causal=cfg.causal,
           window=cfg.sliding_window, qk_norm=cfg.qk_norm, rope=cfg.rope,
-          rope_theta=cfg.rope_theta, use_bias=cfg.use_bias, qkv_bias=cfg.qkv_bias,
+          rope_spec=cfg.rope_spec, head_dim=cfg.head_dim, qk_epsilon=cfg.epsilon,
+          use_bias=cfg.use_bias, qkv_bias=cfg.qkv_bias,
           attn_dropout=cfg.attn_dropout, impl=cfg.attn_impl, kernel_init=cfg.kernel_init,
           out_init=cfg.out_init, lora=cfg.lora_spec, dtype=cfg.dtype,
           param_dtype=cfg.param_dtype, name="attn")
