@@ -27,7 +27,9 @@ STOP_AT_VAR = "JAXDL_STOP_AT"
 # The milestones, in a `jaxdl train`'s order: the CLI's first act, the library about to be
 # imported (the signal is met while jax loads), the experiment's config loaded, the workdir
 # locked, the first step dispatched. (`jaxdl sweep`: start, importing, config.)
-MILESTONES = ("start", "importing", "config", "locked", "step")
+# A command's start: the CLI's first act, the library's import, its config read, its workdir (a
+# sweep's directory) locked, then a run's first step or a sweep's first runs launched.
+MILESTONES = ("start", "importing", "config", "locked", "step", "launched")
 
 
 class Stopped(BaseException):

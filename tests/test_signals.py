@@ -70,7 +70,7 @@ TRAIN = ["moons_mlp", "--no-progress", "--set", "train.plot=False", "--set",
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-@pytest.mark.parametrize("milestone", MILESTONES)
+@pytest.mark.parametrize("milestone", [m for m in MILESTONES if m != "launched"])  # a sweep's
 def test_train_stopped_at_each_moment_to_its_first_step_says_so_in_one_line(milestone, signum,
                                                                            tmp_path):
   """From the CLI's first act to the first step: exit 0 after SIGTERM, 130 after SIGINT, one
@@ -93,21 +93,44 @@ def test_train_stopped_at_each_moment_to_its_first_step_says_so_in_one_line(mile
       assert out == ""
 
 
-@pytest.mark.parametrize("milestone, signum", [
-    ("start", signal.SIGTERM), ("start", signal.SIGINT), ("config", signal.SIGTERM),
-    ("config", signal.SIGINT)], ids=lambda x: getattr(x, "name", x))
-def test_sweep_stopped_before_it_starts_says_so_in_one_line(milestone, signum, tmp_path):
-  """`jaxdl sweep` goes through the same handler: stopped before its scheduler starts (at the
-  CLI's first act, once the experiment and grid are read; the moment while jax loads is the
-  CLI's, before any command, tested with train), SIGTERM exits 0, SIGINT 130, in one line, and
-  no sweep directory is made."""
+SWEEP = ["sweep", "moons_mlp", "--grid", "optim.lr=0.1,0.2", "--jobs", "2", "--set",
+         "train.plot=False"]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("milestone", ["start", "importing", "config", "locked", "launched"])
+def test_sweep_stopped_at_each_moment_to_its_runs_start_says_so_in_one_line(milestone, signum,
+                                                                           tmp_path):
+  """`jaxdl sweep` goes through the same handler, at five moments: the CLI's first act, while
+  jax loads, once the experiment and grid are read, once it holds its directory's lock, and
+  once it has launched its first runs. SIGTERM exits 0, SIGINT 130, in one line, and no lock is
+  left. Before the lock nothing is written (no sweep directory); after it, every run is recorded
+  as stopped, resumable (never failed), its log without a traceback."""
   out_dir = tmp_path / "s"
-  code, out, err = _jaxdl(milestone, signum, "sweep", "moons_mlp", "--grid",
-                          "optim.lr=0.1,0.2", "--out", str(out_dir))
+  code, out, err = _jaxdl(milestone, signum, *SWEEP, "--out", str(out_dir))
   assert code == (130 if signum == signal.SIGINT else 0), err
-  assert "started; nothing written" in _one_stop_line(err.replace("jaxdl: sweep ", "jaxdl: "),
-                                                      signum), err
-  assert out == "" and not out_dir.exists()
+  if milestone in ("locked", "launched"):  # the sweep's own progress lines come first
+    assert "Traceback" not in err, err
+    err = err.strip().splitlines()[-1]
+  line = _one_stop_line(err.replace("jaxdl: sweep ", "jaxdl: "), signum)
+  if milestone in ("start", "importing", "config"):
+    assert "nothing written" in line, err
+    assert out == "" and not out_dir.exists()
+    return
+  assert "rerun" in line, err  # how to resume
+  assert not (out_dir / ".lock").exists()
+  runs = json.loads((out_dir / "sweep.json").read_text())["runs"]
+  assert len(runs) == 2 and all(r["status"] != "failed" for r in runs.values()), runs
+  if milestone == "locked":  # stopped before it started any run
+    assert all(r["attempts"] == 0 for r in runs.values()), runs
+    return
+  for name, r in runs.items():
+    assert r["attempts"] == 1 and r["status"] == "pending", (name, r)
+    assert not (out_dir / "runs" / name / ".lock").exists()
+    # Stopped at whatever point of its start the signal met it (the interpreter's own start
+    # included, where it dies by the signal): never a traceback, never a failure.
+    log = (out_dir / "logs" / f"{name}.log").read_text()
+    assert "Traceback" not in log, log
 
 
 NESTED = """

@@ -225,7 +225,7 @@ _HOW = {"1": "finishes", "2": "fails", "3": "stopped", "4": "vanishes-once", "5"
     ("1,2", 1, "1 run failed: train.steps=2,seed=0"),
     ("1,3", 1, "1 run left unfinished (rerun the same command to resume): train.steps=3"),
     ("5", 1, "1 run left unfinished (rerun the same command to resume): train.steps=5"),
-    ("6", 0, "jaxdl: sweep stopped by SIGTERM; its runs saved their current step"),
+    ("6", 0, "jaxdl: sweep stopped by SIGTERM; the runs it started saved their current step"),
 ])
 def test_the_exit_code_says_how_the_runs_ended(steps, code, says, tmp_path, capsys,
                                                monkeypatch):

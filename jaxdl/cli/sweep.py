@@ -208,7 +208,7 @@ def main(args) -> None:
   else:
     def hint(ended):
       del ended
-      return "its runs saved their current step (rerun the same command to resume)"
+      return "the runs it started saved their current step (rerun the same command to resume)"
   return _launch(args, "-sweep", run, judge, "sweep", hint)
 
 

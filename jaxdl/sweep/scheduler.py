@@ -42,6 +42,7 @@ import sys
 import time
 from typing import Callable, Protocol
 
+from jaxdl import stop_signals
 from jaxdl.stop_signals import Preemption
 from jaxdl.sweep import index as jindex
 from jaxdl.sweep.slots import Slot, child_env
@@ -104,6 +105,7 @@ def invocation(sweep_dir: pathlib.Path, subdirs=("logs", "runs")):
   for sub in subdirs:
     (sweep_dir / sub).mkdir(parents=True, exist_ok=True)
   with sweep_lock(sweep_dir), Preemption() as preempt, preempt.polled():
+    stop_signals.reached("locked")
     yield preempt
 
 
@@ -275,8 +277,12 @@ def execute(sweep_dir: pathlib.Path, plan, index: dict, source: Source, slots: l
         if leave:
           left = True
           return preempt.requested
+        # Each run is stopped by SIGTERM, the preemption every `jaxdl` command handles from its
+        # first instruction, whichever signal stopped the sweep (which still exits by its own):
+        # a run met while its interpreter starts dies of SIGTERM silently, where Python's
+        # default SIGINT handler would print a KeyboardInterrupt traceback into its log.
         for a in active.values():
-          a.stop(preempt.requested)
+          a.stop("SIGTERM")
       else:
         pairs = []
         for i, slot in enumerate(slots):
@@ -289,6 +295,7 @@ def execute(sweep_dir: pathlib.Path, plan, index: dict, source: Source, slots: l
           for (i, _, _), a in zip(pairs, launch([(name, slot) for _, name, slot in pairs])):
             active[i] = a
             source.started(a)
+          stop_signals.reached("launched")
         if once:
           left = True
           return "submitted"
