@@ -253,6 +253,8 @@ def _apply_override(config: ml_collections.ConfigDict, key: str, text: str) -> N
     value = list(value)
   if isinstance(value, str) and expected in (int, float, bool):
     raise ConfigError(f"{key}: expected {expected.__name__}, got {text!r}")
+  if expected is str and isinstance(value, (bool, int, float)):
+    value = text.strip()  # a name that reads as a literal ('true', '1'): the key's check judges it
   try:
     node[leaf] = value
   except TypeError:

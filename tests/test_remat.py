@@ -55,6 +55,8 @@ def test_policies_are_the_jax_ones():
     ("model.remat='sometimes'", "model.remat: expected one of 'none', 'full', 'dots', "
                                 "'dots_no_batch', 'offload', got 'sometimes'"),
     ("model.remat='offload'", "model.remat: 'offload' moves saved activations to host memory"),
+    ("model.remat=true", "model.remat: is a policy name now ('none', 'full', 'dots', "
+                         "'dots_no_batch', 'offload'); the old True is 'full', got 'true'"),
 ])
 def test_bad_policy_is_one_line_exit_2_nothing_written(setting, expected, tmp_path, capsys):
   if "offload" in setting and jax.default_backend() != "cpu":

@@ -62,9 +62,10 @@ REMAT_POLICIES: dict[str, Callable | None] = {
 def _remat_message(value) -> str:
   """model.remat's one line; the old on/off switch is named by its new spelling."""
   names = ", ".join(map(repr, REMAT_POLICIES))
-  if isinstance(value, bool):
-    return (f"is a policy name now ({names}); the old {value} is "
-            f"{'full' if value else 'none'!r}, got {value!r}")
+  if isinstance(value, bool) or str(value).lower() in ("true", "false"):
+    on = value if isinstance(value, bool) else value.lower() == "true"
+    return (f"is a policy name now ({names}); the old {on} is "
+            f"{'full' if on else 'none'!r}, got {value!r}")
   return f"expected one of {names}, got {value!r}"
 
 
