@@ -59,7 +59,7 @@ def test_chunked_loss_equals_plain_loss_and_gradient(tie, chunk, packed):
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=0, atol=1e-6), g1, g0)
 
 
-@pytest.mark.parametrize("task,model", [("lm", "rnn_lm"), ("classification", "gpt")])
+@pytest.mark.parametrize("task,model", [("lm", "rnn"), ("classification", "gpt")])
 def test_chunk_without_gpt_lm_is_refused_in_one_line(task, model):
   with pytest.raises(ConfigError, match=r"^train.loss_chunk: chunks the lm task's head .*"
                      r"set train.loss_chunk=0\)$"):
