@@ -16,7 +16,8 @@ the scan's carry. Per token (the same formulas as `jaxdl.train.tasks.next_token_
 The masks, segment rules and means of the `lm` task then apply to these (B, T) arrays unchanged,
 so the loss and its gradient equal the plain ones (to float rounding: the same dot products, cut
 at other places). A T that C does not divide is padded to N C positions, whose outputs are
-dropped. Cost: one more B x T x D x V matmul in the backward (the recomputed logits).
+dropped; a C past T is T. Cost: one more B x T x D x V matmul in the backward (the recomputed
+logits).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def chunked_token_stats(h_BxTxD: jax.Array, w_DxV: jax.Array, y_BxT: jax.Array, 
   at a time (module docstring). `h_BxTxD` and `w_DxV` come in the model's compute dtype; the
   matmul runs in it and its result is cast to fp32, as the model's own head does."""
   b, t, d = h_BxTxD.shape
+  chunk = min(chunk, t)  # a chunk past T would only pad
   n = -(-t // chunk)
   pad = n * chunk - t
   h_NxBxCxD = jnp.pad(h_BxTxD, ((0, 0), (0, pad), (0, 0))).reshape(b, n, chunk, d).swapaxes(0, 1)
