@@ -253,6 +253,8 @@ def _apply_override(config: ml_collections.ConfigDict, key: str, text: str) -> N
     value = list(value)
   if isinstance(value, str) and expected in (int, float, bool):
     raise ConfigError(f"{key}: expected {expected.__name__}, got {text!r}")
+  if expected is str and isinstance(value, (bool, int, float)):
+    value = text.strip()  # a name that reads as a literal ('true', '1'): the key's check judges it
   try:
     node[leaf] = value
   except TypeError:
@@ -301,6 +303,9 @@ class TrainSettings(Settings):
   precision: str = setting("fp32", one_of("fp32", "bf16", "fp16"))
   label_smoothing: float = setting(0.0, UNIT)  # s: targets (1 - s) onehot(y) + s / K
   z_loss: float = setting(0.0, NONNEG)   # c: lm tasks add c * mean (log Z)^2 (PaLM); 0 off
+  # C > 0: the lm loss over C-position chunks of GPT's hidden states, never holding the
+  # B x T x V logits (jaxdl.train.chunked_loss); the same loss and gradient. 0: off.
+  loss_chunk: int = setting(0, NONNEG)
   grad_accum: int = setting(1, at_least(1))   # N microbatches per update
   async_checkpoint: bool = True
   plot: bool = True

@@ -411,7 +411,14 @@ def parse_section(section, schema, *, default: str | None = None, strict: bool =
     elif key in own:
       if value is None and meta.none_is_default:
         continue  # a placeholder of the registry's section: the class's default
-      kwargs[key] = coerce(meta.prefix + key, value, own[key])
+      try:
+        kwargs[key] = coerce(meta.prefix + key, value, own[key])
+      except ConfigError:
+        owner = getattr(cls, "model_class", cls)  # a builder function names its class
+        check = _check_of(owner, key) if isinstance(owner, type) else None
+        if check is None or not callable(check.message):
+          raise
+        fail(meta.prefix, key, check.message(value))  # a check that explains a wrong type too
     elif registry is not None and any(key in hints(c) for c in registry.values()):
       if strict and value is not None and meta.off_values.get(key, object()) != value:
         raise ConfigError(_refusal(meta, name, key, value, registry))

@@ -130,3 +130,29 @@ def test_the_readme_copies_the_xla_cpu_gain_from_the_seam_docstring():
   with_s, without_s, ratio = stated.groups()
   assert f"{with_s} vs {without_s} s a step, {ratio}x" in readme
   assert float(ratio) < 0.9  # the bar a workaround must clear to stay
+
+
+def test_the_memory_bench_rows_and_the_readme_copy_its_docstring(monkeypatch):
+  """`jaxdl bench --only memory`'s rows from given bytes (the compiles are the bench's, not the
+  suite's): each variant over the plain step, and the chunked loss's saving over the logits'
+  bytes; the README states the ratios the bench docstring says it measured."""
+  import pathlib
+  import re
+  from jaxdl.bench import memory
+  logits = memory.ROWS * memory.SEQ * memory.MODEL["vocab_size"] * 4
+  r = {"model": memory.MODEL, "seq": memory.SEQ, "chunk": memory.CHUNK, "backend": "cpu",
+       "logits_bytes": logits,
+       "by_variant": {"plain": {"temp": 4 * logits}, "chunked loss": {"temp": 3 * logits},
+                      "remat full": {"temp": 5 * logits}}}
+  monkeypatch.setattr(memory, "bench_memory", lambda: r)
+  _, rows = bench.REGISTRY["memory"]({})
+  assert [(row["ratio"], row["met"]) for row in rows] == [(0.75, True), (1.25, False),
+                                                          (1.0, True)]
+  stated = dict(re.findall(r"^  (remat \w+|chunked loss)\s+([\d.]+)x", memory.__doc__, re.M))
+  assert sorted(stated) == ["chunked loss", "remat dots", "remat dots_no_batch", "remat full"]
+  readme = " ".join((pathlib.Path(__file__).resolve().parent.parent / "README.md").read_text()
+                    .split())
+  saved = re.search(r"chunked loss\s+[\d.]+x\s+\(saves [\d.]+ GB: ([\d.]+)x", memory.__doc__)[1]
+  assert (f"`train.loss_chunk=512` {stated['chunked loss']}x (saves {saved}x the logits' bytes); "
+          f"`model.remat` full {stated['remat full']}x, dots {stated['remat dots']}x, "
+          f"dots_no_batch {stated['remat dots_no_batch']}x") in readme

@@ -103,7 +103,7 @@ def test_causality_through_gradients(kw, tiny):
 
 def test_scan_vs_unrolled_and_remat_vs_plain(tiny):
   m, p = tiny
-  unrolled, remat = _model(scan_layers=False), _model(remat=True)
+  unrolled, remat = _model(scan_layers=False), _model(remat="full")
   p_unrolled = transformer.unstack_layers(p, m.n_layer)
   shapes = jax.eval_shape(lambda: unrolled.init(jax.random.key(0), TOK, train=False))["params"]
   assert jax.tree.map(jnp.shape, shapes) == jax.tree.map(jnp.shape, p_unrolled)

@@ -19,7 +19,7 @@ CONFIGS = {
     "attention_rope": dict(pos="rope"),
     "ssm": dict(mixer="ssm"),
     "ssm_xavier_2_layers_unrolled_remat": dict(mixer="ssm", init_name="xavier", n_layer=2,
-                                               scan_layers=False, remat=True),
+                                               scan_layers=False, remat="full"),
     "moe": dict(moe_experts=4, moe_top_k=2, moe_capacity=2.0),
     "ssm_moe": dict(mixer="ssm", init_name="xavier", n_layer=2, moe_experts=4, moe_top_k=2,
                     moe_capacity=2.0),

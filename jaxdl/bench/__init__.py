@@ -44,6 +44,10 @@ be shared and noisy; absolute numbers are printed but only ratios are judged):
   tensor      the compiled GPT step's per-device argument and temporary bytes at tensor 2 and 4
               vs 1 on 4 CPU devices (arguments = the sharding plan's bytes, ~1/T; temporaries
               fall; `jaxdl.bench.tensor`).
+  memory      the compiled GPT train step's temporary bytes at T = 4096 (vocabulary 32768) with
+              the chunked lm loss (`train.loss_chunk`; the B x T x V logits gone: the saving
+              >= the logits' bytes) and with each `model.remat` policy, vs the plain step
+              (each < 1; `jaxdl.bench.memory`; offload only on an accelerator).
   startup     a whole `jaxdl train EXP:smoke` process's CPU seconds with the library's heap
               frozen after its imports (`jaxdl.cli.load_library_frozen`) vs without (< 1;
               `jaxdl.bench.startup`).
@@ -55,7 +59,8 @@ be shared and noisy; absolute numbers are printed but only ratios are judged):
 
 The whole bench took 1006 s (about 17 minutes, 1562 CPU-s) on an idle 2-core CPU without torch
 (session 17; the README copies this figure); `init` (since removed) took 109 s alone; `hf_load`,
-added since, takes 90 s alone (58 s writing the 1b checkpoint, 8-21 s loading it).
+added since, takes 90 s alone (58 s writing the 1b checkpoint, 8-21 s loading it); `memory`,
+added since, 57 s alone (35 CPU-s: six compiles of a T = 4096 step).
 """
 
 from __future__ import annotations
@@ -375,6 +380,28 @@ def _tensor(ctx):
     ratio = m["temp"] / one["temp"]
     rows.append(_row("tensor", f"per-device temporary bytes, tensor {t} vs 1", m["temp"],
                      one["temp"], ratio, "< 1", ratio < 1, "B"))
+  return r, rows
+
+
+@register_bench("memory")
+def _memory(ctx):
+  from jaxdl.bench import memory
+  del ctx
+  r = memory.bench_memory()
+  by, logits = r["by_variant"], r["logits_bytes"]
+  plain = by["plain"]["temp"]
+  where = f"GPT T {r['seq']}, V {r['model']['vocab_size']}, {r['backend']}"
+  rows = []
+  for label, x in by.items():
+    if label == "plain":
+      continue
+    ratio = x["temp"] / plain
+    rows.append(_row("memory", f"temporary bytes, {label} vs plain step ({where})", x["temp"],
+                     plain, ratio, "< 1", ratio < 1, "B"))
+  saved = plain - by["chunked loss"]["temp"]
+  rows.append(_row("memory", f"bytes the chunked loss saves vs the B x T x V fp32 logits "
+                   f"(chunk {r['chunk']})", saved, logits, saved / logits, ">= 1",
+                   saved >= logits, "B"))
   return r, rows
 
 

@@ -49,7 +49,10 @@ class GPT(transformer.TransformerModel):
   documents (module docstring). `start` (int (B,)) is left padding, for batches of prompts of
   different lengths: row b's text begins at index start[b], so token i of it sits at position
   pos + i - start[b] and no token attends to an index before start[b] (cached or not; the
-  padding's own outputs are meaningless). The defaults are GPT-2's architecture choices.
+  padding's own outputs are meaningless). With `hidden=True` it returns `(h, w)` instead of
+  the logits: the final hidden states h (B, T, D) and the unembedding w (D, V), both in the
+  compute dtype, logits = h w (cast to fp32), for a loss that never holds all B x T x V of them
+  (`jaxdl.train.chunked_loss`). The defaults are GPT-2's architecture choices.
   """
 
   vocab_size: int = setting(256, POSITIVE)
@@ -160,18 +163,18 @@ class GPT(transformer.TransformerModel):
                          lora.resolve_sites(self.lora_targets, sites))
 
   def __call__(self, x, *, train: bool, cache=None, pos=0, segment_ids=None, positions=None,
-               start=None):
+               start=None, hidden: bool = False):
     forward = GPT.forward
     if self.lora_rank and not self.is_initializing():
       # The base is frozen: read through stop_gradient, its parameters' gradients are symbolic
       # zeros, so the backward pass computes no weight gradient but the adapters'.
       forward = nn.map_variables(forward, "params", trans_in_fn=lora.freeze_base, mutable=False)
     return forward(self, x, train=train, cache=cache, pos=pos, segment_ids=segment_ids,
-                   positions=positions, start=start)
+                   positions=positions, start=start, hidden=hidden)
 
   @nn.compact
   def forward(self, x, *, train: bool, cache=None, pos=0, segment_ids=None, positions=None,
-              start=None):
+              start=None, hidden: bool = False):
     """The forward pass of `__call__` (which freezes the base parameters under LoRA)."""
     chex.assert_rank(x, 2, custom_message=f"{self.name or 'GPT'}: tokens must be int (B, T)")
     if not jnp.issubdtype(x.dtype, jnp.integer):
@@ -212,13 +215,21 @@ class GPT(transformer.TransformerModel):
     x_BxTxD, new_cache = transformer.apply_blocks(self, x_BxTxD, train=train, cache=cache,
                                                   pos=pos, mask=mask, positions=positions,
                                                   segment_ids=segment_ids)
+    if hidden and cache is not None:
+      raise ValueError("GPT: hidden=True is for a training loss; cached decoding returns logits")
     if self.tie_embeddings:
+      if hidden:  # wte.attend's matmul: both operands in the compute dtype
+        return x_BxTxD.astype(self.dtype), jnp.asarray(wte.embedding, self.dtype).T
       logits_BxTxV = wte.attend(x_BxTxD)
     else:
-      logits_BxTxV = nn.Dense(self.vocab_size, use_bias=False, dtype=self.dtype,
-                              param_dtype=self.param_dtype,
-                              kernel_init=layers.get_initializer(self.init_name), name="lm_head")(
-                                  x_BxTxD)
+      head = nn.Dense(self.vocab_size, use_bias=False, dtype=self.dtype,
+                      param_dtype=self.param_dtype,
+                      kernel_init=layers.get_initializer(self.init_name), name="lm_head")
+      if hidden:  # a call on no positions binds (or creates) the kernel and computes nothing
+        head(x_BxTxD[:, :0])
+        return (x_BxTxD.astype(self.dtype),
+                jnp.asarray(head.variables["params"]["kernel"], self.dtype))
+      logits_BxTxV = head(x_BxTxD)
     logits_BxTxV = logits_BxTxV.astype(jnp.float32)
     return logits_BxTxV if cache is None else (logits_BxTxV, new_cache)
 

@@ -22,7 +22,13 @@ attributes.
 The stack (`stack_blocks`, written once for every block kind: GPT's and ViT's `Block`, DiT's
 adaLN block): with `scan_layers` the L blocks are one `nn.scan` (params under 'h' with a leading
 L axis), so compile time does not grow with depth; unrolled they are 'h_0' .. 'h_{L-1}'; with
-`remat` each block's activations are recomputed in the backward pass.
+`remat` (a policy, `REMAT_POLICIES`) each block's activations are recomputed in the backward pass
+but those the policy saves: 'none' saves all (no recomputation), 'full' none of them (memory per
+block ~ its input x_BxTxD, compute ~ one more forward), 'dots' the matmul outputs (recomputes the
+elementwise ops, norms, softmax), 'dots_no_batch' the matmuls without batch dimensions (the
+projections and MLP, not attention's batched QK^T / AV, so no B x H x T x T is kept), 'offload'
+those same dots moved to host memory (an accelerator's pinned host; refused on the CPU backend,
+whose device memory is the host's).
 Patch embedding (`patch_embed`, ViT's and DiT's): x_BxTxD = patchify(x_BxHxWxC) W + b with W
 (Q, D), T = H W / P^2 patches row-major, each flattened as (P, P, C): a P x P convolution of
 stride P written as one matmul, whose layout `unpatchify` inverts.
@@ -39,9 +45,28 @@ import jax
 import jax.numpy as jnp
 
 from jaxdl.models import attention, layers, lora, moe, ssm
-from jaxdl.schema import NONNEG, POSITIVE, UNIT, fail, one_of, setting
+from jaxdl.schema import NONNEG, POSITIVE, UNIT, Check, fail, one_of, setting
 
 Dtype = Any
+
+# model.remat -> the `jax.checkpoint` policy of each block (None: no remat; 'full' saves nothing).
+REMAT_POLICIES: dict[str, Callable | None] = {
+    "none": None,
+    "full": jax.checkpoint_policies.nothing_saveable,
+    "dots": jax.checkpoint_policies.checkpoint_dots,
+    "dots_no_batch": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
+    "offload": jax.checkpoint_policies.offload_dot_with_no_batch_dims("device", "pinned_host"),
+}
+
+
+def _remat_message(value) -> str:
+  """model.remat's one line; the old on/off switch is named by its new spelling."""
+  names = ", ".join(map(repr, REMAT_POLICIES))
+  if isinstance(value, bool) or str(value).lower() in ("true", "false"):
+    on = value if isinstance(value, bool) else value.lower() == "true"
+    return (f"is a policy name now ({names}); the old {on} is "
+            f"{'full' if on else 'none'!r}, got {value!r}")
+  return f"expected one of {names}, got {value!r}"
 
 
 class TransformerModel(layers.Model):
@@ -73,7 +98,8 @@ class TransformerModel(layers.Model):
   # Layers per scan iteration: > 1 trades a little compile time for fewer loop-carried copies
   # (the params stay stacked under 'h' either way, so checkpoints do not change).
   scan_unroll: int = setting(1, POSITIVE)
-  remat: bool = False
+  # Rematerialization policy of every block (module docstring; `REMAT_POLICIES`).
+  remat: str = setting("none", Check(lambda v: v in REMAT_POLICIES, _remat_message))
   attn_impl: str = setting("auto", one_of(*attention.ATTN_IMPLS))
   init_name: str = setting("gpt2", one_of(*layers.INIT_NAMES))
   epsilon: float = setting(1e-5, POSITIVE)
@@ -90,6 +116,10 @@ class TransformerModel(layers.Model):
   lora_spec: ClassVar[lora.LoraSpec | None] = None
 
   def check(self):
+    if self.remat == "offload" and jax.default_backend() == "cpu":
+      fail("model.", "remat", "'offload' moves saved activations to host memory, and the cpu "
+           "backend's device memory is the host's; use 'dots_no_batch' (the same saved dots, "
+           "kept), got 'offload'")
     if self.ssm_spec is None and self.d_model % self.n_head and not self.head_dim:
       fail("model.", "d_model", f"must be divisible by n_head={self.n_head} (heads of equal "
            f"width), got {self.d_model}")
@@ -278,12 +308,16 @@ def stack_blocks(model: TransformerModel, block: type[nn.Module], x_BxTxD, *args
   one slice per layer along its leading axis (a KV cache), None when every block gets it whole
   (positions, a mask, DiT's condition). Call inside `model`'s compact method: the params land
   in its scope, one `nn.scan` 'h' (leading L axis) with `scan_layers` or 'h_0' .. 'h_{L-1}';
-  `remat` recomputes each block's activations in the backward pass; `scan_unroll` layers run per
-  scan iteration. The one stack every transformer of jaxdl runs (GPT, ViT, DiT).
+  `remat` is the block's `jax.checkpoint` policy (`REMAT_POLICIES`), applied once here for every
+  stack; `scan_unroll` layers run per scan iteration. The one stack every transformer of jaxdl
+  runs (GPT, ViT, DiT).
   """
   cfg, n_layer = model.block_spec, model.n_layer
   # CSE across the unrolled blocks would undo the recomputation; inside a scan there is none.
-  block_cls = nn.remat(block, prevent_cse=not model.scan_layers) if model.remat else block
+  block_cls = block
+  if model.remat != "none":
+    block_cls = nn.remat(block, prevent_cse=not model.scan_layers,
+                         policy=REMAT_POLICIES[model.remat])
   if model.scan_layers:
     stack = nn.scan(block_cls, variable_axes={"params": 0, moe.AUX: 0, "watch": 0},
                     split_rngs={"params": True, "dropout": True},

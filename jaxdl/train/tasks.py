@@ -39,7 +39,9 @@ Losses (B batch, K classes, T time, V vocabulary):
                   batch's sum w as training does); accuracy, bits per byte (over the scored
                   targets' bytes, `jaxdl.data.packing`) and the z-loss are weighted by w alike.
                   This is the one masked LM loss (the task 'lm_masked' it replaces computed the
-                  same numbers)
+                  same numbers). With `train.loss_chunk` = C > 0 (a GPT) CE, accuracy and log Z
+                  come from `jaxdl.train.chunked_loss` C positions at a time, without the
+                  B x T x V logits; everything above applies to them unchanged
   regression:     mean over output dimensions of e^2, e = prediction - target (MSE); the tasks
                   regression_mae |e| and regression_huber (delta 1: e^2 / 2 for |e| <= 1, else
                   |e| - 1/2, quadratic near 0 and linear for outliers)
@@ -66,6 +68,7 @@ import optax
 from jaxdl.config import TrainSettings, parse_train
 from jaxdl.models import moe
 from jaxdl.models.gnn import Graph
+from jaxdl.train.chunked_loss import chunked_token_stats
 from jaxdl.schema import ConfigError
 
 
@@ -194,6 +197,10 @@ def make_task(config, train: TrainSettings | None = None) -> Task:
   if train.z_loss and not kind.sequence_model:
     raise ConfigError(f"train.z_loss: only language-model tasks add the z-loss, not task "
                       f"{config.task!r}; set train.z_loss=0")
+  if train.loss_chunk and (kind.family is not Family.LM or config.model.get("name") != "gpt"):
+    raise ConfigError(f"train.loss_chunk: chunks the lm task's head over GPT's hidden states; "
+                      f"task {config.task!r} with model {config.model.get('name')!r} has none, "
+                      f"got {train.loss_chunk} (set train.loss_chunk=0)")
   return kind(config, train)
 
 
@@ -320,17 +327,23 @@ def binary(config, train_settings: TrainSettings) -> Task:
 @register_task("lm", Family.LM)
 def language_model(config, train_settings: TrainSettings) -> Task:
   del config
-  z_coef = train_settings.z_loss
+  z_coef, chunk = train_settings.z_loss, train_settings.loss_chunk
 
   def loss_fn(apply_fn, params, model_state, batch, rngs, train):
     # Packed batches (`jaxdl.data.packing`) also carry segment and position ids.
     packed = {k: batch[k] for k in ("segment_ids", "positions") if k in batch}
-    logits_BxTxV, new_state, aux_loss, aux_metrics = apply_model_aux(
-        apply_fn, params, model_state, batch["x"], rngs, train, **packed)
-    logits_BxTxV = logits_BxTxV.astype(jnp.float32)
-    ce_BxT = next_token_ce(logits_BxTxV, batch["y"])
-    correct_BxT = jnp.argmax(logits_BxTxV, -1) == batch["y"]
-    log_z_BxT = jax.nn.logsumexp(logits_BxTxV, axis=-1) if z_coef else None
+    if chunk:
+      (h_BxTxD, w_DxV), new_state, aux_loss, aux_metrics = apply_model_aux(
+          apply_fn, params, model_state, batch["x"], rngs, train, hidden=True, **packed)
+      ce_BxT, correct_BxT, log_z_BxT = chunked_token_stats(h_BxTxD, w_DxV, batch["y"], chunk)
+      log_z_BxT = log_z_BxT if z_coef else None
+    else:
+      logits_BxTxV, new_state, aux_loss, aux_metrics = apply_model_aux(
+          apply_fn, params, model_state, batch["x"], rngs, train, **packed)
+      logits_BxTxV = logits_BxTxV.astype(jnp.float32)
+      ce_BxT = next_token_ce(logits_BxTxV, batch["y"])
+      correct_BxT = jnp.argmax(logits_BxTxV, -1) == batch["y"]
+      log_z_BxT = jax.nn.logsumexp(logits_BxTxV, axis=-1) if z_coef else None
     if "loss_mask" in batch:
       loss, accuracy, rate, z_mean = _response_means(batch, ce_BxT, correct_BxT, log_z_BxT)
     else:

@@ -1,0 +1,66 @@
+"""The chunked `lm` loss (`train.loss_chunk`, `jaxdl.train.chunked_loss`): the same loss,
+metrics and parameter gradient as the plain loss over the full B x T x V logits, computed the
+other way (per chunk of positions, logits recomputed in the backward), in fp32 to 1e-6; tied and
+untied heads, a loss mask, the z-loss, packed documents and a T the chunk does not divide."""
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from jaxdl import models
+from jaxdl.schema import ConfigError
+from jaxdl.train.tasks import make_task
+
+B, T = 2, 15
+
+
+def _task(chunk: int, model: str = "gpt", task: str = "lm", z_loss: float = 1e-3):
+  return make_task(ml_collections.ConfigDict(
+      {"task": task, "model": {"name": model}, "train": {"loss_chunk": chunk, "z_loss": z_loss}}))
+
+
+def _loss_and_grad(tie: bool, chunk: int, batch: dict):
+  model = models.build_model(models.gpt_config("tiny", tie_embeddings=tie))
+  params = model.init(jax.random.key(0), batch["x"], train=False)["params"]
+  rngs = {"dropout": jax.random.key(1)}
+
+  def value_and_grad(task):
+    def loss(p):
+      value, (metrics, _) = task.loss_fn(model.apply, p, {}, batch, rngs, True)
+      return value, metrics
+    return jax.value_and_grad(loss, has_aux=True)(params)
+
+  return jax.jit(lambda: (value_and_grad(_task(0)), value_and_grad(_task(chunk))))()
+
+
+def _batch(packed: bool) -> dict:
+  tok_BxT1 = jax.random.randint(jax.random.key(2), (B, T + 1), 0, 64)
+  batch = {"x": tok_BxT1[:, :-1], "y": tok_BxT1[:, 1:]}
+  if packed:  # documents whose boundaries fall inside chunks
+    seg_BxT = jnp.asarray([[1] * 6 + [2] * 9, [1] * 11 + [2] * 4])
+    pos_BxT = jnp.asarray([[*range(6), *range(9)], [*range(11), *range(4)]])
+    batch.update(segment_ids=seg_BxT, positions=pos_BxT)
+  else:
+    batch["loss_mask"] = (jnp.arange(T)[None] >= jnp.asarray([[3], [9]])).astype(jnp.int32)
+  return batch
+
+
+@pytest.mark.parametrize("tie,chunk,packed", [(True, 4, False), (False, 5, True)])
+def test_chunked_loss_equals_plain_loss_and_gradient(tie, chunk, packed):
+  ((l0, m0), g0), ((l1, m1), g1) = _loss_and_grad(tie, chunk, _batch(packed))
+  assert np.isfinite(float(l0)) and float(l0) > 1.0  # a real CE of an untrained model (ln 64)
+  np.testing.assert_allclose(l1, l0, rtol=0, atol=1e-6)
+  for key in ("accuracy", "z_loss", "bits_per_byte"):
+    np.testing.assert_allclose(m1[key], m0[key], rtol=0, atol=1e-6, err_msg=key)
+  head = "wte" if tie else "lm_head"
+  assert float(jnp.abs(jax.tree.leaves(g0[head])[0]).max()) > 1e-3  # the head is trained
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=0, atol=1e-6), g1, g0)
+
+
+@pytest.mark.parametrize("task,model", [("lm", "rnn"), ("classification", "gpt")])
+def test_chunk_without_gpt_lm_is_refused_in_one_line(task, model):
+  with pytest.raises(ConfigError, match=r"^train.loss_chunk: chunks the lm task's head .*"
+                     r"set train.loss_chunk=0\)$"):
+    _task(4, model=model, task=task, z_loss=0.0)
