@@ -54,11 +54,14 @@ class Check(NamedTuple):
   """A range check: `ok(value)` must hold, else `{prefix}{key}: {message}, got {value!r}`.
 
   `message` may instead be a function of the value returning the whole message (a check that
-  parses, like `data.augment`, says which part failed).
+  parses, like `data.augment`, says which part failed). With `explains_type`, that function also
+  explains a value of the wrong type (a setting whose old spelling was a bool, `model.remat`)
+  instead of the generic "expected T".
   """
 
   ok: Callable[[Any], bool]
   message: str | Callable[[Any], str]
+  explains_type: bool = False
 
 
 POSITIVE = Check(lambda v: v > 0, "must be > 0")
@@ -416,7 +419,7 @@ def parse_section(section, schema, *, default: str | None = None, strict: bool =
       except ConfigError:
         owner = getattr(cls, "model_class", cls)  # a builder function names its class
         check = _check_of(owner, key) if isinstance(owner, type) else None
-        if check is None or not callable(check.message):
+        if check is None or not check.explains_type:
           raise
         fail(meta.prefix, key, check.message(value))  # a check that explains a wrong type too
     elif registry is not None and any(key in hints(c) for c in registry.values()):

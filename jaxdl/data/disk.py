@@ -41,6 +41,7 @@ from jaxdl.data.augment import augment_setting
 from jaxdl.data.prepare import import_pyarrow
 from jaxdl.schema import NONNEG, OPEN_UNIT, POSITIVE, one_of, setting
 from jaxdl.data.registry import DataSource, Source, Split, register_source
+from jaxdl.data.sources import existing_path
 from jaxdl.data.tokenize import Tokenizer, get_tokenizer
 
 
@@ -282,13 +283,6 @@ def _column(table, name: str) -> np.ndarray:
   return a
 
 
-def _existing(path: str) -> str:
-  full = os.path.expanduser(path)
-  if not path or not os.path.exists(full):
-    raise ValueError(f"data.path: not found: {path!r}")
-  return full
-
-
 @register_source("parquet")
 @dataclasses.dataclass(frozen=True)
 class Parquet(Table):
@@ -296,7 +290,7 @@ class Parquet(Table):
 
   def read(self, split: str):
     pa, pq = import_pyarrow(), import_pyarrow("parquet")
-    full = _existing(self.path)
+    full = existing_path(self.path, file=False)
     if os.path.isfile(full):
       if split != self.split:
         raise ValueError(f"data.eval_split: {self.path!r} is one file; name a folder with split "
@@ -321,7 +315,7 @@ class HFDisk(Table):
 
   def read(self, split: str):
     pa = import_pyarrow()
-    full = _existing(self.path)
+    full = existing_path(self.path, file=False)
     if os.path.isfile(os.path.join(full, "dataset_dict.json")):
       with open(os.path.join(full, "dataset_dict.json")) as f:
         splits = json.load(f).get("splits", [])

@@ -29,7 +29,7 @@ import numpy as np
 
 from jaxdl.schema import NONNEG, POSITIVE, setting
 from jaxdl.data.registry import DataSource, Source, Split, register_source
-from jaxdl.data.sources import _info, _read_path
+from jaxdl.data.sources import _info, existing_path
 
 # Zachary's 78 friendships, members numbered 1..34 as in his table.
 _KARATE_EDGES_1 = (
@@ -141,7 +141,7 @@ class GraphNpz(DataSource):
   data_seed: int = 0
 
   def build(self) -> Source:
-    path = _read_path(self.path)
+    path = existing_path(self.path)
     try:
       with np.load(path, allow_pickle=False) as f:
         arrays = {k: np.asarray(f[k]) for k in f.files}

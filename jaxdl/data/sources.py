@@ -278,10 +278,12 @@ class Text(ByteLM):
     return self.windows(train_L, val_L, "max_bytes")
 
 
-def _read_path(path: str) -> str:
+def existing_path(path: str, *, file: bool = True) -> str:
+  """`data.path` with `~` expanded, refused in one line when it names no file (or, `file` False,
+  neither a file nor a folder)."""
   full = os.path.expanduser(path)
-  if not full or not os.path.isfile(full):
-    raise ValueError(f"data.path: file not found: {path!r}")
+  if not path or not (os.path.isfile(full) if file else os.path.exists(full)):
+    raise ValueError(f"data.path: {'file ' if file else ''}not found: {path!r}")
   return full
 
 
@@ -291,7 +293,7 @@ class TextFile(ByteLM):
   path: str = ""  # the file; its last val_frac of bytes is the eval split
 
   def build(self) -> Source:
-    with open(_read_path(self.path), "rb") as f:
+    with open(existing_path(self.path), "rb") as f:
       corpus_L = np.frombuffer(f.read(), dtype=np.uint8)
     cut = len(corpus_L) - int(round(self.val_frac * len(corpus_L)))
     return self.windows(corpus_L[:cut], corpus_L[cut:], "path")
@@ -333,7 +335,7 @@ class Npz(DataSource):
   data_seed: int = 0                           # seeds the holdout permutation
 
   def build(self) -> Source:
-    path, kind = _read_path(self.path), self.kind
+    path, kind = existing_path(self.path), self.kind
     try:
       with np.load(path, allow_pickle=False) as f:
         arrays = {k: np.asarray(f[k]) for k in f.files}

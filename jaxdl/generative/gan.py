@@ -49,6 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxdl.generative import samplers
 from jaxdl.generative.settings import GANSettings
 from jaxdl.models import build_model, layers, register_model
 from jaxdl.optim import ema_params
@@ -224,13 +225,8 @@ def gan(config, train_settings) -> Task:
 
 def make_run_sampler(config, model):
   """`sample(variables, rng, num) -> x_num...`: z ~ N(0, I), one generator call."""
-
-  @functools.partial(jax.jit, static_argnums=2)
-  def sample(variables, rng, num: int):
-    z_BxZ = jax.random.normal(rng, (num, model.latent), jnp.float32)
-    return model.apply(variables, z_BxZ, method=GAN.generate)
-
-  return sample
+  del config  # the generator alone decides
+  return samplers.latent_sampler(model, GAN.generate)
 
 
 def modes_covered(x_Nx2, centres_Mx2, radius: float, min_share: float = 0.25) -> dict:

@@ -332,6 +332,17 @@ def check_labels(y, num, num_classes):
   return jnp.broadcast_to(jnp.asarray(y, jnp.int32), (num,))
 
 
+def latent_sampler(model, method: Callable) -> Callable:
+  """`sample(variables, rng, num) -> x_num...` of a latent-variable model (VAE, GAN): z ~ N(0, I)
+  of shape (num, model.latent), then one network call, `model.apply(..., method=method)`."""
+
+  def sample(variables, rng, num: int):
+    z_BxZ = jax.random.normal(rng, (num, model.latent), jnp.float32)
+    return model.apply(variables, z_BxZ, method=method)
+
+  return jax.jit(sample, static_argnums=2)
+
+
 def make_sampler(apply_fn: Callable, path, *, return_trajectory: bool = False, **settings):
   """Builds a jitted sampler for a denoiser trained on `path`.
 

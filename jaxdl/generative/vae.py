@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdl.generative import samplers
 from jaxdl.generative.settings import VAESettings
 from jaxdl.models import build_model, layers, register_model
 from jaxdl.schema import POSITIVE, ConfigError, each, one_of, parse_section, setting
@@ -187,13 +188,8 @@ def vae(config, train_settings) -> Task:
 
 def make_run_sampler(config, model):
   """`sample(variables, rng, num) -> x_num...`: z ~ N(0, I), then one decoder call (the mean)."""
-
-  @functools.partial(jax.jit, static_argnums=2)
-  def sample(variables, rng, num: int):
-    z_BxZ = jax.random.normal(rng, (num, model.latent), jnp.float32)
-    return model.apply(variables, z_BxZ, method=VAE.mean)
-
-  return sample
+  del config  # the decoder alone decides
+  return samplers.latent_sampler(model, VAE.mean)
 
 
 def run_elbo(model, variables, x, *, batch_size: int | None = None) -> dict:

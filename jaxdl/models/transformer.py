@@ -99,7 +99,8 @@ class TransformerModel(layers.Model):
   # (the params stay stacked under 'h' either way, so checkpoints do not change).
   scan_unroll: int = setting(1, POSITIVE)
   # Rematerialization policy of every block (module docstring; `REMAT_POLICIES`).
-  remat: str = setting("none", Check(lambda v: v in REMAT_POLICIES, _remat_message))
+  remat: str = setting("none", Check(lambda v: v in REMAT_POLICIES, _remat_message,
+                                     explains_type=True))
   attn_impl: str = setting("auto", one_of(*attention.ATTN_IMPLS))
   init_name: str = setting("gpt2", one_of(*layers.INIT_NAMES))
   epsilon: float = setting(1e-5, POSITIVE)
