@@ -157,3 +157,17 @@ def test_unanswered_coordinator_is_a_clear_error(tmp_path):
   assert "did not all connect through coordinator 127.0.0.1:" in err
   assert "within 2 s (JAXDL_DIST_TIMEOUT)" in err
   assert not (tmp_path / "w").exists()
+
+
+def test_no_coordinator_and_no_cluster_is_one_line_exit_2_before_anything_is_written(
+    tmp_path, capsys, monkeypatch):
+  """`--distributed` with nothing to find the coordinator from (no flag, no SLURM / Open MPI /
+  TPU environment): jax's own refusal, before it connects, as one line, exit 2, no workdir."""
+  from jaxdl import cli
+  for var in [v for v in os.environ if v.startswith(("SLURM_", "OMPI_", "TPU_"))]:
+    monkeypatch.delenv(var)
+  workdir = tmp_path / "w"
+  assert cli.main(["train", "moons_mlp:smoke", "--workdir", str(workdir), "--distributed"]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith("jaxdl: error: --distributed: "), err
+  assert "--coordinator HOST:PORT" in err[0] and not workdir.exists()

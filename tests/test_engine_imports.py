@@ -62,9 +62,7 @@ def test_the_walk_finds_a_circle():
 
 
 # Known users of JAX internals outside the seam, each with its reason: cli/distributed.py asks
-# jax's private cluster detectors whether `jax.distributed.initialize()` can find its
-# coordinator (owned by the command line; no public API answers that).
-INTERNALS_ELSEWHERE = {"cli/distributed.py"}
+INTERNALS_ELSEWHERE: set = set()  # none: the seam is the only one
 
 
 def test_jax_internals_are_imported_by_the_xla_cpu_seam_only():

@@ -17,18 +17,6 @@ def add_arguments(parser) -> None:
   dist.add_argument("--process-id", type=int)
 
 
-def cluster_detected() -> bool:
-  """Whether jax.distributed.initialize can find the coordinator itself (SLURM, Open MPI,
-  TPU VMs), using jax's own detectors minus the opt-in ones."""
-  try:
-    from jax._src import clusters
-    return any(env.is_env_present() for env in clusters.ClusterEnv._cluster_types
-               if not getattr(env, "opt_in_only_method", None)
-               and env.__name__ not in ("Mpi4pyCluster", "K8sCluster"))
-  except Exception:  # noqa: BLE001 -- a private API; without it, ask for the flags
-    return False
-
-
 def check(args) -> str | None:
   """Why the multi-host flags cannot work, as one line, or None."""
   n, pid = args.num_processes, args.process_id
@@ -38,14 +26,7 @@ def check(args) -> str | None:
     return "--process-id: needs --num-processes"
   if pid is not None and not 0 <= pid < n:
     return f"--process-id: must be in 0..{n - 1} for --num-processes {n}, got {pid}"
-  if args.coordinator is None and not cluster_detected():
-    return ("--distributed: no --coordinator HOST:PORT given and no cluster environment "
-            "(SLURM, Open MPI, TPU VM) to find one; pass --coordinator, --num-processes and "
-            "--process-id")
-  if args.coordinator is not None and (n is None or pid is None) and not cluster_detected():
-    return ("--coordinator: needs --num-processes and --process-id outside a cluster "
-            "environment")
-  return None
+  return None  # what a cluster environment supplies is known once jax looks (`initialize`)
 
 
 def initialize(args) -> None:
@@ -75,5 +56,12 @@ def initialize(args) -> None:
   watchdog.start()
   try:
     jax.distributed.initialize(**kwargs)
+  except ValueError as e:
+    # jax fills what the flags leave out from a cluster environment (SLURM, Open MPI, TPU VM)
+    # and raises a ValueError, before connecting, for what none supplies.
+    from jaxdl.schema import ConfigError
+    raise ConfigError(f"--distributed: {str(e).splitlines()[0]} (no cluster environment "
+                      "supplies it; pass --coordinator HOST:PORT, --num-processes and "
+                      "--process-id)") from None
   finally:
     watchdog.cancel()
