@@ -82,10 +82,10 @@ def test_bad_exports_are_one_line_exit_2_and_write_nothing(lora_run, tmp_path, c
   assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
-def test_a_full_disk_is_one_line_exit_1_and_leaves_nothing(lora_run, tmp_path, capsys,
+def test_a_full_disk_is_one_line_exit_2_and_leaves_nothing(lora_run, tmp_path, capsys,
                                                            monkeypatch):
   """The disk fills after the first weight file lands (forced: the writer raises ENOSPC then):
-  one line, exit 1, and neither --out nor a temporary directory (nor a parent the export made)
+  one line, exit 2, and neither --out nor a temporary directory (nor a parent the export made)
   is left behind."""
   real = hf.write_safetensors
 
@@ -96,7 +96,7 @@ def test_a_full_disk_is_one_line_exit_1_and_leaves_nothing(lora_run, tmp_path, c
   monkeypatch.setattr(hf, "write_safetensors", full_after_writing)
   for out in (tmp_path / "hf", tmp_path / "new" / "parent" / "hf"):
     capsys.readouterr()
-    assert cli.main(["export", str(lora_run), "--out", str(out)]) == 1
+    assert cli.main(["export", str(lora_run), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
     assert err[0].startswith("jaxdl: error: export: no space left on device: "), err

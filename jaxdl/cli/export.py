@@ -119,7 +119,7 @@ def main(args) -> None:
     raise ConfigError(problem)
   from jaxdl.models import hf, hf_families, lora
   from jaxdl.models.gpt import GPT
-  from jaxdl.train import DiskFailure, load_run
+  from jaxdl.train import load_run
   config, model, variables, step = load_run(workdir, ema=args.ema)
   if not isinstance(model, GPT):
     raise ConfigError(f"{workdir}: model {config.model.get('name')!r} is not the GPT; only a "
@@ -153,7 +153,9 @@ def main(args) -> None:
     shutil.rmtree(staging if created == out.absolute() else created, ignore_errors=True)
     failure = disk_errors.disk_failure(e)
     if failure is not None:
-      raise DiskFailure(f"export: {failure} (nothing written to --out {out})") from e
+      # A full disk is refused like any output that cannot be written (exit 2): the export
+      # changed nothing, and the same command succeeds once there is room.
+      raise ConfigError(f"export: {failure} (nothing written to --out {out})") from e
     raise
   if note:
     print(f"export: {note}")
