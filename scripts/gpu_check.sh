@@ -74,5 +74,5 @@ PY
 # overrides it, and the workers share the GPU's memory instead of each preallocating most of it.
 JAX_PLATFORMS=cuda XLA_PYTHON_CLIENT_PREALLOCATE=false "$PYTHON" -m pytest -n 6 -q -p no:cacheprovider \
   tests/test_gpt.py tests/test_layers.py tests/test_precision.py \
-  tests/test_mixed_precision_train.py tests/test_vit.py tests/test_convert.py \
+  tests/test_mixed_precision_train.py tests/test_vit.py tests/test_hf_families.py \
   tests/test_denoiser.py tests/test_rnn.py tests/test_step.py tests/test_samplers.py
