@@ -162,7 +162,8 @@ def test_unanswered_coordinator_is_a_clear_error(tmp_path):
 def test_no_coordinator_and_no_cluster_is_one_line_exit_2_before_anything_is_written(
     tmp_path, capsys, monkeypatch):
   """`--distributed` with nothing to find the coordinator from (no flag, no SLURM / Open MPI /
-  TPU environment): jax's own refusal, before it connects, as one line, exit 2, no workdir."""
+  TPU environment): one line, exit 2, no workdir, before jax is asked (in this process jax has
+  long computed, which `jax.distributed.initialize` refuses with a RuntimeError of its own)."""
   from jaxdl import cli
   for var in [v for v in os.environ if v.startswith(("SLURM_", "OMPI_", "TPU_"))]:
     monkeypatch.delenv(var)

@@ -3,6 +3,7 @@ whose own failures are C++ aborts or waits on a coordinator that never answers."
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import threading
@@ -26,7 +27,25 @@ def check(args) -> str | None:
     return "--process-id: needs --num-processes"
   if pid is not None and not 0 <= pid < n:
     return f"--process-id: must be in 0..{n - 1} for --num-processes {n}, got {pid}"
-  return None  # what a cluster environment supplies is known once jax looks (`initialize`)
+  if args.coordinator is None and not cluster_may_supply_settings():
+    return ("--distributed: no --coordinator HOST:PORT given and no cluster environment "
+            "(SLURM, Open MPI, TPU VM) to find one; pass --coordinator, --num-processes and "
+            "--process-id")
+  if args.coordinator is not None and (n is None or pid is None) and (
+      not cluster_may_supply_settings()):
+    return ("--coordinator: needs --num-processes and --process-id outside a cluster "
+            "environment")
+  return None
+
+
+def cluster_may_supply_settings() -> bool:
+  """Whether `jax.distributed.initialize()` may find what the flags leave out itself: a SLURM
+  job (SLURM_JOB_ID), an Open MPI launch (OMPI_MCA_orte_hnp_uri) or a Cloud TPU VM (libtpu
+  installed), the environments jax detects. Conservative, from public signs only (jax's
+  detectors are private): where it says yes, jax decides, and its refusal is one line too
+  (`initialize`)."""
+  return ("SLURM_JOB_ID" in os.environ or "OMPI_MCA_orte_hnp_uri" in os.environ
+          or importlib.util.find_spec("libtpu") is not None)
 
 
 def initialize(args) -> None:
