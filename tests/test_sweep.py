@@ -433,6 +433,14 @@ def _holder(workdir, other_than=None, checkpoint=None):
   return pid if scheduler.lock_holder(workdir) else None
 
 
+def _gone(pid: int) -> bool:
+  """Whether the process has exited (a zombie awaiting its reaper included)."""
+  try:
+    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] in "ZX"
+  except OSError:
+    return True
+
+
 def _held(pid: int) -> bool:
   """Whether every thread of the process is stopped (a group stop completes thread by thread: a
   signal sent before it has may be taken by a thread still running)."""
@@ -491,8 +499,12 @@ def test_a_sweep_killed_every_way_reruns_to_the_results_of_its_runs_alone(tmp_pa
 
   sweep = warm_python.Popen(_sweep_cmd(out))
   _wait_for(lambda: _holder(victim, other_than=pid, checkpoint="60"))
-  _stop_once(_holder(victim), lambda: (sweep.kill(), sweep.wait()))
+  pid = _holder(victim)
+  _stop_once(pid, lambda: (sweep.kill(), sweep.wait()))
   _wait_for(lambda: all(scheduler.lock_holder(w) is None for w in runs))
+  # The orphaned run releases its lock before it prints its last lines: wait for its exit (no
+  # one reaps it here, so a zombie counts as gone).
+  _wait_for(lambda: _gone(pid))
   assert not (victim / "summary.json").exists()
   log = (out / "logs" / f"{victim.name}.log").read_text()
   assert log.count("jaxdl: stopped by SIGTERM") == 2, log[-3000:]  # once per stopped attempt
