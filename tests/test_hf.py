@@ -18,7 +18,7 @@ import pytest
 
 from jaxdl import cli
 from jaxdl.data import tokenize
-from jaxdl.models import decoding, hf, hf_families, lora, transformer
+from jaxdl.models import decoding, hf, hf_families, hf_tensors, lora, transformer
 from jaxdl.models.gpt import GPT, PRESETS
 from jaxdl.schema import ConfigError
 
@@ -291,16 +291,16 @@ def test_bad_weights_are_one_line_errors(tmp_path):
                                         r"is missing from [^\n]*$"):
     hf.load_hf(str(d))
   model, params = hf.load_hf(os.path.join(DATA, "qwen2"))
-  tensors = hf_families.to_tensors(params, model, "qwen2")
+  tensors = hf_tensors.to_tensors(params, model, "qwen2")
   del tensors["model.layers.1.self_attn.k_proj.bias"]
   with pytest.raises(ConfigError,
                      match=r"missing tensors .*: model.layers.1.self_attn.k_proj.bias$"):
-    hf_families.to_params(tensors, model, "qwen2")
-  tensors = hf_families.to_tensors(params, model, "qwen2")
+    hf_tensors.to_params(tensors, model, "qwen2")
+  tensors = hf_tensors.to_tensors(params, model, "qwen2")
   tensors["model.layers.0.mlp.up_proj.weight"] = np.zeros((32, 48), np.float32)
   with pytest.raises(ConfigError, match=r"misshaped .*up_proj.weight \(32, 48\) \(expected "
                                         r"\(48, 32\)\)$"):
-    hf_families.to_params(tensors, model, "qwen2")
+    hf_tensors.to_params(tensors, model, "qwen2")
   # Export refuses a model no supported layout holds, naming the setting.
   with pytest.raises(ConfigError, match=r"^model.norm: a Llama-family checkpoint needs 'rms'"):
     hf.save_hf(str(tmp_path / "out"), model.clone(norm="layer"), params)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from jaxdl import models
-from jaxdl.models import attention, hf, hf_families, transformer
+from jaxdl.models import attention, hf, hf_families, hf_tensors, transformer
 from jaxdl.schema import ConfigError
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "hf")
@@ -77,18 +77,18 @@ def test_gpt2_names_without_prefix_buffers_and_errors():
   p = jax.jit(lambda: m.init(jax.random.key(0), TOK, train=False))()["params"]
   # GPT2Model's names have no 'transformer.' prefix; its causal buffers hold nothing to import.
   sd = {k.removeprefix("transformer."): v
-        for k, v in hf_families.to_tensors(p, m, "gpt2").items()}
+        for k, v in hf_tensors.to_tensors(p, m, "gpt2").items()}
   sd["h.0.attn.bias"] = np.tril(np.ones((1, 1, 32, 32), np.float32))
   sd["lm_head.weight"] = sd["wte.weight"]  # the tied head, as some checkpoints store it
-  chex.assert_trees_all_equal(hf_families.to_params(sd, m, "gpt2"), p)
+  chex.assert_trees_all_equal(hf_tensors.to_params(sd, m, "gpt2"), p)
   bad = dict(sd)
   del bad["h.1.ln_2.bias"]
   with pytest.raises(ConfigError, match=r"^weights: missing tensors for 2 layers: h.1.ln_2.bias$"):
-    hf_families.to_params(bad, m, "gpt2")
+    hf_tensors.to_params(bad, m, "gpt2")
   bad = dict(sd, **{"h.0.mlp.c_fc.weight": np.zeros((128, 32), np.float32)})
   with pytest.raises(ConfigError, match=r"misshaped .*h.0.mlp.c_fc.weight \(128, 32\) "
                                         r"\(expected \(32, 128\)\)$"):
-    hf_families.to_params(bad, m, "gpt2")
+    hf_tensors.to_params(bad, m, "gpt2")
   # Export refuses what GPT-2's layout cannot hold, naming the setting.
   for change, needle in ((dict(norm="rms"), "model.norm: a GPT-2 checkpoint needs 'layer'"),
                          (dict(n_kv_head=2), "model.n_kv_head: a GPT-2 checkpoint needs 4"),

@@ -44,9 +44,9 @@ def llama_config(size: dict) -> dict:
 
 def shapes(size: dict) -> dict[str, tuple]:
   """{HF tensor name: shape} of the checkpoint (`jaxdl.models.hf_families`' table)."""
-  from jaxdl.models import hf_families  # pylint: disable=g-import-not-at-top
+  from jaxdl.models import hf_families, hf_tensors  # pylint: disable=g-import-not-at-top
   model = hf_families.model_from_config(llama_config(size))
-  return hf_families._table(model, "llama")[0]  # pylint: disable=protected-access
+  return hf_tensors._table(model, "llama")[0]  # pylint: disable=protected-access
 
 
 def param_count(size: dict) -> int:

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
-from jaxdl.models import hf_families
+from jaxdl.models import hf_families, hf_tensors
 from jaxdl.models.gpt import GPT
 from jaxdl.models.hf_families import MODEL_TYPES, refuse
 from jaxdl.schema import ConfigError
@@ -267,7 +267,7 @@ def load_hf(path: str, *, scan_layers: bool = True, dtype=jnp.float32, param_dty
   way); `overrides` set other GPT fields (attn_impl, dropout, ...). The weights are read tensor by
   tensor into their final dtype and placed on the device parameter by parameter, each straight
   into its sharding when `shardings` (a tree like the params, or fn(path) -> Sharding) gives one
-  (`hf_families.to_params`): the host never holds the whole checkpoint, nor a float32 copy of
+  (`hf_tensors.to_params`): the host never holds the whole checkpoint, nor a float32 copy of
   it (`jaxdl bench --only hf_load` measures the peak)."""
   cfg = read_config(path)
   tensors = index_weights(path)
@@ -281,7 +281,7 @@ def load_hf(path: str, *, scan_layers: bool = True, dtype=jnp.float32, param_dty
   if "tie_word_embeddings" not in cfg and cfg["model_type"] != "gpt2":
     # Its default moved (transformers 4: tied, 5: untied): a head in the weights says untied.
     model = model.clone(tie_embeddings="lm_head.weight" not in tensors)
-  return model, hf_families.to_params(tensors, model, cfg["model_type"], path, shardings)
+  return model, hf_tensors.to_params(tensors, model, cfg["model_type"], path, shardings)
 
 
 def _json(path: str) -> dict:
@@ -336,7 +336,7 @@ def save_hf(out_dir: str, model: GPT, params: dict, *, model_type: str | None = 
   generation_config.json (eos one id or a list, as transformers reads it). Returns the weight
   files written."""
   model_type = hf_families.export_type(model, model_type)
-  tensors = hf_families.to_tensors(params, model, model_type, dtype)
+  tensors = hf_tensors.to_tensors(params, model, model_type, dtype)
   os.makedirs(out_dir, exist_ok=True)
   files = write_weights(out_dir, tensors, max_shard_bytes)
   cfg = hf_families.hf_config(model, model_type)
