@@ -9,7 +9,7 @@ import optax
 from jaxdl.models.mlp import MLP
 from jaxdl.optim import precision
 from jaxdl.train import create_train_state, make_eval_step, make_train_step, make_task, step_rngs
-from jaxdl.train.tasks import smoothed_targets
+from jaxdl.train.token_losses import smoothed_targets
 
 
 def _setup(task="classification", dropout=0.0, norm="none", clip=None, smoothing=0.0):

@@ -208,7 +208,7 @@ def inverted_dropout() -> list[Row]:
 def label_smoothing() -> list[Row]:
   """The smoothed target is (1 - s) onehot + s / K, exactly (K = 10, s = 0.1)."""
   import jax.numpy as jnp
-  from jaxdl.train.tasks import smoothed_targets
+  from jaxdl.train.token_losses import smoothed_targets
   labels, k, s = np.array([0, 3, 9]), 10, 0.1
   expected = (1 - s) * np.eye(k, dtype=np.float32)[labels] + np.float32(s / k)
   got = np.asarray(smoothed_targets(jnp.asarray(labels), k, s))

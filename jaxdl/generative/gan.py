@@ -55,7 +55,8 @@ from jaxdl.models import build_model, layers, register_model
 from jaxdl.optim import ema_params
 from jaxdl.optim.precision import select_tree
 from jaxdl.schema import POSITIVE, each, parse_section, setting
-from jaxdl.train.tasks import Family, Task, masked_mean, register_task
+from jaxdl.train.tasks import Family, Task, register_task
+from jaxdl.train.token_losses import masked_mean
 
 _EVAL_KEY = 20260103
 

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdl.generative import paths as paths_lib
-from jaxdl.train.tasks import masked_mean
+from jaxdl.train.token_losses import masked_mean
 
 
 def drop_condition(rng, y_B, p_uncond: float, null_class: int):

@@ -40,7 +40,8 @@ from jaxdl.generative import samplers
 from jaxdl.generative.settings import VAESettings
 from jaxdl.models import build_model, layers, register_model
 from jaxdl.schema import POSITIVE, ConfigError, each, one_of, parse_section, setting
-from jaxdl.train.tasks import Family, Task, masked_mean, register_task
+from jaxdl.train.tasks import Family, Task, register_task
+from jaxdl.train.token_losses import masked_mean
 
 DECODERS = ("gaussian", "bernoulli")
 _EVAL_KEY = 20260102

@@ -9,7 +9,7 @@ V = 128K that is 2 GiB a row in fp32, often the step's largest buffer. Here `lax
 N chunks h_BxCxD, each under `jax.checkpoint`: the forward keeps only each chunk's per-token
 outputs, and the backward recomputes that chunk's logits z_BxCxV from (h_BxCxD, W), so at most
 one B x C x V block (and its cotangent) is alive at a time; W's gradient sums over the chunks in
-the scan's carry. Per token (the same formulas as `jaxdl.train.tasks.next_token_ce`):
+the scan's carry. Per token (the same formulas as `jaxdl.train.token_losses.next_token_ce`):
 
   CE_bt = log Z_bt - z_bt,y_bt,  log Z_bt = logsumexp_v z_btv,  correct_bt = [argmax_v z_btv = y_bt]
 

@@ -2,7 +2,7 @@
 
 Letters: B rows of a scoring batch, L the model's context (block_size), N tokens of a stream.
 Every number here is a sum of the `lm` task's per-token loss, CE_t = -log p(z_t | context)
-(`jaxdl.train.tasks.next_token_ce`), over the targets a request weighs with 1.
+(`jaxdl.train.token_losses.next_token_ce`), over the targets a request weighs with 1.
 
 Text (`text_stream`, `score_stream`). The stream is z_0 z_1 .. z_N: z_0 the tokenizer's end of text
 (the separator the model saw before every document in training, and lm-evaluation-harness's
@@ -37,7 +37,7 @@ from typing import Callable
 import jax
 import numpy as np
 
-from jaxdl.train.tasks import next_token_ce
+from jaxdl.train.token_losses import next_token_ce
 
 
 def make_scorer(model, variables: dict) -> Callable:
