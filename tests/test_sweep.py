@@ -213,6 +213,7 @@ if how == "stops-the-sweep":  # the sweep's own process group gets SIGTERM while
   signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
   os.kill(os.getppid(), signal.SIGTERM)
   signal.sigwait([signal.SIGTERM])
+  (workdir / "checkpoints" / "1").mkdir(parents=True)  # as it says: a step to resume from
   print("jaxdl: stopped by SIGTERM at step 1; its checkpoint is saved"); sys.exit(0)
 (workdir / "summary.json").write_text(json.dumps({"step": 1, "eval": {"loss": 0.5}}))
 """

@@ -36,6 +36,9 @@ A run that ended by a signal is never `failed`: a rerun resumes it.
 
 from __future__ import annotations
 
+import os
+import pathlib
+import shutil
 import sys
 
 from jaxdl import disk_errors, stop_signals
@@ -264,7 +267,15 @@ def _launch(args, suffix, prepare, judge, what, resume_hint) -> None:
   if args.preempt.requested:  # while the experiment loaded: nothing started or written yet
     raise Stopped(args.preempt.requested, f"{what} stopped by {args.preempt.requested} before "
                                           "it started; nothing written")
+  existed = os.path.exists(out)
   index, ended = start()
+  if (ended not in ("done", "submitted") and not existed
+      and getattr(args, "executor", None) != "slurm" and not _worth_keeping(out)):
+    # Stopped before any run saved a step (a run stopped while it starts writes nothing) or
+    # reported an error: the folder this invocation made holds nothing, so nothing is left.
+    shutil.rmtree(out, ignore_errors=True)
+    raise Stopped(ended, f"{what} stopped by {ended} before any run saved a step; nothing "
+                         "written")
   print(report.format_table(report.summarize(out)))
   if ended == "submitted":  # --no-wait: the jobs are queued; a rerun waits for them
     return
@@ -274,6 +285,13 @@ def _launch(args, suffix, prepare, judge, what, resume_hint) -> None:
   if problem:
     from jaxdl.train import RunError
     raise RunError(f"{what} {out}: {problem}")
+
+
+def _worth_keeping(out: str) -> bool:
+  """Whether a run of the sweep folder `out` saved a checkpoint or left a traceback in its log."""
+  return (any(pathlib.Path(out, "runs").glob("*/checkpoints/*"))
+          or any("Traceback" in log.read_text(errors="replace")
+                 for log in pathlib.Path(out, "logs").glob("*.log")))
 
 
 def _name_runs(names: list[str], how: str) -> str | None:
