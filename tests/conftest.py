@@ -242,3 +242,16 @@ def untrained_run():
     params = jax.tree.map(lambda s: (0.1 * rng.normal(size=s.shape)).astype(np.float32), shapes)
     return evaluation.save_run(workdir, config, params, step=0)
   return make
+
+
+@pytest.fixture(scope="session")
+def hf_model(tmp_path_factory):
+  """hf_model(name, **kw) -> the directory of a tiny random Hugging Face model of family `name`
+  that transformers saved (tests/hf_reference.py's `saved`), once per worker and name."""
+  root = str(tmp_path_factory.mktemp("hf"))
+
+  def make(name: str, **kw) -> str:
+    import hf_reference  # torch and transformers load only in the tests that ask
+    return hf_reference.saved(name, root, **kw)
+
+  return make

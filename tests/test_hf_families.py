@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from jaxdl import models
-from jaxdl.models import attention, hf, hf_families, hf_tensors, transformer
+from jaxdl.models import attention, hf, hf_families, hf_tensors, rope, transformer
 from jaxdl.schema import ConfigError
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "hf")
@@ -110,7 +110,7 @@ def test_rope_frequencies_equal_transformers():
   assert len(cases) == 8
   for name, case in cases.items():
     model = hf_families.model_from_config(case["config"])
-    inv_freq, scaling = attention.rope_frequencies(model.rope_spec, model.head_width)
+    inv_freq, scaling = rope.rope_frequencies(model.rope_spec, model.head_width)
     np.testing.assert_allclose(inv_freq, case["inv_freq"], rtol=1e-6, atol=0, err_msg=name)
     assert scaling == pytest.approx(case["attention_scaling"], rel=1e-12), name
   # The types act: llama3 keeps the fastest frequency and divides the slowest by its factor 8.

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdl.models import attention, layers
+from jaxdl.models import attention, layers, rope
 
 Q = np.array([[1, 0, 1, 0], [0, 1, 0, 1], [1, 1, 0, 0]], np.float32)
 K = np.array([[1, 1, 0, 0], [0, 0, 1, 1], [1, 0, 1, 0]], np.float32)
@@ -117,8 +117,8 @@ def test_multihead_self_and_cross_attention():
 def test_rope_depends_on_relative_position_only():
   q = jax.random.normal(jax.random.key(0), (1, 1, 1, 8))
   k = jax.random.normal(jax.random.key(1), (1, 1, 1, 8))
-  dot = lambda m, n: float(jnp.sum(attention.apply_rope(q, jnp.array([m]))  # noqa: E731
-                                   * attention.apply_rope(k, jnp.array([n]))))
+  dot = lambda m, n: float(jnp.sum(rope.apply_rope(q, jnp.array([m]))  # noqa: E731
+                                   * rope.apply_rope(k, jnp.array([n]))))
   np.testing.assert_allclose(dot(3, 1), dot(10, 8), rtol=1e-5)
   np.testing.assert_allclose(dot(0, 0), float(jnp.sum(q * k)), rtol=1e-5)
 

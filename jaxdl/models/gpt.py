@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from jaxdl.models import attention, layers, lora, moe, register_model, ssm, transformer
+from jaxdl.models import rope as rope_lib
 from jaxdl.schema import NONNEG, POSITIVE, ConfigError, fail, one_of, setting
 
 
@@ -60,13 +61,13 @@ class GPT(transformer.TransformerModel):
   pos: str = setting("learned", one_of("learned", "rope"))
   # RoPE base theta (pos='rope'): feature pair i of a K-wide head turns by pos * theta^(-2i/K).
   rope_theta: float = setting(10000.0, POSITIVE)
-  # RoPE context extension, as transformers computes it (`attention.rope_frequencies`): 'linear'
+  # RoPE context extension, as transformers computes it (`rope.rope_frequencies`): 'linear'
   # divides every frequency by rope_factor; 'llama3' (Llama 3.1+) divides those whose wavelength
   # exceeds rope_original_max / rope_low_freq_factor, keeps those below rope_original_max /
   # rope_high_freq_factor and blends between; 'yarn' ramps between beta_fast and beta_slow
   # rotations and multiplies cos, sin by rope_attn_factor (0: 0.1 ln(rope_factor) + 1).
   # rope_original_max, the pretraining context, 0: block_size.
-  rope_scaling: str = setting("none", one_of(*attention.ROPE_SCALINGS))
+  rope_scaling: str = setting("none", one_of(*rope_lib.ROPE_SCALINGS))
   rope_factor: float = setting(1.0, POSITIVE)
   rope_original_max: int = setting(0, NONNEG)
   rope_low_freq_factor: float = setting(1.0, POSITIVE)
@@ -130,9 +131,9 @@ class GPT(transformer.TransformerModel):
     return self.pos == "rope"
 
   @property
-  def rope_spec(self) -> attention.RopeSpec:
+  def rope_spec(self) -> rope_lib.RopeSpec:
     """The RoPE settings in one value, rope_original_max resolved (0: block_size)."""
-    return attention.RopeSpec(
+    return rope_lib.RopeSpec(
         self.rope_theta, self.rope_scaling, self.rope_factor,
         self.rope_original_max or self.block_size, self.rope_low_freq_factor,
         self.rope_high_freq_factor, self.rope_beta_fast, self.rope_beta_slow,

@@ -42,7 +42,7 @@ rope_theta (or rope_parameters.rope_theta) rope_theta, and the RoPE scaling of v
 or v5's rope_parameters (`_rope`): rope_type linear / llama3 / yarn -> rope_scaling, factor
 rope_factor, original_max_position_embeddings rope_original_max, low_freq_factor,
 high_freq_factor, beta_fast, beta_slow, attention_factor -> rope_low_freq_factor, ...,
-rope_attn_factor (frequencies: `attention.rope_frequencies`), exported back as v4's
+rope_attn_factor (frequencies: `rope.rope_frequencies`), exported back as v4's
 rope_theta + rope_scaling, which transformers 5 reads into rope_parameters;
 tie_word_embeddings tie_embeddings (absent: tied iff the weights have no lm_head.weight),
 max_position_embeddings block_size. GPT-2: n_embd, n_layer, n_head, n_positions, vocab_size,
@@ -105,7 +105,7 @@ def _rope(cfg: dict, where: str) -> dict:
   original_max_position_embeddings defaults to max_position_embeddings, YaRN's factor to
   max_position_embeddings / original_max_position_embeddings, and its attention_factor, when
   absent, is mscale(factor, mscale) / mscale(factor, mscale_all_dim) where both are given
-  (mscale(s, m) = 0.1 m ln(s) + 1), else left to 0.1 ln(factor) + 1 (`attention.RopeSpec`)."""
+  (mscale(s, m) = 0.1 m ln(s) + 1), else left to 0.1 ln(factor) + 1 (`rope.RopeSpec`)."""
   scaling, rp = cfg.get("rope_scaling") or {}, cfg.get("rope_parameters") or {}
   for key, value in (("rope_scaling", scaling), ("rope_parameters", rp)):
     if not isinstance(value, dict):

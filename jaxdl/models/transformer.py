@@ -45,6 +45,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdl.models import attention, layers, lora, moe, ssm
+from jaxdl.models import rope as rope_lib
 from jaxdl.schema import NONNEG, POSITIVE, UNIT, Check, fail, one_of, setting
 
 Dtype = Any
@@ -109,7 +110,7 @@ class TransformerModel(layers.Model):
 
   # The variants a subclass may switch on (`BlockSpec`): off here.
   rope: ClassVar[bool] = False
-  rope_spec: ClassVar[attention.RopeSpec] = attention.RopeSpec()  # the RoPE frequencies
+  rope_spec: ClassVar[rope_lib.RopeSpec] = rope_lib.RopeSpec()  # the RoPE frequencies
   sliding_window: ClassVar[int] = 0  # W > 0: causal attention sees only the W latest tokens
   qkv_bias: ClassVar[bool] = False  # Q/K/V biases even with use_bias off (Qwen2)
   moe_spec: ClassVar[moe.MoeSpec | None] = None
@@ -169,7 +170,7 @@ class BlockSpec:
   attn_dropout: float
   drop_path: float
   rope: bool
-  rope_spec: attention.RopeSpec
+  rope_spec: rope_lib.RopeSpec
   sliding_window: int
   qk_norm: bool
   use_bias: bool

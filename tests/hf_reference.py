@@ -1,0 +1,144 @@
+"""The reference jaxdl's Hugging Face support is held to: tiny random models that transformers
+builds and saves inside the tests, and what transformers computes on them.
+
+`save(name, directory)` writes what `save_pretrained` writes for the family `name` of `FAMILIES`
+(config.json and model.safetensors, or shards and model.safetensors.index.json) and returns the
+transformers model; `logits`, `greedy` and `generate` are transformers' answers on it. The tests
+compare jaxdl's import, decoding, evaluation and export against these, and reload jaxdl's exports
+with transformers (`load`).
+
+Weights are drawn wider than transformers' init (std 0.15, norm weights 1 + 0.1 noise, biases
+random) so the logits are far from uniform and every tensor, the biases and norm weights too,
+changes the output. Attention runs transformers' "eager" path: the plain softmax(QK^T)V in fp32.
+`conftest.hf_model` caches one saved directory per family and worker.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+import transformers
+
+transformers.logging.disable_progress_bar()
+transformers.logging.set_verbosity_error()
+
+# Shared by every family: a 2-layer, 32-wide model over 96 ids and 64 positions, no special ids
+# (a test that needs them sets them).
+SIZES = dict(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+             num_attention_heads=4, max_position_embeddings=64, bos_token_id=None,
+             eos_token_id=None, pad_token_id=None)
+
+# name: (config class, model class, the family's own fields). One entry per family or variant
+# jaxdl imports; the tests of each family name it here.
+FAMILIES = {
+    # Untied head, grouped-query (4 heads, 2 key/value heads), rope_theta 5e5.
+    "llama": ("LlamaConfig", "LlamaForCausalLM",
+              dict(num_key_value_heads=2, tie_word_embeddings=False, rms_norm_eps=1e-5,
+                   rope_parameters={"rope_type": "default", "rope_theta": 500000.0})),
+    "llama_tied": ("LlamaConfig", "LlamaForCausalLM",
+                   dict(num_key_value_heads=4, tie_word_embeddings=True)),
+    # Llama 3.1's RoPE (its band factors, the pretraining context scaled down to 16 of 64) and
+    # heads of 16 features where hidden / heads is 8.
+    "llama3": ("LlamaConfig", "LlamaForCausalLM",
+               dict(num_key_value_heads=2, head_dim=16, tie_word_embeddings=False,
+                    rms_norm_eps=1e-5, rope_parameters={
+                        "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                        "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                        "original_max_position_embeddings": 16})),
+    # A sliding window of 16 below its 64 positions.
+    "mistral": ("MistralConfig", "MistralForCausalLM",
+                dict(num_key_value_heads=2, sliding_window=16, tie_word_embeddings=False)),
+    # Query/key/value biases, one key/value head.
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM",
+              dict(num_key_value_heads=1, tie_word_embeddings=False,
+                   rope_parameters={"rope_type": "default", "rope_theta": 1e6})),
+    # Per-head q/k RMSNorm, head_dim 16, no biases, tied head, and YaRN (factor 4 over 16
+    # pretraining positions: the ramp and the attention factor 0.1 ln 4 + 1 both act).
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM",
+              dict(num_key_value_heads=2, head_dim=16, tie_word_embeddings=True,
+                   rope_parameters={"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0,
+                                    "original_max_position_embeddings": 16})),
+}
+
+
+def build(name: str, seed: int = 0, **fields) -> torch.nn.Module:
+  """A random transformers model of family `name` (fields override `SIZES` and the family's)."""
+  config_cls, model_cls, extra = FAMILIES[name]
+  torch.manual_seed(seed)
+  config = getattr(transformers, config_cls)(**{**SIZES, **extra, **fields})
+  config._attn_implementation = "eager"
+  model = getattr(transformers, model_cls)(config).eval()
+  with torch.no_grad():
+    for pname, p in model.named_parameters():
+      if "norm" in pname:
+        p.copy_(1.0 + 0.1 * torch.randn_like(p))
+      else:
+        p.copy_(0.15 * torch.randn_like(p))
+  return model
+
+
+def save(name: str, directory: str, seed: int = 0, max_shard_size: str | None = None,
+         **fields) -> torch.nn.Module:
+  """`build(name, seed, **fields)` saved to `directory` by `save_pretrained`; returns the model."""
+  model = build(name, seed, **fields)
+  kw = {"max_shard_size": max_shard_size} if max_shard_size else {}
+  model.save_pretrained(directory, **kw)
+  return model
+
+
+def load(directory: str) -> torch.nn.Module:
+  """transformers' own load of a saved (or jaxdl-exported) directory, fp32, eager attention."""
+  return transformers.AutoModelForCausalLM.from_pretrained(
+      directory, dtype=torch.float32, attn_implementation="eager").eval()
+
+
+def logits(model: torch.nn.Module, tokens_BxT, attention_mask=None) -> np.ndarray:
+  """transformers' fp32 logits (B, T, V) on integer tokens."""
+  with torch.no_grad():
+    kw = {} if attention_mask is None else {"attention_mask": torch.as_tensor(attention_mask)}
+    return model(torch.as_tensor(np.asarray(tokens_BxT)), **kw).logits.float().numpy()
+
+
+def greedy(model: torch.nn.Module, prompt_BxP, n: int, attention_mask=None, eos=None,
+           pad: int = 0) -> tuple[np.ndarray, float]:
+  """transformers' greedy `generate`: (prompt and n new tokens (B, P + n), the smallest top-1
+  minus top-2 logit over its choices). With eos None every row makes n tokens; a row that met
+  eos is padded with `pad` after it. The margin says how far a port matching the logits to 1e-5
+  is from picking another token."""
+  prompt = torch.as_tensor(np.asarray(prompt_BxP))
+  mask = torch.ones_like(prompt) if attention_mask is None else torch.as_tensor(attention_mask)
+  with torch.no_grad():
+    res = model.generate(prompt, attention_mask=mask, do_sample=False, max_new_tokens=n,
+                         min_new_tokens=0 if eos is not None else n, eos_token_id=eos,
+                         pad_token_id=pad, return_dict_in_generate=True, output_logits=True)
+  top2 = torch.topk(torch.stack(res.logits).float(), 2, dim=-1).values
+  return res.sequences.numpy(), float((top2[..., 0] - top2[..., 1]).min())
+
+
+def write_tokenizer(path: str) -> None:
+  """A 64-id BPE over letters (Metaspace, as Llama's sentencepiece tokenizers), '<unk>', '<s>'
+  and '</s>' special: a vocabulary below the families' 96 ids."""
+  from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+  tok = Tokenizer(models.BPE(unk_token="<unk>"))
+  tok.pre_tokenizer = pre_tokenizers.Metaspace()
+  tok.decoder = decoders.Metaspace()
+  text = ["the quick brown fox jumps over the lazy dog", "a tiny model reads the text",
+          "she sells sea shells by the sea shore"] * 20
+  trainer = trainers.BpeTrainer(vocab_size=64, special_tokens=["<unk>", "<s>", "</s>"],
+                                show_progress=False)
+  tok.train_from_iterator(text, trainer)
+  assert tok.get_vocab_size() <= 64, tok.get_vocab_size()
+  tok.save(path)
+
+
+def saved(name: str, root: str, seed: int = 0, tokenizer: bool = False, **kw) -> str:
+  """`save(name)` into root/name (once: a directory already there is reused), plus
+  `write_tokenizer`'s tokenizer.json when asked; returns the directory."""
+  directory = os.path.join(root, name)
+  if not os.path.exists(os.path.join(directory, "config.json")):
+    save(name, directory, seed, **kw)
+    if tokenizer:
+      write_tokenizer(os.path.join(directory, "tokenizer.json"))
+  return directory
