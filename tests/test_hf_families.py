@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from jaxdl import models
-from jaxdl.models import attention, hf, hf_families, hf_tensors, rope, transformer
+from jaxdl.models import hf, hf_families, hf_tensors, rope, transformer
 from jaxdl.schema import ConfigError
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "hf")

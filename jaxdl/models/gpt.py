@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from jaxdl.models import attention, layers, lora, moe, register_model, ssm, transformer
+from jaxdl.models import layers, lora, moe, register_model, ssm, transformer
 from jaxdl.models import rope as rope_lib
 from jaxdl.schema import NONNEG, POSITIVE, ConfigError, fail, one_of, setting
 
