@@ -2,7 +2,7 @@
 
 The config's top-level `init_from` (default '': off) names
 
-  a jaxdl workdir        its latest checkpoint's params (`jaxdl.train.checkpoint.load_state`);
+  a jaxdl workdir        its latest checkpoint's params (`jaxdl.train.checkpoint.load_params`);
                          a LoRA run's adapters folded into its base first (`lora.merge`:
                          W' = W + (alpha / r) A B), so a fine-tuned run can be a base in turn
   a Hugging Face folder  config.json + safetensors (`jaxdl.models.hf.load_hf`)
@@ -12,7 +12,7 @@ config the run trains, with every check done before the workdir is touched:
 
   model    the base's architecture: a run's config.json model section, or the GPT a Hugging
            Face config.json describes (`jaxdl.models.hf_families.model_from_config`), with the
-           run's own RUN_FIELDS (LoRA, dropout, remat, compute dtype, ...) on top; so an
+           run's own `run_fields` (LoRA, dropout, remat, dtypes, ...) on top; so an
            experiment's model section never has to describe the base by hand. With
            `model.param_dtype=bfloat16` and LoRA the frozen base is held (and saved) in bf16,
            the adapters in float32 (`jaxdl.models.lora.adapter`): half the base's memory
@@ -54,7 +54,6 @@ import os
 
 import jax
 import ml_collections
-import numpy as np
 
 from jaxdl import models
 from jaxdl.config import parse_root
@@ -98,12 +97,10 @@ def check_overrides(config, overrides) -> None:
   key, one that is not among the run's own (`run_fields`), to another value than the base's
   (module docstring): the run would silently train the base's."""
   path = parse_root(config).init_from
-  given = {}
-  for item in overrides:
-    key = item.split("=", 1)[0].strip().removeprefix("config.")
-    if key.startswith("model."):
-      given[key[len("model."):]] = config.model[key[len("model."):]]
-  if not path or not given:
+  keys = [item.split("=", 1)[0].strip().removeprefix("config.") for item in overrides]
+  given = {k[len("model."):]: config.model[k[len("model."):]] for k in keys
+           if path and k.startswith("model.")}
+  if not given:
     return
   base = _base_model(path)
   own = run_fields(base["name"])
@@ -122,7 +119,7 @@ def _plain(value):
 
 def resolve(config):
   """`config` as the run trains it (module docstring): unchanged without `init_from`, else a
-  copy whose model section is the base's architecture with the run's RUN_FIELDS, whose data is
+  copy whose model section is the base's architecture with the run's `run_fields`, whose data is
   prepared with the base's tokenizer, after every check of the base and the data's tokenizer."""
   path = parse_root(config).init_from
   if not path:
@@ -285,8 +282,7 @@ def merge_base(fresh, base, path: str):
                        f"{tuple(x.shape)}; the model section must describe the base's "
                        "architecture")
     used.add(name)
-    b = b if b.dtype == x.dtype else jax.numpy.asarray(b).astype(x.dtype)
-    return jax.device_put(b, x.sharding) if hasattr(x, "sharding") else np.asarray(b)
+    return jax.device_put(b if b.dtype == x.dtype else b.astype(x.dtype), x.sharding)
 
   out = jax.tree_util.tree_map_with_path(take, fresh)
   extra = sorted(set(flat_base) - used)
