@@ -18,23 +18,32 @@ import pytest
 import hf_reference
 from jaxdl import cli
 from jaxdl.config import load_config
+from jaxdl.data import chat_template
 from jaxdl.data.tokenize import get_tokenizer
-from jaxdl.models import hf, hf_tensors, lora
+from jaxdl.models import decoding, hf, hf_tensors, lora
+from jaxdl.schema import ConfigError
 from jaxdl.train import build, checkpoint, init_from
 
 SHORT = ["train.steps=2", "train.plot=False", "data.batch_size=8", "data.eval_batch_size=8",
          "data.max_eval_windows=8"]
 
 
+# The base's chat template (tokenizer_config.json): its turns framed by the tokenizer's special
+# '<s>' and '</s>'.
+TEMPLATE = ("{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}</s>{% endfor %}"
+            "{% if add_generation_prompt %}<s>assistant: {% endif %}")
+
+
 @pytest.fixture(scope="module")
 def base(hf_model, tmp_path_factory):
-  """(root, the Llama's folder, its chat data prepared with its tokenizer, the same chats
-  prepared as bytes)."""
+  """(root, the Llama's folder with a chat template, its chat data prepared with its tokenizer
+  and template, the same chats prepared as bytes)."""
   root = tmp_path_factory.mktemp("joints")
   llama = root / "llama"
   shutil.copytree(hf_model("llama"), llama)
   if not (llama / "tokenizer.json").exists():
     hf_reference.write_tokenizer(str(llama / "tokenizer.json"))
+  (llama / "tokenizer_config.json").write_text(json.dumps({"chat_template": TEMPLATE}))
   records = [{"prompt": f"the quick fox {i}", "response": f"the lazy dog {i}"} for i in range(40)]
   (root / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
   for out, tok in (("chat", str(llama)), ("bytes_chat", "bytes")):
@@ -83,23 +92,32 @@ def test_a_hugging_face_base_is_read_into_the_runs_shardings(base, parallel, mon
   assert sum(axis in x.sharding.spec for x in params.values()) >= 5
 
 
-def test_a_lora_run_base_is_restored_into_the_shardings_its_adapters_folded_in(base,
-                                                                                   tmp_path):
-  """A jaxdl LoRA run (adapters B set nonzero, an optimizer state beside) as the base of a full
-  fine-tune under fsdp: its params alone come back through orbax, each into the new run's
-  sharding, with W + (alpha / r) A B folded in (to float32 rounding of the same sum)."""
+@pytest.fixture(scope="module")
+def lora_run(base, tmp_path_factory):
+  """(a jaxdl LoRA run fine-tuned from the Llama as training leaves it: config.json and a
+  checkpoint of its state, optimizer state included, adapters B set nonzero; the run's model,
+  its params)."""
   _, llama, chat, _ = base
-  lora_run, state, _ = init_sharded([f"init_from={llama}", f"data.path={chat}"])
+  run, state, _ = init_sharded([f"init_from={llama}", f"data.path={chat}"])
   params = jax.tree_util.tree_map_with_path(
       lambda p, x: x + 0.05 if lora.path_str(p).endswith("/b") else x, state.params)
-  state = dataclasses.replace(state, params=params)
-  workdir = tmp_path / "lora_run"
+  workdir = tmp_path_factory.mktemp("runs") / "lora_run"
   workdir.mkdir()
-  (workdir / "config.json").write_text(json.dumps(lora_run.config.to_dict()))
+  (workdir / "config.json").write_text(json.dumps(run.config.to_dict()))
   saver = checkpoint.Checkpointer(workdir / "checkpoints", async_save=False)
-  saver.save(2, jax.device_get(state), data_state={}, config={}, manifest={})
+  saver.save(2, jax.device_get(dataclasses.replace(state, params=params)), data_state={},
+             config={}, manifest={})
   saver.close()
-  _, merged = lora.merge(lora_run.model, jax.tree.map(jax.numpy.asarray, jax.device_get(params)))
+  return str(workdir), run.model, jax.device_get(params)
+
+
+def test_a_lora_run_base_is_restored_into_the_shardings_its_adapters_folded_in(base, lora_run):
+  """The LoRA run as the base of a full fine-tune under fsdp: its params alone come back through
+  orbax, each into the new run's sharding, with W + (alpha / r) A B folded in (to float32
+  rounding of the same sum)."""
+  _, _, chat, _ = base
+  workdir, model, params = lora_run
+  _, merged = lora.merge(model, jax.tree.map(jax.numpy.asarray, params))
   run, full, want = init_sharded([f"init_from={workdir}", f"data.path={chat}",
                                   "parallel.strategy=fsdp", "parallel.devices=4"],
                                  "finetune_lora:full")
@@ -110,6 +128,26 @@ def test_a_lora_run_base_is_restored_into_the_shardings_its_adapters_folded_in(b
     np.testing.assert_allclose(np.asarray(x), np.asarray(flat(merged)[k]), rtol=1e-6,
                                atol=1e-7, err_msg=k)
   assert sum(not x.is_fully_replicated for x in got.values()) >= 5
+
+
+def test_generate_chat_on_a_run_speaks_its_bases_template(base, lora_run, monkeypatch, capsys):
+  """The run's data folder holds no template, its Hugging Face base does: `jaxdl generate RUN
+  --chat` renders each prompt with the base's (the one the data was rendered with), and stops at
+  its end of turn '</s>' (the decoder is replaced by one that records what it was given)."""
+  _, llama, _, _ = base
+  seen = {}
+
+  def fake_generate(model, params, prompt_BxP, key, n, **kw):
+    seen.update(prompt=np.asarray(prompt_BxP), eos=kw["eos_ids"])
+    return np.concatenate([prompt_BxP, np.full((len(prompt_BxP), n), 2)], axis=1)
+
+  monkeypatch.setattr(decoding, "generate", fake_generate)
+  assert cli.main(["generate", lora_run[0], "--chat", "--prompt", "the quick", "--temperature",
+                   "0", "--max-new-tokens", "3"]) == 0
+  tok = get_tokenizer(llama)
+  want = chat_template.encode_prompt(chat_template.resolve("auto", llama, llama), "the quick", tok)
+  assert seen["prompt"].tolist() == [want.tolist()] and tok.hf.token_to_id("</s>") in seen["eos"]
+  assert capsys.readouterr().out == "\n"  # the reply: nothing before the end of turn
 
 
 def test_the_runs_own_model_keys_are_declared_and_the_architectures_are_not():
@@ -206,3 +244,11 @@ def test_each_bad_input_is_one_line_exit_2_and_nothing_written(name, bad_inputs,
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and err[0].startswith("jaxdl: error: ") and message in err[0], err
   assert sorted(p for p in root.rglob("*")) == before
+
+
+def test_the_python_import_refuses_an_unsupported_field_in_one_line(bad_inputs):
+  """`hf.load_hf` (the import the commands above share) raises the same one-line ConfigError
+  before any weight is read."""
+  with pytest.raises(ConfigError) as refused:
+    hf.load_hf(str(bad_inputs[0] / "quantized"))
+  assert "quantization_config=" in str(refused.value) and "\n" not in str(refused.value)
