@@ -23,7 +23,9 @@ A section may hold another chosen by name (`subsection`): the optimizer rule, wh
 the `optim` section itself beside `optim.lr`, and the schedule, in `optim.schedule`.
 
 Flax model classes are dataclasses too: their fields use `setting(...)` and their
-`__post_init__` calls `check_fields(self, "model.")`. They are registered in a `Registry`, which
+`__post_init__` calls `check_fields(self, "model.")`; `setting(..., run_choice=True)` marks a
+field that is a run's choice rather than the model's architecture (`run_choices`: what a
+fine-tuning run may set over its base's). They are registered in a `Registry`, which
 carries the prefix and kind a Flax class cannot; a builder function (GPT's preset) is a section
 class whose keys are its parameters (`hints`).
 
