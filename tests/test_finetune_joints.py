@@ -40,9 +40,7 @@ def base(hf_model, tmp_path_factory):
   and template, the same chats prepared as bytes)."""
   root = tmp_path_factory.mktemp("joints")
   llama = root / "llama"
-  shutil.copytree(hf_model("llama"), llama)
-  if not (llama / "tokenizer.json").exists():
-    hf_reference.write_tokenizer(str(llama / "tokenizer.json"))
+  shutil.copytree(hf_model("llama", **hf_reference.TOKENIZED_LLAMA), llama)  # shared, so copied
   (llama / "tokenizer_config.json").write_text(json.dumps({"chat_template": TEMPLATE}))
   records = [{"prompt": f"the quick fox {i}", "response": f"the lazy dog {i}"} for i in range(40)]
   (root / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
