@@ -189,13 +189,14 @@ def test_the_export_of_the_lora_run_round_trips_through_transformers(finetuned, 
   prints. transformers' top-1 minus top-2 logit over its choices exceeds 1e-4, ten times the
   1e-5 to which the logits agree, so a difference is a bug."""
   import torch
+  import transformers
   from jaxdl.data.tokenize import load_hf_tokenizer
   from jaxdl.models import decoding
   tmp, _ = finetuned
   monkeypatch.chdir(tmp)
   assert cli.main(["export", "runs/finetune_lora", "--out", "exported"]) == 0
   capsys.readouterr()
-  source, tok = hf_reference.tokenizer("my_model"), hf_reference.tokenizer("exported")
+  source, tok = (transformers.AutoTokenizer.from_pretrained(d) for d in ("my_model", "exported"))
   assert tok.eos_token == source.eos_token == "</s>" and tok.bos_token == "<s>"
   assert tok.chat_template == source.chat_template == hf_reference.CHAT_TEMPLATE
   chat = [{"role": "user", "content": "add the fox"}]
