@@ -12,7 +12,8 @@ random) so the logits are far from uniform and every tensor, the biases and norm
 changes the output. Attention runs transformers' "eager" path: the plain softmax(QK^T)V in fp32.
 `conftest.hf_model` caches one saved directory per family, settings and worker.
 
-Beside the models: `TOKENIZED_LLAMA`, the llama the CLI tests share; transformers' RoPE
+Beside the models: `TOKENIZED_LLAMA`, the llama the CLI tests share, and `CHAT_LLAMA`, the same
+as a chat model comes from the Hub (the fine-tuning and export tests); transformers' RoPE
 frequencies (`rope_reference`, `ROPE_CASES`), strided perplexity (`strided_nll`) and
 lm-evaluation-harness's multiple-choice scoring (`score_choices`), the numbers `jaxdl eval` and
 the RoPE import are held to. torch and transformers are imported by the first call that needs
