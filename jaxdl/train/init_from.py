@@ -26,22 +26,28 @@ config the run trains, with every check done before the workdir is touched:
            known (a Hugging Face folder without tokenizer.json, a run whose data folder is gone)
            is checked by vocabulary size only.
 
-A `--set model.KEY=V` beside `init_from` (`check_overrides`, called by `jaxdl train` before
-anything is written) may set only the run's own keys, those the model's class declares with
+A `--set model.KEY=V` beside `init_from` (`check_overrides`: `resolve` calls it with the
+overrides the config was loaded with, `jaxdl.train.run(..., overrides=)` and so `jaxdl train`,
+before anything is written; a sweep's check of each run's config, `jaxdl.sweep.grid.check_config`,
+before the sweep writes) may set only the run's own keys, those the model's class declares with
 `setting(..., run_choice=True)` (`jaxdl.schema.run_choices`: LoRA, dropout, remat, dtypes,
 attention implementation, ...); an architecture key whose value differs from the base's would be
 replaced by the base's value, so it is refused in one line naming the key, both values.
 
 Only a fresh start reads the weights: a run resuming its own checkpoint continues from that.
 Every parameter of the run's model that is not a LoRA adapter (`jaxdl.models.lora.is_adapter`)
-is replaced by the base's leaf at the same path, which must exist with the same shape; adapters
-keep their fresh initialization (B = 0, so step 0 computes the base model exactly), and the
-optimizer state is initialized again from the new parameters (a parameter average starts at the
-base). The base is read straight into the run's parameter shardings (the named mesh's fsdp and
-tensor splits, `jaxdl.train.mesh`), each leaf in the run's parameter dtype: a Hugging Face
-folder tensor by tensor (`hf.load_hf(shardings=...)`), a run's params alone through orbax
-(`jaxdl.train.checkpoint.load_params`, not its optimizer state), a LoRA run's adapters folded in
-on the devices; the host never holds the whole base. A missing path, a shape that differs,
+is the base's leaf at the same path, which must exist with the same shape; the state is built
+without a random copy of the base (`init_state`): the parameters' shapes and shardings come
+from the abstract init, only the adapters (and the step, the model state) are computed, by the
+run's own init on its own key with the base's leaves dead code XLA drops, so they are bit for
+bit what a full init gives them (B = 0, so step 0 computes the base model exactly; a re-run is
+the same run); the optimizer state is initialized from the resulting parameters (a parameter
+average starts at the base). The base is read straight into the run's parameter shardings (the
+named mesh's fsdp and tensor splits, `jaxdl.train.mesh`), each leaf in the run's parameter
+dtype: a Hugging Face folder tensor by tensor (`hf.load_hf(shardings=...)`), a run's params
+alone through orbax (`jaxdl.train.checkpoint.load_params`, not its optimizer state), a LoRA
+run's adapters folded in on the devices; the host never holds the whole base, the devices one
+copy of it. A missing path, a shape that differs,
 or base parameters the model has no place for are one-line ConfigErrors naming `init_from`
 (with the architecture taken from the base, a damaged base only).
 """
@@ -117,13 +123,15 @@ def _plain(value):
   return list(value) if isinstance(value, (tuple, list)) else value
 
 
-def resolve(config):
+def resolve(config, overrides=()):
   """`config` as the run trains it (module docstring): unchanged without `init_from`, else a
   copy whose model section is the base's architecture with the run's `run_fields`, whose data is
-  prepared with the base's tokenizer, after every check of the base and the data's tokenizer."""
+  prepared with the base's tokenizer, after every check of the base, of the data's tokenizer and
+  of `overrides` (the `key=value` items the config was loaded with, `check_overrides`)."""
   path = parse_root(config).init_from
   if not path:
     return config
+  check_overrides(config, overrides)
   base_section, (tok_spec, tok_sha) = _base_model(path), base_tokenizer(path)
   own = config.model.to_dict() if config.get("model") is not None else {}
   fields = models.model_config(base_section["name"])  # every field the base's model has
@@ -247,7 +255,8 @@ def base_params(path: str, model, where) -> dict:
 
 
 def placement(params):
-  """`where(path_str, shape) -> Sharding` of a base's leaves: the sharding of the run's leaf at
+  """`where(path_str, shape) -> Sharding` of a base's leaves (`params`: the run's, arrays or
+  shapes with shardings): the sharding of the run's leaf at
   that path and of that shape (shape None: not known yet), else replicated over the run's
   devices (a LoRA base's adapters, folded in and dropped; a leaf the merge then refuses)."""
   leaves = {lora.path_str(p): x for p, x in jax.tree_util.tree_leaves_with_path(params)}
@@ -264,7 +273,8 @@ def placement(params):
 
 
 def merge_base(fresh, base, path: str):
-  """`fresh` (the run's initial params) with every non-adapter leaf taken from `base`, each in
+  """`fresh` (the run's params: its adapters as initialized, every other leaf an array or a
+  `jax.ShapeDtypeStruct` with a sharding) with every non-adapter leaf taken from `base`, each in
   the fresh leaf's dtype and sharding (a no-op for a base read into them)."""
   flat_base = {lora.path_str(p): x for p, x in jax.tree_util.tree_leaves_with_path(base)}
   used = set()
@@ -293,14 +303,50 @@ def merge_base(fresh, base, path: str):
   return out
 
 
-def apply(state, tx, path: str, model):
-  """`state` (a fresh TrainState of `model`, placed where it lives) with the base's params read
-  into the params' shardings and dtypes, and the optimizer state initialized from them, each
-  leaf keeping its sharding."""
-  params = merge_base(state.params, base_params(path, model, placement(state.params)), path)
-  shardings = jax.tree.map(lambda x: x.sharding, state.opt_state)
-  opt_state = jax.jit(tx.init, out_shardings=shardings)(params)
-  return dataclasses.replace(state, params=params, opt_state=opt_state)
+def without_base(state):
+  """`state` (a TrainState of arrays, shapes or shardings) without what the base supplies: its
+  params reduced to the adapters, {path_str: leaf}, and no optimizer state."""
+  params = {lora.path_str(p): x for p, x in jax.tree_util.tree_leaves_with_path(state.params)
+            if lora.is_adapter(lora.path_str(p))}
+  return dataclasses.replace(state, params=params, opt_state=None)
+
+
+def fresh_init(init_fn, shardings=None):
+  """`key -> without_base(init_fn(key))`, jitted into `without_base(shardings)` (None: the
+  default device): XLA computes only the returned leaves, so the base's draws never run."""
+  def init(key):
+    return without_base(init_fn(key))
+  return jax.jit(init) if shardings is None else jax.jit(init,
+                                                          out_shardings=without_base(shardings))
+
+
+def init_state(init_fn, key, abstract, shardings, tx, path: str, model):
+  """The fresh state of a run whose parameters are the base's at `path`, made without a random
+  copy of the base (module docstring).
+
+  `init_fn(key) -> state_0` is the run's whole init (`jaxdl.train.Run.init_fn`) and `abstract`
+  its shapes (`Run.abstract_state`). Jitted with only what the base does not supply as its
+  output (`fresh_init`: the adapters, the step, the model state), the base's random draws are
+  dead code that XLA never computes, and what remains is the same computation on the same key:
+  the adapters are bit for bit what the full init gives them. The base is then read into the
+  parameters' `shardings` (None: the default device) and dtypes, and the optimizer state is
+  initialized from the result, each leaf where `shardings` puts it. Peak on the devices: one
+  copy of the base."""
+  part = fresh_init(init_fn, shardings)(key)
+  if shardings is None:  # the default device, where an unplaced jit puts everything
+    params_at = jax.tree.map(lambda _: part.step.sharding, abstract.params)
+    opt_init = jax.jit(tx.init)
+  else:
+    params_at = shardings.params
+    opt_init = jax.jit(tx.init, out_shardings=shardings.opt_state)
+
+  def leaf(p, x, at):  # an adapter as initialized; a base leaf its shape, dtype and sharding
+    fresh = part.params.get(lora.path_str(p))
+    return fresh if fresh is not None else jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=at)
+
+  run_params = jax.tree_util.tree_map_with_path(leaf, abstract.params, params_at)
+  params = merge_base(run_params, base_params(path, model, placement(run_params)), path)
+  return dataclasses.replace(part, params=params, opt_state=opt_init(params))
 
 
 def model_section_of_hf(path: str) -> dict:
