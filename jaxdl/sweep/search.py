@@ -99,7 +99,7 @@ class _Driver:
     try:
       config = with_overrides(self.search.base, overrides)
       record["values"] = {k: grid.value_text(grid._lookup(config, k)) for k in texts}
-      grid.check_config(config, [*self.search.shared, *overrides])
+      grid.check_config(config)
     except ConfigError as e:
       self.conclude(t, jindex.FAILED, str(e).splitlines()[0], None)
       return False
