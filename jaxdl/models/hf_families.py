@@ -133,10 +133,13 @@ def _rope(cfg: dict, where: str) -> dict:
     refuse(where, f"{src}.{extra[0]}", rp[extra[0]],
            f"only {', '.join(('rope_theta',) + _ROPE_KEYS[kind])} for rope_type {kind!r}")
   partial = rp.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
-  if partial != 1.0 and (not phi3 or not isinstance(partial, (int, float)) or
-                         isinstance(partial, bool) or not 0 < partial <= 1):
-    refuse(where, "partial_rotary_factor", partial, "a fraction in (0, 1] (model_type phi3) or "
-           "1.0 (every feature rotates)")
+  head = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+  number = isinstance(partial, (int, float)) and not isinstance(partial, bool)
+  rotated = rope.rotary_width(rope.RopeSpec(partial=partial), head) if number else 0
+  if partial != 1.0 and (not phi3 or not number or not 0 < partial <= 1 or rotated % 2 or
+                         not rotated):
+    refuse(where, "partial_rotary_factor", partial, f"a fraction f in (0, 1] rotating an even "
+           f"int({head} f) features (model_type phi3), or 1.0 (every feature rotates)")
   theta = rp.get("rope_theta")
   theta = cfg.get("rope_theta") if theta is None else theta
   out = {"rope_theta": float(10000.0 if theta is None else theta),  # transformers' default
@@ -153,9 +156,7 @@ def _rope(cfg: dict, where: str) -> dict:
     if isinstance(rp.get("factor"), (int, float)) and isinstance(rp[orig], int):
       out["block_size"] = int(rp[orig] * max(rp["factor"], 1.0))
   if kind == "longrope":
-    head = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
-    out.update(hf_phi.longrope_fields(rp, cfg, where, src, rope.rotary_width(
-        rope.RopeSpec(partial=float(partial)), head)))
+    out.update(hf_phi.longrope_fields(rp, cfg, where, src, rotated))
   if kind == "yarn":
     if rp.get("truncate", True) is not True:
       refuse(where, f"{src}.truncate", rp["truncate"], "true (YaRN's integer band)")
