@@ -173,3 +173,12 @@ def test_exports_refuse_what_the_model_type_cannot_hold():
   with pytest.raises(ConfigError, match=r"^model.rope_short_factor: one factor per rotated "
                                         r"feature pair, 4, for rope_scaling='longrope'"):
     GPT(**base, **{**longrope, "rope_short_factor": (1.0,) * 3})
+
+
+def test_the_export_command_offers_every_model_type():
+  import argparse  # pylint: disable=g-import-not-at-top
+  from jaxdl.cli import export  # pylint: disable=g-import-not-at-top
+  parser = argparse.ArgumentParser()
+  export.add_arguments(parser)
+  choices = next(a.choices for a in parser._actions if a.dest == "model_type")  # pylint: disable=protected-access
+  assert sorted(choices) == sorted(hf_families.MODEL_TYPES)

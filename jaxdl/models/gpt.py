@@ -20,8 +20,9 @@ n_head). With lora_rank > 0 low-rank adapters sit beside the dense layers lora_t
 only they train (`jaxdl.models.lora`; `lora.merge` folds them into the base weights).
 Parameter names follow GPT-2 (wte, wpe, h.ln_1, h.attn.c_attn, ...), so GPT-2's checkpoint is a
 renaming; `hf.py` reads and writes Hugging Face directories of GPT-2 and of Llama / Mistral /
-Qwen2 / Qwen3 (pos='rope', norm='rms', mlp='swiglu' with rope_theta, the rope_scaling settings,
-head_dim, qkv_bias and qk_norm), their tables in `hf_families.py`. Decoding (KV cache,
+Qwen2 / Qwen3 / Phi-3 (pos='rope', norm='rms', mlp='swiglu' with rope_theta, the rope_scaling
+settings, rope_partial, head_dim, qkv_bias, attn_bias, mlp_bias and qk_norm), their tables in
+`hf_families.py` (Phi-3's in `hf_phi.py`). Decoding (KV cache,
 sampling, generate) is in `jaxdl.models.decoding`.
 """
 

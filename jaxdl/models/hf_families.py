@@ -16,9 +16,11 @@ Conv1D stores (in, out), already a Dense kernel, so nothing is transposed:
   h.{i}.attn.c_proj / mlp.c_fc / mlp.c_proj -> h_i.attn.c_proj / h_i.mlp.c_fc / h_i.mlp.c_proj
 Buffers (attn.bias, attn.masked_bias) and the tied lm_head.weight hold nothing to import.
 
-Llama family (model_type llama, mistral, qwen2, qwen3) = GPT(pos='rope', norm='rms',
-mlp='swiglu', ln='pre', use_bias=False; qkv_bias=True for Qwen2, qk_norm=True for Qwen3). K is
-head_dim (config.json's, else hidden / heads), so H K need not be D. Per layer, prefix
+Llama family (model_type llama, mistral, qwen2, qwen3, phi3) = GPT(pos='rope', norm='rms',
+mlp='swiglu', ln='pre', use_bias=False; qkv_bias=True for Qwen2, qk_norm=True for Qwen3,
+attn_bias / mlp_bias for Llama's attention_bias / mlp_bias). K is head_dim (config.json's, else
+hidden / heads), so H K need not be D. Phi-3 (Phi-4-mini) fuses q/k/v and gate/up into one
+tensor each and adds LongRoPE and partial rotary: `jaxdl.models.hf_phi`. Per layer, prefix
 model.layers.{i}.:
   input_layernorm.weight (D,)                -> h_i.ln_1.scale
   self_attn.{q,k,v}_proj.weight (HK|NK|NK, D) -> h_i.attn.c_attn.kernel = [q^T k^T v^T] (D, (H+2N)K)
@@ -26,6 +28,8 @@ model.layers.{i}.:
   self_attn.{q,k}_norm.weight (K,) (Qwen3)   -> h_i.attn.{q,k}_norm.scale (RMSNorm of each head,
                                                 before RoPE, epsilon rms_norm_eps)
   self_attn.o_proj.weight (D, HK)            -> h_i.attn.c_proj.kernel = o^T
+  self_attn.o_proj.bias (attention_bias)     -> h_i.attn.c_proj.bias (and q/k/v's, as Qwen2's)
+  mlp.{gate,up,down}_proj.bias (mlp_bias)    -> h_i.mlp.c_fc.bias = [gate up], c_proj.bias
   post_attention_layernorm.weight (D,)       -> h_i.ln_2.scale
   mlp.{gate,up}_proj.weight (F, D)           -> h_i.mlp.c_fc.kernel = [gate^T up^T] (D, 2F)
   mlp.down_proj.weight (D, F)                -> h_i.mlp.c_proj.kernel = down^T
@@ -39,19 +43,20 @@ config.json -> GPT, Llama family: hidden_size d_model, intermediate_size mlp_hid
 num_attention_heads n_head, num_key_value_heads n_kv_head, num_hidden_layers n_layer,
 vocab_size, rms_norm_eps epsilon, head_dim head_dim (0 when it is hidden / heads),
 rope_theta (or rope_parameters.rope_theta) rope_theta, and the RoPE scaling of v4's rope_scaling
-or v5's rope_parameters (`_rope`): rope_type linear / llama3 / yarn -> rope_scaling, factor
-rope_factor, original_max_position_embeddings rope_original_max, low_freq_factor,
-high_freq_factor, beta_fast, beta_slow, attention_factor -> rope_low_freq_factor, ...,
-rope_attn_factor (frequencies: `rope.rope_frequencies`), exported back as v4's
+or v5's rope_parameters (`_rope`): rope_type linear / llama3 / yarn / dynamic (phi3: longrope)
+-> rope_scaling, factor rope_factor, original_max_position_embeddings rope_original_max,
+low_freq_factor, high_freq_factor, beta_fast, beta_slow, attention_factor ->
+rope_low_freq_factor, ..., rope_attn_factor (frequencies: `rope.rope_frequencies`; dynamic's L
+is max_position_embeddings, and the model's context L x factor), exported back as v4's
 rope_theta + rope_scaling, which transformers 5 reads into rope_parameters;
 tie_word_embeddings tie_embeddings (absent: tied iff the weights have no lm_head.weight),
 max_position_embeddings block_size. GPT-2: n_embd, n_layer, n_head, n_positions, vocab_size,
-layer_norm_epsilon. Refused, in one line naming the field: hidden_act other than silu, RoPE
-types dynamic (its frequencies follow each call's length at run time) and longrope, a RoPE
-field the type does not read, YaRN's truncate=false, partial_rotary_factor other than 1, an odd
-head_dim, attention_bias or mlp_bias (Llama's all-projection biases), quantization; for GPT-2
+layer_norm_epsilon. Refused, in one line naming the field: hidden_act other than silu, longrope
+outside phi3 (and phi3's other types), a RoPE field the type does not read, YaRN's
+truncate=false, partial_rotary_factor other than 1 outside phi3 (or rotating an odd number of
+features), an odd head_dim, attention_bias or mlp_bias outside llama, quantization; for GPT-2
 an activation other than the tanh GELU or n_inner other than 4 n_embd.
-A sliding window W (Mistral's sliding_window; Qwen2's with use_sliding_window) lets
+A sliding window W (Mistral's and Phi-3's sliding_window; Qwen2's with use_sliding_window) lets
 position i see j only when i - j < W: it is the GPT's sliding_window, applied in the full forward
 and in cached decoding, so a sequence runs past W as transformers computes it. Qwen2 windows the
 layers i >= max_window_layers (or those layer_types calls 'sliding_attention'); every layer or
