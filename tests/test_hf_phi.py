@@ -2,7 +2,9 @@
 `jaxdl.models.rope`), against transformers on the tiny models of tests/hf_reference.py's FAMILIES
 (phi3, phi4_mini, llama_bias, llama_dynamic, smollm). What is particular to them: RoPE frequencies
 that follow the length a call reaches, LongRoPE's switch at the original context, dynamic NTK's
-cached keys keeping their rotation, and the config fields refused in one line.
+cached keys keeping their rotation, and the config fields refused in one line. The three checks
+every family gets (logits, 16 greedy tokens, the export reloaded) are tests/test_hf_roundtrip.py's.
+torch and transformers are imported by the tests that use them (`hf_reference._tf`).
 """
 
 import json
@@ -12,10 +14,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
-from transformers import AutoConfig
-from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-from transformers.models.phi3 import modeling_phi3
 
 from jaxdl.models import decoding, hf, hf_families, rope
 from jaxdl.schema import ConfigError
@@ -34,7 +32,10 @@ def test_rope_frequencies_follow_the_length_as_transformers(name, hf_model):
   (longrope: short factors up to L, long past it, sqrt(1 + ln 4 / ln 16) for both; dynamic:
   theta (2 n / 16 - 1)^(R / (R - 2)) past 16); apply_rope, jitted, turns queries as transformers'
   rotary embedding and apply_rotary_pos_emb do (phi4_mini: 6 of 8 features, 2 passing)."""
-  theirs_cfg = AutoConfig.from_pretrained(hf_model(name))
+  torch, transformers = hf_reference._tf()  # pylint: disable=protected-access
+  from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # pylint: disable=g-import-not-at-top
+  from transformers.models.phi3 import modeling_phi3  # pylint: disable=g-import-not-at-top
+  theirs_cfg = transformers.AutoConfig.from_pretrained(hf_model(name))
   model = hf_families.model_from_config(_config(hf_model, name))
   spec, k = model.rope_spec, model.head_width
   big_l = spec.original_max
@@ -79,6 +80,7 @@ def test_dynamic_ntk_cached_keys_keep_their_rotation(hf_model):
   step's logits equal transformers' generate's (the new token turns by the frequencies of its
   position + 1, cached keys as they were computed), and differ from the full forward of the same
   tokens, where every position turns by the frequencies of the whole length."""
+  torch, _ = hf_reference._tf()  # pylint: disable=protected-access
   src = hf_model("llama_dynamic")
   ref = hf_reference.load(src)
   model, params = hf.load_hf(src)
