@@ -60,6 +60,32 @@ def test_rope_frequencies_follow_the_length_as_transformers(name, hf_model):
     np.testing.assert_allclose(turn(q_BxTxHxK[:, :t], jnp.arange(t)), want, atol=2e-6, rtol=0)
 
 
+def test_longrope_as_phi3_configs_state_it():
+  """Phi-3's v4 spelling (top-level rope_theta, partial_rotary_factor; rope_scaling of type 'su'),
+  an explicit factor and attention_factor: the frequencies and scaling of transformers'
+  Phi3Config, and an export that states them again."""
+  _, transformers = hf_reference._tf()  # pylint: disable=protected-access
+  from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # pylint: disable=g-import-not-at-top
+  cfg = dict(model_type="phi3", vocab_size=8, hidden_size=256, num_attention_heads=4,
+             num_key_value_heads=4, num_hidden_layers=1, intermediate_size=8,
+             max_position_embeddings=131072, original_max_position_embeddings=4096,
+             rope_theta=250000.0, partial_rotary_factor=0.75, rope_scaling={
+                 "type": "su", "factor": 8.0, "attention_factor": 1.25,
+                 "short_factor": [1.0 + i / 48 for i in range(24)],
+                 "long_factor": [1.0 + i for i in range(24)]})
+  theirs = transformers.Phi3Config(**{k: v for k, v in cfg.items() if k != "model_type"})
+  model = hf_families.model_from_config(cfg)
+  assert (model.rope_scaling, model.rope_partial, model.rope_factor) == ("longrope", 0.75, 8.0)
+  for n in (None, 4096, 4097):
+    want, want_scale = ROPE_INIT_FUNCTIONS["longrope"](theirs, None, seq_len=n)
+    ours, scale = rope.rope_frequencies(model.rope_spec, model.head_width, n)
+    assert ours.shape == (24,) and scale == want_scale == 1.25
+    np.testing.assert_allclose(ours, want.numpy(), rtol=1e-6, atol=0)
+  again = hf_families.hf_config(model, "phi3")
+  assert again["rope_scaling"]["attention_factor"] == 1.25
+  assert hf_families.model_from_config(again) == model
+
+
 def test_longrope_turns_every_position_by_the_long_factors_past_the_original_context(hf_model):
   """phi3: a 16-token call (L = 16) uses the short factors and a 17-token call the long ones on
   every position, so the first 16 positions' logits change between the calls; both equal
@@ -102,6 +128,23 @@ def test_dynamic_ntk_cached_keys_keep_their_rotation(hf_model):
   full = np.asarray(jax.jit(lambda p, t: model.apply({"params": p}, t, train=False))(
       params, jnp.asarray(tokens_1xN[:, :19])))[0, 11:]
   assert np.abs(full - np.stack(ours)).max() > 1e-2
+
+
+@pytest.mark.parametrize("name", ["phi3", "llama_dynamic"])
+def test_left_padded_generation_across_the_original_context(name, hf_model):
+  """A batch of a 10-token prompt and a 7-token one left-padded by 3, 12 greedy tokens past L =
+  16: the frequencies follow the batch's largest position, as transformers' `generate` with the
+  attention mask (LongRoPE's recomputation at the padded length L + 1 included)."""
+  src = hf_model(name)
+  model, params = hf.load_hf(src)
+  prompt_BxP = np.random.default_rng(5).integers(3, 96, (2, 10))
+  prompt_BxP[1, :3] = 0
+  mask = (np.arange(10)[None] >= np.array([[0], [3]])).astype(np.int64)
+  theirs, margin = hf_reference.greedy(hf_reference.load(src), prompt_BxP, 12, attention_mask=mask)
+  assert margin > 1e-3
+  out = decoding.generate(model, params, jnp.asarray(prompt_BxP, jnp.int32), jax.random.key(0), 12,
+                          start_B=jnp.asarray([0, 3], jnp.int32), temperature=0)
+  np.testing.assert_array_equal(np.asarray(out), theirs)
 
 
 def test_llama_attention_bias_without_mlp_bias(tmp_path):
