@@ -62,27 +62,28 @@ def test_rope_frequencies_follow_the_length_as_transformers(name, hf_model):
 
 def test_longrope_as_phi3_configs_state_it():
   """Phi-3's v4 spelling (top-level rope_theta, partial_rotary_factor; rope_scaling of type 'su'),
-  an explicit factor and attention_factor: the frequencies and scaling of transformers'
-  Phi3Config, and an export that states them again."""
+  an explicit factor and attention_factor, a sliding window: the frequencies and scaling of
+  transformers' Phi3Config, and an export that states them again."""
   _, transformers = hf_reference._tf()  # pylint: disable=protected-access
   from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # pylint: disable=g-import-not-at-top
   cfg = dict(model_type="phi3", vocab_size=8, hidden_size=256, num_attention_heads=4,
              num_key_value_heads=4, num_hidden_layers=1, intermediate_size=8,
              max_position_embeddings=131072, original_max_position_embeddings=4096,
-             rope_theta=250000.0, partial_rotary_factor=0.75, rope_scaling={
+             rope_theta=250000.0, partial_rotary_factor=0.75, sliding_window=2047, rope_scaling={
                  "type": "su", "factor": 8.0, "attention_factor": 1.25,
                  "short_factor": [1.0 + i / 48 for i in range(24)],
                  "long_factor": [1.0 + i for i in range(24)]})
   theirs = transformers.Phi3Config(**{k: v for k, v in cfg.items() if k != "model_type"})
   model = hf_families.model_from_config(cfg)
-  assert (model.rope_scaling, model.rope_partial, model.rope_factor) == ("longrope", 0.75, 8.0)
+  assert (model.rope_scaling, model.rope_partial, model.rope_factor, model.sliding_window) == (
+      "longrope", 0.75, 8.0, 2047)  # Phi-3-mini-4k's window, on every layer as Mistral's
   for n in (None, 4096, 4097):
     want, want_scale = ROPE_INIT_FUNCTIONS["longrope"](theirs, None, seq_len=n)
     ours, scale = rope.rope_frequencies(model.rope_spec, model.head_width, n)
     assert ours.shape == (24,) and scale == want_scale == 1.25
     np.testing.assert_allclose(ours, want.numpy(), rtol=1e-6, atol=0)
   again = hf_families.hf_config(model, "phi3")
-  assert again["rope_scaling"]["attention_factor"] == 1.25
+  assert again["rope_scaling"]["attention_factor"] == 1.25 and again["sliding_window"] == 2047
   assert hf_families.model_from_config(again) == model
 
 
