@@ -103,7 +103,6 @@ _ROPE_KEYS = {"default": (), "linear": ("factor",),
               "dynamic": ("factor",),
               "longrope": ("factor", "attention_factor", "short_factor", "long_factor",
                            "original_max_position_embeddings")}
-_ORIGINAL_MAX = "original_max_position_embeddings"
 _ROPE_FIELDS = {"factor": "rope_factor", "low_freq_factor": "rope_low_freq_factor",
                 "high_freq_factor": "rope_high_freq_factor", "beta_fast": "rope_beta_fast",
                 "beta_slow": "rope_beta_slow", "attention_factor": "rope_attn_factor",
