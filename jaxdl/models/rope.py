@@ -12,9 +12,10 @@ the rotation of the call that computed it:
   dynamic   n <= L: plain RoPE; n > L: theta' = theta (s n / L - (s - 1))^(R / (R - 2)). In
             cached decoding the prompt turns by those of its own length and each new token by
             those of its position + 1, the cached keys as they were: transformers' `generate`
-            token for token. (transformers' rotary module also remembers the longest n since its
-            last call shorter than L and reuses it for a call in between; jaxdl keeps no state:
-            a call's frequencies are its own n's.)
+            token for token. (transformers' rotary module also keeps state: after a call of
+            length M > L, a later call of length L <= n <= M reuses M's frequencies until a
+            call shorter than L resets them; jaxdl keeps none, a call's frequencies are its own
+            n's, which is what a generation from a fresh or reset module computes.)
   longrope  w_i / short_i up to n = L, w_i / long_i past it: a call past L turns every position,
             the first L too, by the long factors. Keys cached before the switch are stale:
             `decoding.make_generator` runs the sequence again when it first passes L, as
