@@ -266,6 +266,8 @@ BAD_CONFIGS = [
     ("qwen3", dict(attention_bias=True), "attention_bias=true"),
     ("llama_tied", dict(model_type="phi"), "model_type=\"phi\""),
     ("mistral", dict(mlp_bias=True), "mlp_bias=true"),
+    ("phi3", dict(rope_parameters={"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0}),
+     "rope_parameters.rope_type=\"dynamic\""),
     ("llama_tied", dict(model_type="gemma"), "model_type=\"gemma\""),
     ("llama_tied", dict(hidden_size=None), "hidden_size is missing"),
 ]
