@@ -139,9 +139,10 @@ def rope_frequencies(rope: RopeSpec, k: int, seq_len: int | None = None
   return w.astype(np.float32), float(scale)
 
 
-def _inv_freq(rope: RopeSpec, k: int, positions):
-  """(inv_freq (R/2,), scaling) for a call at `positions`: n = their largest + 1 where the
-  frequencies follow the length (module docstring), traced or not."""
+def frequencies_at(rope: RopeSpec, k: int, positions):
+  """(inv_freq (R/2,), scaling) of a call at `positions`: where the frequencies follow the
+  length, those of n = the largest position + 1 (module docstring; traced or not), else
+  `rope_frequencies`'."""
   if not rope.follows_length:
     inv_freq, scale = rope_frequencies(rope, k)
     return jnp.asarray(inv_freq), scale
@@ -155,21 +156,26 @@ def _inv_freq(rope: RopeSpec, k: int, positions):
 
 def apply_rope(x_BxTxHxK, positions_T, rope: float | RopeSpec = 10000.0):
   """Rotary position embedding: rotates feature pairs (i, i + R/2) of the first R features by
-  angle pos * inv_freq[i] (`rope_frequencies` of `rope`, a RopeSpec or plain RoPE's base theta:
-  base^(-2i/K)), the rotated features times the spec's attention scaling; the K - R others pass.
+  angle pos * inv_freq[i] (`frequencies_at` the call's positions of `rope`, a RopeSpec or plain
+  RoPE's base theta: base^(-2i/K)), the rotated features times the spec's attention scaling;
+  the K - R others pass (`rotate`).
 
   `positions_T` is (T,) shared by the batch, or (B, T) per row (packed documents, left padding).
   Where the frequencies follow the length, the call's is the largest position + 1."""
   rope = rope if isinstance(rope, RopeSpec) else RopeSpec(theta=float(rope))
-  k = x_BxTxHxK.shape[-1]
-  inv_freq, scale = _inv_freq(rope, k, positions_T)
-  ang_TxR2 = positions_T.astype(jnp.float32)[..., None] * inv_freq
+  inv_freq, scale = frequencies_at(rope, x_BxTxHxK.shape[-1], positions_T)
+  return rotate(x_BxTxHxK, positions_T, inv_freq, scale)
+
+
+def rotate(x_BxTxHxK, positions_T, inv_freq_R2, scale=1.0):
+  """`apply_rope` from the frequencies themselves (they and the cos/sin scaling may be traced):
+  R = 2 len(inv_freq) features rotate, the K - R after them pass."""
+  ang_TxR2 = positions_T.astype(jnp.float32)[..., None] * inv_freq_R2.astype(jnp.float32)
   # (..., T, 1, R/2): broadcasts over the heads, and over the batch when positions are (T,).
   cos, sin = jnp.cos(ang_TxR2)[..., None, :], jnp.sin(ang_TxR2)[..., None, :]
-  if scale != 1.0:
+  if not (isinstance(scale, float) and scale == 1.0):
     cos, sin = cos * scale, sin * scale
-  x = x_BxTxHxK.astype(jnp.float32)
-  r = 2 * inv_freq.shape[-1]
+  x, r = x_BxTxHxK.astype(jnp.float32), 2 * inv_freq_R2.shape[-1]
   x1, x2, rest = x[..., :r // 2], x[..., r // 2:r], x[..., r:]
   out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], axis=-1)
   return out.astype(x_BxTxHxK.dtype)
