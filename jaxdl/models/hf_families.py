@@ -137,7 +137,8 @@ def _rope(cfg: dict, where: str) -> dict:
     refuse(where, f"{src}.{extra[0]}", rp[extra[0]],
            f"only {', '.join(('rope_theta',) + _ROPE_KEYS[kind])} for rope_type {kind!r}")
   partial = rp.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
-  head = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+  head = cfg.get("head_dim") or (cfg.get("hidden_size") or 0) // (cfg.get("num_attention_heads")
+                                                                  or 1)
   number = isinstance(partial, (int, float)) and not isinstance(partial, bool)
   rotated = rope.rotary_width(rope.RopeSpec(partial=partial), head) if number else 0
   if partial != 1.0 and (not phi3 or not number or not 0 < partial <= 1 or rotated % 2 or
