@@ -275,13 +275,22 @@ def load_hf(path: str, *, scan_layers: bool = True, dtype=jnp.float32, param_dty
     floats = {np.dtype(t.dtype) for t in tensors.values() if np.dtype(t.dtype).kind == "f" or
               np.dtype(t.dtype) == ml_dtypes.bfloat16}
     param_dtype = max(floats, key=lambda d: d.itemsize) if floats else jnp.float32
-  model = hf_families.model_from_config(cfg, os.path.join(path, "config.json"),
-                                        scan_layers=scan_layers, dtype=dtype,
-                                        param_dtype=param_dtype, **overrides)
+  model = read_model(path, tensors, scan_layers=scan_layers, dtype=dtype,
+                     param_dtype=param_dtype, **overrides)
+  return model, hf_tensors.to_params(tensors, model, cfg["model_type"], path, shardings)
+
+
+def read_model(path: str, tensors=None, **fields) -> GPT:
+  """The GPT (with `fields` on top) a directory's config.json describes
+  (`hf_families.model_from_config`); a config that leaves tie_word_embeddings out is untied when
+  the weights hold lm_head.weight (`tensors`, else the shards' headers alone)."""
+  cfg = read_config(path)
+  model = hf_families.model_from_config(cfg, os.path.join(path, "config.json"), **fields)
   if "tie_word_embeddings" not in cfg and cfg["model_type"] != "gpt2":
     # Its default moved (transformers 4: tied, 5: untied): a head in the weights says untied.
+    tensors = index_weights(path) if tensors is None else tensors
     model = model.clone(tie_embeddings="lm_head.weight" not in tensors)
-  return model, hf_tensors.to_params(tensors, model, cfg["model_type"], path, shardings)
+  return model
 
 
 def _json(path: str) -> dict:
