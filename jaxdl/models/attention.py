@@ -227,6 +227,7 @@ class MultiHeadAttention(nn.Module):
   qk_epsilon: float = 1e-6  # the q/k RMSNorms' epsilon
   use_bias: bool = True
   qkv_bias: bool = False
+  attn_bias: bool = False  # Q/K/V and W_O biases even with use_bias off (Llama's attention_bias)
   attn_dropout: float = 0.0
   impl: str = "auto"
   kernel_init: Callable = nn.initializers.lecun_normal()
@@ -243,10 +244,10 @@ class MultiHeadAttention(nn.Module):
       raise ValueError(f"{self.name}: width {d} is not divisible by n_head {self.n_head}")
     h, n, k = self.n_head, self.n_kv_head, self.head_dim or d // self.n_head
     check_heads(h, n)
-    def dense(features, name, init, bias=self.use_bias):
+    def dense(features, name, init, bias=self.use_bias or self.attn_bias):
       return nn.Dense(features, use_bias=bias, kernel_init=init, dtype=self.dtype,
                       param_dtype=self.param_dtype, name=name)
-    qkv_bias = self.use_bias or self.qkv_bias
+    qkv_bias = self.use_bias or self.qkv_bias or self.attn_bias
     def adapter(site, features):
       return lora_lib.adapter(self.lora, site, features, self.dtype, self.param_dtype)
     if context is None:

@@ -113,6 +113,8 @@ class TransformerModel(layers.Model):
   rope_spec: ClassVar[rope_lib.RopeSpec] = rope_lib.RopeSpec()  # the RoPE frequencies
   sliding_window: ClassVar[int] = 0  # W > 0: causal attention sees only the W latest tokens
   qkv_bias: ClassVar[bool] = False  # Q/K/V biases even with use_bias off (Qwen2)
+  attn_bias: ClassVar[bool] = False  # Q/K/V/O biases even with use_bias off (Llama's)
+  mlp_bias: ClassVar[bool] = False  # MLP biases even with use_bias off (Llama's)
   moe_spec: ClassVar[moe.MoeSpec | None] = None
   ssm_spec: ClassVar[ssm.SsmSpec | None] = None
   lora_spec: ClassVar[lora.LoraSpec | None] = None
@@ -175,6 +177,8 @@ class BlockSpec:
   qk_norm: bool
   use_bias: bool
   qkv_bias: bool
+  attn_bias: bool
+  mlp_bias: bool
   attn_impl: str
   init_name: str
   epsilon: float
@@ -220,7 +224,7 @@ class MlpBlock(nn.Module):
   @nn.compact
   def __call__(self, x_BxTxD):
     cfg, d = self.cfg, x_BxTxD.shape[-1]
-    dense = functools.partial(nn.Dense, use_bias=cfg.use_bias, dtype=cfg.dtype,
+    dense = functools.partial(nn.Dense, use_bias=cfg.use_bias or cfg.mlp_bias, dtype=cfg.dtype,
                               param_dtype=cfg.param_dtype)
 
     def adapted(layer, site, h_BxTxN):  # layer(h), plus the site's LoRA delta when adapted
@@ -279,7 +283,7 @@ class Block(nn.Module):
           n_head=cfg.n_head, n_kv_head=cfg.n_kv_head, causal=cfg.causal,
           window=cfg.sliding_window, qk_norm=cfg.qk_norm, rope=cfg.rope,
           rope_spec=cfg.rope_spec, head_dim=cfg.head_dim, qk_epsilon=cfg.epsilon,
-          use_bias=cfg.use_bias, qkv_bias=cfg.qkv_bias,
+          use_bias=cfg.use_bias, qkv_bias=cfg.qkv_bias, attn_bias=cfg.attn_bias,
           attn_dropout=cfg.attn_dropout, impl=cfg.attn_impl, kernel_init=cfg.kernel_init,
           out_init=cfg.out_init, lora=cfg.lora_spec, dtype=cfg.dtype,
           param_dtype=cfg.param_dtype, name="attn")
