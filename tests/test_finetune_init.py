@@ -22,7 +22,8 @@ from jaxdl import cli
 from jaxdl.config import load_config
 from jaxdl.models import lora
 from jaxdl.schema import ConfigError
-from jaxdl.train import build, checkpoint, init_from
+from jaxdl.generative import evaluation
+from jaxdl.train import build, init_from
 from jaxdl.train import run as train_run
 
 import hf_reference
@@ -103,8 +104,9 @@ def lora_run(base, tmp_path_factory):
   but its adapters and its int32 step (today's route held a whole random parameter set there,
   and the spy sees it), and the state equals today's route's bit for bit, leaf by leaf, in the
   same shardings: the adapters are drawn by the run's own init on the run's key, so a re-run or
-  a resume is the same run. Returns that run saved as training saves it (config.json, a
-  checkpoint of its whole state, its adapters B set nonzero), a base for the next test."""
+  a resume is the same run. Returns that run saved as a jaxdl run (config.json, a
+  checkpoint of its params, `evaluation.save_run`, its adapters B set nonzero), a base for the
+  next test."""
   _, llama, chat = base
   with pytest.MonkeyPatch.context() as mp:
     run, shardings, state, at_load = init_watched([f"init_from={llama}", f"data.path={chat}"],
@@ -124,12 +126,7 @@ def lora_run(base, tmp_path_factory):
   params = jax.tree_util.tree_map_with_path(
       lambda p, x: x + 0.05 if lora.path_str(p).endswith("/b") else x, state.params)
   workdir = tmp_path_factory.mktemp("runs") / "lora_run"
-  workdir.mkdir()
-  (workdir / "config.json").write_text(json.dumps(run.config.to_dict()))
-  saver = checkpoint.Checkpointer(workdir / "checkpoints", async_save=False)
-  saver.save(2, jax.device_get(dataclasses.replace(state, params=params)), data_state={},
-             config={}, manifest={})
-  saver.close()
+  evaluation.save_run(workdir, run.config, jax.device_get(params), step=2)
   return str(workdir), run.model, jax.device_get(params)
 
 
@@ -144,7 +141,8 @@ def test_a_full_fine_tune_of_a_jaxdl_run_holds_one_copy_of_the_base(base, lora_r
   devices hold the run's step alone, and the init that remains, compiled, holds no
   parameter-sized buffer (its output and temporaries: a few bytes, against the base's bytes on
   each device); the parameters are the run's with W + (alpha / r) A B folded in (float32
-  rounding of the same sum) and the optimizer state starts from them (AdamW's moments at 0)."""
+  rounding of the same sum) and the optimizer state starts from them (AdamW's moments at 0),
+  the same on the default device when no sharding is asked for."""
   _, _, chat = base
   workdir, model, saved = lora_run
   run, shardings, state, at_load = init_watched([f"init_from={workdir}", f"data.path={chat}"],
@@ -162,6 +160,11 @@ def test_a_full_fine_tune_of_a_jaxdl_run_holds_one_copy_of_the_base(base, lora_r
                        jax.tree.leaves(merged)):
     np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-7,
                                err_msg=jax.tree_util.keystr(p))
+  # Unplaced (what the doctor and the benchmarks ask for): the same state on the default device.
+  plain = run.init_state()
+  for x, y in zip(jax.tree.leaves(plain), jax.tree.leaves(state)):
+    assert x.sharding.device_set == {jax.devices()[0]} and x.dtype == y.dtype
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
   moments = [x for x in jax.tree.leaves(state.opt_state) if x.shape in
              {y.shape for y in jax.tree.leaves(state.params)} and x.ndim]
   assert len(moments) == 2 * len(jax.tree.leaves(state.params))
