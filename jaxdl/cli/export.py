@@ -13,14 +13,15 @@ otherwise).
 
 Tokenizer and special tokens, so transformers' `AutoTokenizer` and `generate` stop where the
 source did: the bos / eos / pad ids go to config.json and generation_config.json, taken from the
-run's base when `init_from` is a Hugging Face directory (`jaxdl.models.hf.special_ids`: its
-generation_config.json, config.json, tokenizer_config.json), else eos = pad = the end-of-text id
-of the run's tokenizer. When the run trained on prepared data whose folder holds the tokenizer
-(`data.path/tokenizer.json`), that file is copied beside the weights with a tokenizer_config.json
-naming those special tokens and carrying the chat template, the base's (chat_template.jinja or
-tokenizer_config.json beside the base's tokenizer) or else the data folder's, when there is one;
-when the data's manifest names the template its chats were rendered with, only that one (by its
-sha256; none, with a printed note, for jaxdl's plain template or one found in neither place).
+run's base when `init_from` is a Hugging Face directory or a run fine-tuned from one (`hf_base`,
+`jaxdl.models.hf.special_ids`: its generation_config.json, config.json, tokenizer_config.json),
+else eos = pad = the end-of-text id of the run's tokenizer. When the run trained on prepared data
+whose folder holds the tokenizer (`data.path/tokenizer.json`), that file is copied beside the
+weights with a tokenizer_config.json naming those special tokens and carrying the chat template,
+the base's (chat_template.jinja or tokenizer_config.json beside the base's tokenizer) or else the
+data folder's, when there is one; when the data's manifest names the template its chats were
+rendered with, only that one (by its sha256; none, with a printed note, for jaxdl's plain
+template or one found in neither place).
 
 Bad input is one line, exit 2, with nothing written: a workdir without a run, a run whose model
 is not the GPT, a GPT the chosen layout cannot hold (the field is named), an --out that already
@@ -74,11 +75,20 @@ def special_tokens(config, tokenizer: pathlib.Path | None, vocab_size: int):
 
 
 def hf_base(config) -> str:
-  """The run's `init_from` when it is a Hugging Face directory, else ''."""
+  """The Hugging Face directory the run descends from, else '': its `init_from` when that is
+  one, or, when `init_from` is a jaxdl run, that run's own (and so on), so a run fine-tuned from
+  a fine-tuned run keeps the first base's special tokens and chat template."""
+  seen = set()
   base = os.path.expanduser(str(config.get("init_from") or ""))
-  if base and os.path.isfile(os.path.join(base, "config.json")) and not os.path.isdir(
-      os.path.join(base, "checkpoints")):
-    return base
+  while base and base not in seen and os.path.isfile(os.path.join(base, "config.json")):
+    if not os.path.isdir(os.path.join(base, "checkpoints")):
+      return base
+    seen.add(base)
+    try:  # a jaxdl run: its own init_from (a relative one read from here, as ours is)
+      with open(os.path.join(base, "config.json"), encoding="utf-8") as f:
+        base = os.path.expanduser(str(json.load(f).get("init_from") or ""))
+    except (OSError, ValueError, AttributeError):
+      return ""
   return ""
 
 

@@ -1,0 +1,94 @@
+"""Issue 50's path walked as a new user walks it, README and `--help` in hand: the joints that
+broke, each through `jaxdl.cli.main` in this process.
+
+The base is the chat Llama the fine-tuning tests share (`hf_reference.CHAT_LLAMA`: a 64-id BPE
+tokenizer, bos '<s>' 1 / eos '</s>' 2 and a chat template in transformers' own files); the
+chats are prepared with it as the README says, and the runs its `<!-- finetune:hf -->` block
+starts (LoRA from the Hugging Face folder, then every parameter from that run) are saved as they
+start, without training (test_finetune.py trains them).
+"""
+
+import json
+import shutil
+
+import hf_reference
+import jax
+import numpy as np
+import pytest
+
+from jaxdl import cli
+from jaxdl.config import load_config
+from jaxdl.data import chat_template
+from jaxdl.data.tokenize import get_tokenizer
+from jaxdl.models import decoding
+from jaxdl.train import build, checkpoint
+
+SHORT = ["train.plot=False", "data.batch_size=4", "data.eval_batch_size=4"]
+
+
+def sets(items: list[str]) -> list[str]:
+  return [a for kv in items for a in ("--set", kv)]
+
+
+def save_fresh_run(experiment: str, overrides: list[str], workdir) -> None:
+  """The run `jaxdl train EXP --set ...` starts, saved as training saves it (its config.json and
+  a checkpoint of its step-0 state) without the cost of a train step's compile: the base read
+  as `init_from` reads it, the adapters as initialized."""
+  config, _ = load_config(experiment, [*overrides, *SHORT])
+  run = build(config)
+  state = run.init_state(None)
+  workdir.mkdir(parents=True)
+  (workdir / "config.json").write_text(json.dumps(run.config.to_dict()))
+  saver = checkpoint.Checkpointer(workdir / "checkpoints", async_save=False)
+  saver.save(1, jax.device_get(state), data_state={}, config={}, manifest={})
+  saver.close()
+
+
+@pytest.fixture(scope="module")
+def walk(hf_model, tmp_path_factory):
+  """A folder holding my_model (the chat Llama), chat.jsonl, my_chat (prepared with the model's
+  tokenizer), runs/finetune_lora (LoRA from my_model) and runs/finetune_lora-full (every
+  parameter, from that run), the runs as the README's commands start them."""
+  root = tmp_path_factory.mktemp("walk")
+  shutil.copytree(hf_model("llama", **hf_reference.CHAT_LLAMA), root / "my_model")
+  chats = [{"prompt": f"the quick fox {i}", "response": f"the lazy dog {i}"} for i in range(80)]
+  (root / "chat.jsonl").write_text("".join(json.dumps(c) + "\n" for c in chats))
+  with pytest.MonkeyPatch.context() as mp:
+    mp.chdir(root)
+    assert cli.main(["data", "prepare", "chat.jsonl", "--tokenizer", "my_model", "--out",
+                     "my_chat"]) == 0
+    for exp, base, workdir in (("finetune_lora", "my_model", "runs/finetune_lora"),
+                               ("finetune_lora:full", "runs/finetune_lora",
+                                "runs/finetune_lora-full")):
+      save_fresh_run(exp, [f"init_from={base}", "data.path=my_chat"], root / workdir)
+  return root
+
+
+def test_a_run_fine_tuned_from_a_run_exports_and_chats_as_its_hugging_face_base(
+    walk, monkeypatch, capsys):
+  """The README's third command fine-tunes the LoRA run: the Hugging Face folder is its base's
+  base. Its export carries that folder's bos / eos and chat template (it had none: no bos, no
+  template, so transformers' rendering lost every '<s>'), and `jaxdl generate RUN --chat` renders
+  with that template (it was refused: "has no chat template"); the decoder is replaced by one
+  that records the prompt it was given."""
+  monkeypatch.chdir(walk)
+  assert cli.main(["export", "runs/finetune_lora-full", "--out", "exported"]) == 0
+  config = json.loads((walk / "exported/tokenizer_config.json").read_text())
+  generation = json.loads((walk / "exported/generation_config.json").read_text())
+  assert config["chat_template"] == hf_reference.CHAT_TEMPLATE
+  assert (config["bos_token"], config["eos_token"]) == ("<s>", "</s>")
+  assert (generation["bos_token_id"], generation["eos_token_id"]) == (1, 2)
+  seen = {}
+
+  def fake_generate(model, params, prompt_BxP, key, n, **kw):
+    seen.update(prompt=np.asarray(prompt_BxP), eos=kw["eos_ids"])
+    return np.concatenate([prompt_BxP, np.full((len(prompt_BxP), n), 2)], axis=1)
+
+  monkeypatch.setattr(decoding, "generate", fake_generate)
+  capsys.readouterr()
+  assert cli.main(["generate", "runs/finetune_lora-full", "--chat", "--prompt", "the quick",
+                   "--temperature", "0", "--max-new-tokens", "2"]) == 0
+  tok = get_tokenizer("my_model")
+  want = chat_template.encode_prompt(chat_template.resolve("auto", "my_model", "my_model"),
+                                     "the quick", tok)
+  assert seen["prompt"].tolist() == [want.tolist()] and 2 in seen["eos"]
