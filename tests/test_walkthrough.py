@@ -18,7 +18,7 @@ import pytest
 
 from jaxdl import cli
 from jaxdl.config import load_config
-from jaxdl.data import chat_template
+from jaxdl.data import chat_template, records
 from jaxdl.data.tokenize import get_tokenizer
 from jaxdl.models import decoding
 from jaxdl.train import build, checkpoint
@@ -92,3 +92,32 @@ def test_a_run_fine_tuned_from_a_run_exports_and_chats_as_its_hugging_face_base(
   want = chat_template.encode_prompt(chat_template.resolve("auto", "my_model", "my_model"),
                                      "the quick", tok)
   assert seen["prompt"].tolist() == [want.tolist()] and 2 in seen["eos"]
+
+
+def test_eval_of_chat_data_scores_the_responses_as_transformers_does(walk, monkeypatch, capsys):
+  """`jaxdl eval DIR --data my_chat` on the README's chat data (a loss mask) was a KeyError
+  traceback. It scores each record alone (as fine-tuning packs it: e, the record, the e that
+  closes it) on its response tokens and that closing e: the same sum from transformers' logits,
+  to 1e-5 relative; the bits per byte over the responses' bytes."""
+  import torch
+  monkeypatch.chdir(walk)
+  capsys.readouterr()
+  assert cli.main(["eval", "my_model", "--data", "my_chat"]) == 0
+  got = dict(line.split() for line in capsys.readouterr().out.splitlines())
+  manifest = records.read_manifest("my_chat")
+  split = manifest["splits"]["val"]
+  reader = records.RecordReader("my_chat", split, manifest["fields"])
+  model, tok = hf_reference.load("my_model"), get_tokenizer("my_model")
+  nll, scored, n_bytes = 0.0, 0, 0
+  for r in reader.get(range(len(reader))):
+    ids, mask = r["tokens_mask"][:, 0].astype(np.int64), r["tokens_mask"][:, 1]
+    z = np.concatenate([[2], ids, [2]])
+    w = np.concatenate([mask, [1]])
+    with torch.no_grad():
+      logp = torch.log_softmax(model(torch.as_tensor(z[None, :-1])).logits.double(), -1)[0]
+    nll += float((-logp[np.arange(len(z) - 1), z[1:]].numpy() * w).sum())
+    scored += int(w.sum())
+    n_bytes += int((tok.token_bytes()[ids] * mask).sum())
+  assert int(got["tokens"]) == scored == split["response_tokens"] + split["count"]
+  np.testing.assert_allclose(float(got["loss"]), nll / scored, rtol=1e-5)
+  np.testing.assert_allclose(float(got["bits_per_byte"]), nll / np.log(2) / n_bytes, rtol=1e-5)

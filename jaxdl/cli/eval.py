@@ -11,7 +11,10 @@ DIR is a Hugging Face model directory (its tokenizer.json) or the workdir of a j
                       the context; the rule is `jaxdl.train.scoring`'s docstring)
   --data PREPARED     the val split of `jaxdl data prepare` output made with the model's
                       tokenizer, its documents one stream, each after an end-of-text token;
-                      bits per byte over the split's bytes
+                      bits per byte over the split's bytes. Instruction data (chat.jsonl, a
+                      loss mask) scores its responses only, each record alone, as fine-tuning
+                      does: tokens, loss and bits per byte of the response tokens (and the
+                      end-of-text that closes each)
   --choices FILE      JSON lines {"context": str, "choices": [str, ...], "answer": index}: each
                       choice scored by its summed log-likelihood given the context; accuracy and
                       length-normalized accuracy (acc_norm) as lm-evaluation-harness defines them
@@ -90,9 +93,11 @@ def read_choices(path: str) -> list[dict]:
   return items
 
 
-def read_prepared(path: str, tok, tok_spec: str = "DIR") -> tuple[list, int]:
-  """(the val split's documents as token arrays, its UTF-8 bytes) of prepared data, refusing
-  data made with another tokenizer than `tok` (the model's, `tok_spec` for --tokenizer)."""
+def read_prepared(path: str, tok, tok_spec: str = "DIR") -> tuple[list, list | None, int]:
+  """(the val split's documents as token arrays, their loss masks or None, its UTF-8 bytes) of
+  prepared data, refusing data made with another tokenizer than `tok` (the model's, `tok_spec`
+  for --tokenizer). Instruction data (a manifest `loss_mask`, `jaxdl.data.chat`) has masks, 1
+  on the responses, and its bytes are those of the response tokens (`main` counts them)."""
   from jaxdl.data import records
   from jaxdl.schema import ConfigError
   try:
@@ -112,8 +117,14 @@ def read_prepared(path: str, tok, tok_spec: str = "DIR") -> tuple[list, int]:
                       f"--tokenizer {tok_spec} --out DIR`)")
   split = manifest["splits"]["val"]
   reader = records.RecordReader(os.path.expanduser(path), split, manifest["fields"], "--data")
-  docs = [r["tokens"].astype("int32") for r in reader.get(range(len(reader)))]
-  return docs, int(split["bytes"])
+  mask = manifest.get("loss_mask")
+  if mask is None:
+    docs = [r["tokens"].astype("int32") for r in reader.get(range(len(reader)))]
+    return docs, None, int(split["bytes"])
+  field, column = mask["field"], int(mask["column"])
+  both = [r[field] for r in reader.get(range(len(reader)))]
+  return ([b[:, 1 - column].astype("int32") for b in both],
+          [b[:, column].astype("int32") for b in both], 0)
 
 
 def main(args) -> None:
@@ -126,6 +137,7 @@ def main(args) -> None:
   if args.batch_size < 1:
     raise ConfigError(f"--batch-size: must be >= 1, got {args.batch_size}")
   text = read_text(args.text) if args.text else None
+  masks = None  # --data of instruction data: only its responses are scored
   items = read_choices(args.choices) if args.choices else None
   kind, cfg = read_model_config(args.model)
   try:
@@ -150,8 +162,10 @@ def main(args) -> None:
       if len(stream) < 2:
         raise ConfigError(f"--text: {args.text}: one token, nothing to predict")
     else:
-      docs, n_bytes = read_prepared(args.data, tok, tok_spec)
+      docs, masks, n_bytes = read_prepared(args.data, tok, tok_spec)
       stream = np.concatenate([np.concatenate([[tok.eot_id], d]) for d in docs]).astype(np.int32)
+      if masks is not None:  # the response tokens' bytes (the closing e has none)
+        n_bytes = int(sum((tok.token_bytes()[d] * m).sum() for d, m in zip(docs, masks)))
     if kind == "hf":
       model, params = hf.load_hf(args.model)
       variables = {"params": params}
@@ -170,7 +184,11 @@ def main(args) -> None:
     out = scoring.choice_scores(lls, owner, items)
     print(f"items {out['items']}\nacc {out['acc']:.4f}\nacc_norm {out['acc_norm']:.4f}")
     return
-  nll, tokens = scoring.score_stream(score, stream, context, stride, args.batch_size)
+  if masks is None:
+    nll, tokens = scoring.score_stream(score, stream, context, stride, args.batch_size)
+  else:
+    nll, tokens = scoring.score_responses(score, docs, masks, tok.eot_id, context, stride,
+                                          args.batch_size)
   out = scoring.text_metrics(nll, tokens, n_bytes)
   print(f"tokens {out['tokens']}\nloss {out['loss']:.6f}\nperplexity {out['perplexity']:.6f}\n"
         f"bits_per_byte {out['bits_per_byte']:.6f}")

@@ -56,7 +56,8 @@ def make_scorer(model, variables: dict) -> Callable:
 def sum_nll(score: Callable, requests: list[tuple[np.ndarray, np.ndarray]], context: int,
             batch: int = 8) -> np.ndarray:
   """float64 (R,): each request's summed CE. A request is (tokens, scored): tokens z_0..z_n
-  (2 <= n + 1 <= L + 1) and how many of its last targets it scores (1..n). Requests run in
+  (2 <= n + 1 <= L + 1) and how many of its last targets it scores (1..n), or an (n,) array of
+  each target's weight (a loss mask: `score_stream`'s `mask_N`). Requests run in
   batches of `batch` rows of L tokens (the last batch padded), so one program serves all."""
   out = np.zeros((len(requests),), np.float64)
   for start in range(0, len(requests), batch):
@@ -67,7 +68,10 @@ def sum_nll(score: Callable, requests: list[tuple[np.ndarray, np.ndarray]], cont
     for b, (tokens, scored) in enumerate(chunk):
       n = len(tokens) - 1
       x_BxL[b, :n], y_BxL[b, :n] = tokens[:-1], tokens[1:]
-      w_BxL[b, n - scored:n] = 1.0
+      if np.ndim(scored):
+        w_BxL[b, :n] = scored
+      else:
+        w_BxL[b, n - scored:n] = 1.0
     nll_B = np.asarray(score(x_BxL, y_BxL, w_BxL), np.float64)
     out[start:start + len(chunk)] = nll_B[:len(chunk)]
   return out
@@ -96,12 +100,37 @@ def text_stream(tok, text_ids: np.ndarray, vocab_size: int) -> tuple[np.ndarray,
   return np.asarray(text_ids, np.int32), False
 
 
+def stream_requests(stream: np.ndarray, context: int, stride: int, mask_N=None) -> list:
+  """`sum_nll` requests of a stream z_0..z_N under the striding rule: each window's new targets;
+  with a loss mask m (0/1 per stream token) each weighed by its m."""
+  plan = windows(len(stream), context, stride)
+  if mask_N is None:
+    return [(stream[s:e], k) for s, e, k in plan]
+  mask_N = np.asarray(mask_N, np.float32)
+  return [(stream[s:e], np.concatenate([np.zeros(e - 1 - s - k, np.float32), mask_N[e - k:e]]))
+          for s, e, k in plan]
+
+
 def score_stream(score: Callable, stream: np.ndarray, context: int, stride: int,
                  batch: int = 8) -> tuple[float, int]:
   """(sum of CE over every target z_1..z_N, N) under the striding rule."""
-  plan = windows(len(stream), context, stride)
-  requests = [(stream[s:e], k) for s, e, k in plan]
+  requests = stream_requests(stream, context, stride)
   return float(sum_nll(score, requests, context, batch).sum()), len(stream) - 1
+
+
+def score_responses(score: Callable, docs: list, masks: list, eot: int, context: int,
+                    stride: int, batch: int = 8) -> tuple[float, int]:
+  """(sum of m_t CE_t, sum of m_t) over instruction records, each scored alone as fine-tuning
+  packs it (`jaxdl.data.packing`: its own segment, positions from 0): z = e d e, m = 0, the
+  record's mask (1 on the responses), 1 on the closing e; a record longer than the context is
+  strided as a stream."""
+  requests, scored = [], 0
+  for d, m in zip(docs, masks):
+    z = np.concatenate([[eot], d, [eot]]).astype(np.int32)
+    m_N = np.concatenate([[0], m, [1]])
+    requests += stream_requests(z, context, stride, m_N)
+    scored += int(m_N[1:].sum())
+  return float(sum_nll(score, requests, context, batch).sum()), scored
 
 
 def text_metrics(nll: float, tokens: int, n_bytes: int) -> dict:
