@@ -121,3 +121,19 @@ def test_eval_of_chat_data_scores_the_responses_as_transformers_does(walk, monke
   assert int(got["tokens"]) == scored == split["response_tokens"] + split["count"]
   np.testing.assert_allclose(float(got["loss"]), nll / scored, rtol=1e-5)
   np.testing.assert_allclose(float(got["bits_per_byte"]), nll / np.log(2) / n_bytes, rtol=1e-5)
+
+
+def test_a_data_path_with_no_prepared_data_is_named_in_one_line(walk, monkeypatch, capsys):
+  """A typo in `data.path` was refused as "the 'stdlib_instructions' source reads with the
+  tokenizer 'bytes'", naming neither the path nor its problem; now the line says the folder
+  holds no prepared data, exit 2, and nothing is written."""
+  monkeypatch.chdir(walk)
+  before = sorted(p.name for p in walk.iterdir()), sorted(p.name for p in (walk / "runs").iterdir())
+  capsys.readouterr()
+  assert cli.main(["train", "finetune_lora", *sets(["init_from=my_model",
+                                                    "data.path=my_chta"])]) == 2
+  (line,) = capsys.readouterr().err.strip().splitlines()
+  assert line.startswith("jaxdl: error: data.path: 'my_chta' holds no prepared data"), line
+  assert "--tokenizer my_model" in line
+  assert (sorted(p.name for p in walk.iterdir()),
+          sorted(p.name for p in (walk / "runs").iterdir())) == before

@@ -220,6 +220,9 @@ def _check_data_tokenizer(data_cfg, path: str, base_sha: str | None, vocab: int 
     return
   if entry["prepared"]:
     where = f"data.path: {data_cfg.get('path') or 'the data'!r} was prepared with"
+  elif data_cfg.get("path"):  # a folder not prepared (a typo?): the source would build there
+    where = (f"data.path: {data_cfg.get('path')!r} holds no prepared data (no manifest.json), "
+             f"and the {data_cfg.get('name')!r} source would be built there with")
   else:
     where = f"data: the {data_cfg.get('name')!r} source reads with"
   fix = (f"; prepare the data with the base's tokenizer (`jaxdl data prepare SRC --tokenizer "
