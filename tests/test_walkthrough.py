@@ -137,3 +137,11 @@ def test_a_data_path_with_no_prepared_data_is_named_in_one_line(walk, monkeypatc
   assert "--tokenizer my_model" in line
   assert (sorted(p.name for p in walk.iterdir()),
           sorted(p.name for p in (walk / "runs").iterdir())) == before
+
+
+def test_data_prepare_help_says_the_tokenizer_can_be_a_model_directory(capsys):
+  """The README prepares chats with `--tokenizer my_model` (a folder); `--help` listed only
+  bytes, bpe and a tokenizer.json path."""
+  with pytest.raises(SystemExit):
+    cli.main(["data", "prepare", "--help"])
+  assert "model directory" in " ".join(capsys.readouterr().out.split())

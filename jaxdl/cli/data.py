@@ -48,7 +48,8 @@ def add_arguments(parser) -> None:
   prep = sub.add_parser("prepare", help="SRC -> ArrayRecord shards + manifest.json")
   _source_args(prep)
   prep.add_argument("--tokenizer", default=None,
-                    help="text: bytes | bpe (OUT/tokenizer.json) | a tokenizer.json path "
+                    help="text: bytes | bpe (OUT/tokenizer.json) | a tokenizer.json path | a "
+                         "model directory holding one (a Hugging Face model to fine-tune) "
                          "(default: bpe when OUT has a tokenizer.json, else bytes)")
   prep.add_argument("--chat-template", default="auto",
                     help="chat JSONL: auto (the tokenizer directory's Jinja chat_template when "
