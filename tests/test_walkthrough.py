@@ -145,3 +145,24 @@ def test_data_prepare_help_says_the_tokenizer_can_be_a_model_directory(capsys):
   with pytest.raises(SystemExit):
     cli.main(["data", "prepare", "--help"])
   assert "model directory" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_chat_record_is_one_segment_though_its_template_writes_the_end_of_text(walk,
+                                                                                 monkeypatch):
+  """The chat Llama's template closes every turn with '</s>', the tokenizer's end of text e:
+  packing opened a segment at each, so a response was trained without its prompt in view. A
+  segment now opens only where a record starts (e before it): in the first eval window the
+  segment ids step exactly at the records' starts (from val.lengths.npy), though the window
+  holds more e than that, and positions restart there only."""
+  monkeypatch.chdir(walk)
+  config, _ = load_config("finetune_lora", ["init_from=my_model", "data.path=my_chat", *SHORT])
+  run = build(config)
+  batch = next(iter(run.ds.eval_batches()))
+  x_T, seg_T, pos_T = (np.asarray(batch[k])[0] for k in ("x", "segment_ids", "positions"))
+  t = len(x_T)
+  starts = np.concatenate([[0], np.cumsum(np.load(walk / "my_chat/val.lengths.npy") + 1)])
+  opens_T = np.isin(np.arange(t), starts)
+  assert opens_T.sum() >= 2 and (x_T == 2).sum() > opens_T.sum()
+  np.testing.assert_array_equal(seg_T, np.cumsum(opens_T))
+  np.testing.assert_array_equal(pos_T, np.arange(t) - np.maximum.accumulate(
+      np.where(opens_T, np.arange(t), 0)))

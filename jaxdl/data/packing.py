@@ -14,6 +14,8 @@ segment ids the batch also carries
     segment_ids[i] = #{k <= i : x[k] = e}          (0 for a document cut by the window start)
     positions[i]   = i - (last k <= i with x[k] = e, else 0)
 
+where the e are those that open documents: a document read from records (`DocStream`) may hold
+the id e itself (a chat template's '</s>' closing each turn), which stays inside its segment,
 so attention restricted to equal segment ids and positions restarting at 0 make each document
 see exactly what it would see alone (`jaxdl.models.gpt`).
 
@@ -155,13 +157,27 @@ class DocStream:
     return piece[lo:lo + stop - start], mask[lo:lo + stop - start]
 
 
-def segment_positions(x_BxT: np.ndarray, eot_id: int) -> tuple[np.ndarray, np.ndarray]:
-  """(segment_ids, positions), each int32 (B, T), as defined in the module docstring."""
-  is_eot_BxT = x_BxT == eot_id
+def segment_positions(x_BxT: np.ndarray, eot_id: int,
+                      opens_BxT: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+  """(segment_ids, positions), each int32 (B, T), as defined in the module docstring; a segment
+  opens at each e, or with `opens_BxT` (`document_opens`) at each document's own e only."""
+  is_eot_BxT = x_BxT == eot_id if opens_BxT is None else opens_BxT
   seg_BxT = np.cumsum(is_eot_BxT, axis=1)
   idx_BxT = np.broadcast_to(np.arange(x_BxT.shape[1]), x_BxT.shape)
   start_BxT = np.maximum.accumulate(np.where(is_eot_BxT, idx_BxT, 0), axis=1)
   return seg_BxT.astype(np.int32), (idx_BxT - start_BxT).astype(np.int32)
+
+
+def document_opens(doc_starts_N: np.ndarray, window_starts_B: np.ndarray,
+                   t: int) -> np.ndarray:
+  """bool (B, T): True where window b's token i is the e that opens a document (stream offset
+  window_starts_B[b] + i in `doc_starts_N`, a `DocStream`'s), whatever other e it holds."""
+  opens_BxT = np.zeros((len(window_starts_B), t), bool)
+  lo_B = np.searchsorted(doc_starts_N, window_starts_B, side="left")
+  hi_B = np.searchsorted(doc_starts_N, window_starts_B + t, side="left")
+  for b, (lo, hi) in enumerate(zip(lo_B, hi_B)):
+    opens_BxT[b, doc_starts_N[lo:hi] - window_starts_B[b]] = True
+  return opens_BxT
 
 
 def window_split(stream: TokenStream, starts_N: np.ndarray, t: int, eot_id: int,
@@ -201,8 +217,11 @@ def window_split(stream: TokenStream, starts_N: np.ndarray, t: int, eot_id: int,
   def gather(idx_B):
     win_BxT1, mask_BxT1 = windows(idx_B)
     batch = {"x": win_BxT1[:, :-1], "y": win_BxT1[:, 1:]}
-    if segment_ids:
-      batch["segment_ids"], batch["positions"] = segment_positions(batch["x"], eot_id)
+    if segment_ids:  # a DocStream's documents open where they start: a chat record's own e
+      # (a template's '</s>' ending each turn) is inside its segment, not a new one
+      opens_BxT = (document_opens(stream.starts_N, starts_N[idx_B], t)
+                   if hasattr(stream, "starts_N") else None)
+      batch["segment_ids"], batch["positions"] = segment_positions(batch["x"], eot_id, opens_BxT)
     if masked:
       batch["loss_mask"] = mask_BxT1[:, 1:]
       if split_rate:
