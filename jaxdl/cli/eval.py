@@ -35,7 +35,8 @@ def add_arguments(parser) -> None:
                       help="a Hugging Face model directory or the workdir of an 'lm' run")
   what = parser.add_mutually_exclusive_group(required=True)
   what.add_argument("--text", metavar="FILE", help="a UTF-8 text file to score")
-  what.add_argument("--data", metavar="PREPARED", help="prepared data: its val split")
+  what.add_argument("--data", metavar="PREPARED",
+                    help="prepared data: its val split (chat data: its responses)")
   what.add_argument("--choices", metavar="FILE", help="multiple-choice items, JSON lines")
   parser.add_argument("--stride", type=int, default=0,
                       help="tokens between window starts, 1..context (default: context / 2)")
