@@ -37,7 +37,7 @@ import ml_collections
 
 from jaxdl.models import layers, lora, moe, register_model, ssm, transformer
 from jaxdl.models import rope as rope_lib
-from jaxdl.schema import NONNEG, POSITIVE, ConfigError, fail, one_of, setting
+from jaxdl.schema import NONNEG, POSITIVE, Check, ConfigError, fail, one_of, setting
 
 
 class GPT(transformer.TransformerModel):
@@ -81,6 +81,21 @@ class GPT(transformer.TransformerModel):
   # Sliding-window attention (Mistral, Qwen2): W > 0 lets token i see only tokens i - W < j <= i,
   # in the full forward and in cached decoding alike, so a sequence may run past W; 0: none.
   sliding_window: int = setting(0, NONNEG)
+  # Per-layer attention kinds (`local_layers`): attn_pattern's letters, cycled over the layers,
+  # make layer i local ('l': the sliding window, and RoPE of base rope_local_theta, unscaled,
+  # when that is set) or global ('g': full causal attention, the model's RoPE); '': every layer
+  # local iff sliding_window > 0. Gemma 2: 'lg'; Gemma 3: 'lllllg'; Qwen2's max_window_layers k
+  # of L: k 'g' then L - k 'l' (one letter per layer: no shorter period).
+  attn_pattern: str = setting("", Check(lambda v: isinstance(v, str) and set(v) <= {"l", "g"},
+                                        "must be letters 'l' (local) and 'g' (global)"))
+  rope_local_theta: float = setting(0.0, NONNEG)
+  # Gemma: attention logits Q K^T / sqrt(attn_scale_dim) (0: the head width K) soft-capped
+  # c tanh(z / c) with c = attn_softcap (0: none); the output logits likewise by logit_softcap;
+  # embed_scale multiplies the token embeddings by sqrt(d_model) (rounded to the compute dtype).
+  attn_scale_dim: float = setting(0.0, NONNEG)
+  attn_softcap: float = setting(0.0, NONNEG)
+  logit_softcap: float = setting(0.0, NONNEG)
+  embed_scale: bool = False
   tie_embeddings: bool = True
   # Mixture of experts (`jaxdl.models.moe`): moe_experts = E > 0 replaces every block's MLP by E
   # GELU experts, each token routed to moe_top_k of them; capacity factor and aux-loss weights.
@@ -109,6 +124,12 @@ class GPT(transformer.TransformerModel):
     if self.moe_experts and self.moe_top_k > self.moe_experts:
       fail("model.", "moe_top_k", f"must be in [1, {self.moe_experts}] (moe_experts), got "
            f"{self.moe_top_k}")
+    if "l" in self.attn_pattern and not self.sliding_window:
+      fail("model.", "attn_pattern", f"has local layers ('l'), which need sliding_window > 0, "
+           f"got {self.attn_pattern!r} with sliding_window=0")
+    if self.rope_local_theta and not self.rope:
+      fail("model.", "rope_local_theta", f"sets the local layers' RoPE; pos={self.pos!r} has "
+           f"none, got {self.rope_local_theta} (expected 0)")
     if self.sliding_window and self.mixer != "attention":
       fail("model.", "sliding_window", f"windows attention; mixer={self.mixer!r} has none, got "
            f"{self.sliding_window} (expected 0)")
@@ -125,6 +146,22 @@ class GPT(transformer.TransformerModel):
     if self.moe_experts and self.mlp != "gelu":
       fail("model.", "mlp", f"the experts of moe_experts > 0 are GELU MLPs; got {self.mlp!r}, "
            "expected 'gelu'")
+
+  @property
+  def local_layers(self) -> tuple[bool, ...]:
+    """Per layer, whether it is local (windowed): attn_pattern's letters cycled over the L
+    layers ('l'); with no pattern every layer is local iff sliding_window > 0.
+
+    A stack that mixes both stays one `nn.scan` of one compiled block, the kind passed in as a
+    scanned (L,) bool (`transformer.apply_blocks`) that selects the mask band and the RoPE
+    frequencies inside the block. Splitting the stack into runs of equal kinds instead would
+    make Gemma 3's 5-local-1-global pattern ten scans over 26 layers (compile time growing
+    with depth again) and the parameter layout depend on the pattern; the select costs a T x S
+    compare and a K/2 choice per layer. A stack of one kind keeps the static path."""
+    if not self.sliding_window:
+      return (False,) * self.n_layer
+    p = self.attn_pattern or "l"
+    return tuple(p[i % len(p)] == "l" for i in range(self.n_layer))
 
   @property
   def rope(self) -> bool:
@@ -208,6 +245,8 @@ class GPT(transformer.TransformerModel):
                             embedding_init=nn.initializers.normal(0.02))
     wte = emb(self.vocab_size, name="wte")
     x_BxTxD = wte(x)
+    if self.embed_scale:  # transformers casts sqrt(D) to the embeddings' dtype first
+      x_BxTxD = x_BxTxD * jnp.asarray(self.d_model ** 0.5, x_BxTxD.dtype)
     if self.pos == "learned":
       wpe = emb(self.block_size, name="wpe")
       x_BxTxD = x_BxTxD + (wpe(pos + jnp.arange(t))[None] if positions is None
@@ -218,6 +257,9 @@ class GPT(transformer.TransformerModel):
                                                   segment_ids=segment_ids)
     if hidden and cache is not None:
       raise ValueError("GPT: hidden=True is for a training loss; cached decoding returns logits")
+    if hidden and self.logit_softcap:
+      raise ValueError(f"GPT: hidden=True hands out h and W for logits h W, which would miss "
+                       f"logit_softcap={self.logit_softcap}; use train.loss_chunk=0")
     if self.tie_embeddings:
       if hidden:  # wte.attend's matmul: both operands in the compute dtype
         return x_BxTxD.astype(self.dtype), jnp.asarray(wte.embedding, self.dtype).T
@@ -232,6 +274,8 @@ class GPT(transformer.TransformerModel):
                 jnp.asarray(head.variables["params"]["kernel"], self.dtype))
       logits_BxTxV = head(x_BxTxD)
     logits_BxTxV = logits_BxTxV.astype(jnp.float32)
+    if self.logit_softcap:
+      logits_BxTxV = self.logit_softcap * jnp.tanh(logits_BxTxV / self.logit_softcap)
     return logits_BxTxV if cache is None else (logits_BxTxV, new_cache)
 
 

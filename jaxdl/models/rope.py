@@ -80,15 +80,22 @@ def rope_frequencies(rope: RopeSpec, k: int) -> tuple[np.ndarray, float]:
 def apply_rope(x_BxTxHxK, positions_T, rope: float | RopeSpec = 10000.0):
   """Rotary position embedding: rotates feature pairs (i, i + K/2) by angle pos * inv_freq[i]
   (`rope_frequencies` of `rope`, a RopeSpec or plain RoPE's base theta: base^(-2i/K)), the
-  result times the spec's attention scaling.
+  result times the spec's attention scaling (`rotate`).
 
   `positions_T` is (T,) shared by the batch, or (B, T) per row (packed documents)."""
   rope = rope if isinstance(rope, RopeSpec) else RopeSpec(theta=float(rope))
   inv_freq, scale = rope_frequencies(rope, x_BxTxHxK.shape[-1])
-  ang_TxK2 = positions_T.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq)
+  return rotate(x_BxTxHxK, positions_T, jnp.asarray(inv_freq), scale)
+
+
+def rotate(x_BxTxHxK, positions_T, inv_freq_K2, scale=1.0):
+  """`apply_rope` from the frequencies themselves: inv_freq (K/2,) and the cos/sin scaling may
+  be traced values (a layer of a scanned stack picks its RoPE among several: `transformer`'s
+  per-layer attention kinds)."""
+  ang_TxK2 = positions_T.astype(jnp.float32)[..., None] * inv_freq_K2.astype(jnp.float32)
   # (..., T, 1, K/2): broadcasts over the heads, and over the batch when positions are (T,).
   cos, sin = jnp.cos(ang_TxK2)[..., None, :], jnp.sin(ang_TxK2)[..., None, :]
-  if scale != 1.0:
+  if not (isinstance(scale, float) and scale == 1.0):
     cos, sin = cos * scale, sin * scale
   x1, x2 = jnp.split(x_BxTxHxK.astype(jnp.float32), 2, axis=-1)
   out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
