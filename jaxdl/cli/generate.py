@@ -125,13 +125,13 @@ def prompt_ids(args, tok, folder: str | None, eos: list) -> tuple[list, list]:
 def load(args):
   """(model, params, tokenizer, prompt id rows, eos ids, pad id) for `args`, every option checked
   before the weights are read (module docstring)."""
-  from jaxdl.models import build_model, decoding, hf, hf_families
+  from jaxdl.models import build_model, decoding, hf
   from jaxdl.schema import ConfigError
   for flag, value in (("--num", args.num), ("--max-new-tokens", args.max_new_tokens)):
     if value < 1:
       raise ConfigError(f"{flag}: must be >= 1, got {value}")
   kind, cfg = read_model_config(args.model)
-  model = (hf_families.model_from_config(cfg, args.model) if kind == "hf" else
+  model = (hf.model_from_config(cfg, args.model) if kind == "hf" else
            build_model(cfg.model))
   decoding.check_sampling(model.vocab_size, temperature=args.temperature, top_k=args.top_k,
                           top_p=args.top_p, names=("--temperature", "--top-k", "--top-p"))

@@ -11,7 +11,7 @@ The config's top-level `init_from` (default '': off) names
 config the run trains, with every check done before the workdir is touched:
 
   model    the base's architecture: a run's config.json model section, or the GPT a Hugging
-           Face config.json describes (`jaxdl.models.hf_families.model_from_config`), with the
+           Face config.json describes (`jaxdl.models.hf.model_from_config`), with the
            run's own RUN_FIELDS (LoRA, dropout, remat, compute dtype, ...) on top; so an
            experiment's model section never has to describe the base by hand. With
            `model.param_dtype=bfloat16` and LoRA the frozen base is held (and saved) in bf16,
@@ -50,7 +50,7 @@ from jaxdl import models
 from jaxdl.config import parse_root
 from jaxdl.data import parse_data, records, tokenize
 from jaxdl.data.sources import ByteLM
-from jaxdl.models import hf, hf_families, lora
+from jaxdl.models import hf, lora
 from jaxdl.schema import ConfigError
 
 KEY = "init_from"
@@ -250,14 +250,14 @@ def apply(state, tx, path: str):
 
 def model_section_of_hf(path: str) -> dict:
   """The `model` section (name 'gpt' and its plain-valued fields) describing the Hugging Face
-  model at `path`, from its config.json (`hf_families.model_from_config`: a field the GPT cannot
+  model at `path`, from its config.json (`hf.model_from_config`: a field the GPT cannot
   represent is refused in one line); only a config that leaves tie_word_embeddings out needs
   the weights, whose lm_head says (`hf.load_hf`)."""
   full = os.path.expanduser(path)
   cfg = hf.read_config(full)
   hf.weight_files(full)  # every shard there: a damaged base is refused before the run writes
   if "tie_word_embeddings" in cfg or cfg["model_type"] == "gpt2":
-    model = hf_families.model_from_config(cfg, os.path.join(full, "config.json"))
+    model = hf.model_from_config(cfg, os.path.join(full, "config.json"))
   else:
     model, _ = hf.load_hf(full)
   section = {"name": "gpt"}
