@@ -10,19 +10,21 @@ with transformers (`load`).
 Weights are drawn wider than transformers' init (std 0.15, norm gains 1 + 0.1 noise, biases
 random) so the logits are far from uniform and every tensor, the biases and norm weights too,
 changes the output. Attention runs transformers' "eager" path: the plain softmax(QK^T)V in fp32.
-`conftest.hf_model` caches one saved directory per family and worker.
+`conftest.hf_model` caches one saved directory per family, settings and worker.
+
+Beside the models: `TOKENIZED_LLAMA`, the llama the CLI tests share; transformers' RoPE
+frequencies (`rope_reference`, `ROPE_CASES`), strided perplexity (`strided_nll`) and
+lm-evaluation-harness's multiple-choice scoring (`score_choices`), the numbers `jaxdl eval` and
+the RoPE import are held to. torch and transformers are imported by the first call that needs
+them (`_tf`), so importing this module (to parametrize over `FAMILIES`) costs nothing.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 import numpy as np
-import torch
-import transformers
-
-transformers.logging.disable_progress_bar()
-transformers.logging.set_verbosity_error()
 
 # Shared by every family: a 2-layer, 32-wide model over 96 ids and 64 positions, no special ids
 # (a test that needs them sets them).
@@ -89,8 +91,24 @@ FAMILIES = {
 }
 
 
-def build(name: str, seed: int = 0, **fields) -> torch.nn.Module:
+# The llama that the generate, eval, export and fine-tuning tests share: its 64-id BPE
+# tokenizer.json beside it ('<unk>' 0, '<s>' 1, '</s>' 2) and its weights in 5 shards of at most
+# 20 KB with model.safetensors.index.json, as large checkpoints come.
+TOKENIZED_LLAMA = dict(tokenizer=True, max_shard_size="20KB")
+
+
+def _tf():
+  """(torch, transformers), imported on first use."""
+  import torch
+  import transformers
+  transformers.logging.disable_progress_bar()
+  transformers.logging.set_verbosity_error()
+  return torch, transformers
+
+
+def build(name: str, seed: int = 0, **fields):
   """A random transformers model of family `name` (fields override `SIZES` and the family's)."""
+  torch, transformers = _tf()
   config_cls, model_cls, extra = FAMILIES[name]
   torch.manual_seed(seed)
   config = getattr(transformers, config_cls)(**{**SIZES, **extra, **fields})
@@ -108,7 +126,7 @@ def build(name: str, seed: int = 0, **fields) -> torch.nn.Module:
 
 
 def save(name: str, directory: str, seed: int = 0, max_shard_size: str | None = None,
-         **fields) -> torch.nn.Module:
+         **fields):
   """`build(name, seed, **fields)` saved to `directory` by `save_pretrained`; returns the model."""
   model = build(name, seed, **fields)
   kw = {"max_shard_size": max_shard_size} if max_shard_size else {}
@@ -116,25 +134,28 @@ def save(name: str, directory: str, seed: int = 0, max_shard_size: str | None = 
   return model
 
 
-def load(directory: str) -> torch.nn.Module:
+def load(directory: str):
   """transformers' own load of a saved (or jaxdl-exported) directory, fp32, eager attention."""
+  torch, transformers = _tf()
   return transformers.AutoModelForCausalLM.from_pretrained(
       directory, dtype=torch.float32, attn_implementation="eager").eval()
 
 
-def logits(model: torch.nn.Module, tokens_BxT, attention_mask=None) -> np.ndarray:
+def logits(model, tokens_BxT, attention_mask=None) -> np.ndarray:
   """transformers' fp32 logits (B, T, V) on integer tokens."""
+  torch, _ = _tf()
   with torch.no_grad():
     kw = {} if attention_mask is None else {"attention_mask": torch.as_tensor(attention_mask)}
     return model(torch.as_tensor(np.asarray(tokens_BxT)), **kw).logits.float().numpy()
 
 
-def greedy(model: torch.nn.Module, prompt_BxP, n: int, attention_mask=None, eos=None,
+def greedy(model, prompt_BxP, n: int, attention_mask=None, eos=None,
            pad: int = 0) -> tuple[np.ndarray, float]:
   """transformers' greedy `generate`: (prompt and n new tokens (B, P + n), the smallest top-1
   minus top-2 logit over its choices). With eos None every row makes n tokens; a row that met
   eos is padded with `pad` after it. The margin says how far a port matching the logits to 1e-5
   is from picking another token."""
+  torch, _ = _tf()
   prompt = torch.as_tensor(np.asarray(prompt_BxP))
   mask = torch.ones_like(prompt) if attention_mask is None else torch.as_tensor(attention_mask)
   with torch.no_grad():
@@ -162,11 +183,125 @@ def write_tokenizer(path: str) -> None:
 
 
 def saved(name: str, root: str, seed: int = 0, tokenizer: bool = False, **kw) -> str:
-  """`save(name)` into root/name (once: a directory already there is reused), plus
-  `write_tokenizer`'s tokenizer.json when asked; returns the directory."""
-  directory = os.path.join(root, name)
+  """`save(name, seed, **kw)` into a directory of root named for the family and these settings
+  (once: a directory already there is reused), plus `write_tokenizer`'s tokenizer.json when
+  asked; returns the directory."""
+  settings = repr((seed, tokenizer, sorted(kw.items())))
+  tag = "" if settings == repr((0, False, [])) else "-" + hashlib.sha1(
+      settings.encode()).hexdigest()[:8]
+  directory = os.path.join(root, name + tag)
   if not os.path.exists(os.path.join(directory, "config.json")):
     save(name, directory, seed, **kw)
     if tokenizer:
       write_tokenizer(os.path.join(directory, "tokenizer.json"))
   return directory
+
+
+def tokenizer(directory: str):
+  """transformers' `AutoTokenizer` of a directory; a bare tokenizer.json (no
+  tokenizer_config.json) is read as `PreTrainedTokenizerFast`, as transformers loads one."""
+  _, transformers = _tf()
+  if not os.path.exists(os.path.join(directory, "tokenizer_config.json")):
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_file=os.path.join(directory, "tokenizer.json"))
+  return transformers.AutoTokenizer.from_pretrained(directory)
+
+
+# transformers' RoPE frequencies: configs of each type jaxdl imports, at real checkpoints' sizes.
+ROPE_CASES = {
+    "default": dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+    "linear": dict(rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0}),
+    "llama3": dict(rope_parameters={  # Llama 3.1 8B's
+        "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+        max_position_embeddings=131072),
+    "llama3_v4": dict(rope_theta=500000.0, rope_scaling={  # the same, as transformers 4 wrote it
+        "rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192}, head_dim=64, max_position_embeddings=131072),
+    "yarn": dict(rope_parameters={  # Qwen3's documented YaRN
+        "rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0,
+        "original_max_position_embeddings": 32768}, max_position_embeddings=131072),
+    "yarn_betas_attention": dict(rope_parameters={
+        "rope_type": "yarn", "rope_theta": 10000.0, "factor": 8.0, "beta_fast": 16.0,
+        "beta_slow": 2.0, "attention_factor": 1.5, "original_max_position_embeddings": 4096},
+        max_position_embeddings=32768),
+    "yarn_mscale": dict(rope_parameters={
+        "rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "mscale": 0.707,
+        "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096},
+        max_position_embeddings=163840),
+    "yarn_no_original": dict(rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0,
+                                              "factor": 2.0}, max_position_embeddings=2048),
+}
+
+
+def rope_reference(fields: dict) -> tuple[dict, np.ndarray, float]:
+  """(the config.json dict, transformers' inverse frequencies (head_dim / 2,) float32, its
+  attention scaling) of a Llama config of 32 heads of 128 features with `fields`: what
+  `LlamaRotaryEmbedding` runs, checked equal to `ROPE_INIT_FUNCTIONS[rope_type]` itself."""
+  torch, transformers = _tf()
+  from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+  cfg = {**dict(hidden_size=4096, num_attention_heads=32, num_key_value_heads=8,
+                intermediate_size=64, num_hidden_layers=1, vocab_size=8,
+                max_position_embeddings=8192, head_dim=128), **fields}
+  config = transformers.LlamaConfig(**cfg)
+  kind = config.rope_parameters["rope_type"]
+  rotary = transformers.models.llama.modeling_llama.LlamaRotaryEmbedding(config)
+  inv_freq, scaling = rotary.inv_freq, rotary.attention_scaling
+  if kind != "default":  # the default type's function is the rotary module's own method
+    init_freq, init_scaling = ROPE_INIT_FUNCTIONS[kind](config, "cpu")
+    assert torch.equal(init_freq, inv_freq) and init_scaling == scaling, fields
+  return dict(cfg, model_type="llama"), inv_freq.numpy(), float(scaling)
+
+
+def strided_nll(model, ids: list[int], context: int, stride: int) -> tuple[float, int]:
+  """transformers' strided perplexity loop (its docs' "Perplexity of fixed-length models"): a
+  window of up to context + 1 tokens every `stride`, scoring only the targets past the previous
+  window's end, log-softmax in float64 of the fp32 logits; (summed NLL, targets scored)."""
+  torch, _ = _tf()
+  ids_t = torch.tensor([ids])
+  total, count, prev_end = 0.0, 0, 0
+  with torch.no_grad():
+    for begin in range(0, len(ids), stride):
+      end = min(begin + context + 1, len(ids))
+      window = ids_t[:, begin:end]
+      logp = torch.log_softmax(model(window[:, :-1]).logits.double(), -1)[0]
+      nll_t = -logp.gather(-1, window[0, 1:, None])[:, 0]
+      new = end - 1 - prev_end  # the window's last `new` targets were not scored before
+      total += float(nll_t[-new:].sum())
+      count += new
+      prev_end = end - 1
+      if end == len(ids):
+        break
+  return total, count
+
+
+def encode_pair(tok, context: str, choice: str) -> tuple[list[int], list[int]]:
+  """lm-evaluation-harness's split of context and continuation ids (trailing spaces of the
+  context move to the continuation; the context's ids are a prefix of the whole's)."""
+  n_spaces = len(context) - len(context.rstrip())
+  if n_spaces:
+    context, choice = context[:-n_spaces], context[-n_spaces:] + choice
+  whole = tok.encode(context + choice, add_special_tokens=False)
+  n = len(tok.encode(context, add_special_tokens=False))
+  return whole[:n], whole[n:]
+
+
+def score_choices(model, tok, items: list[dict]) -> dict:
+  """lm-evaluation-harness's multiple choice with transformers: each choice's summed
+  log-likelihood given its context (`encode_pair`); acc the share of items whose likeliest
+  choice is the answer, acc_norm the same with each log-likelihood divided by the choice's
+  length in UTF-8 bytes. {'loglikelihoods', 'acc', 'acc_norm'}."""
+  torch, _ = _tf()
+  lls, acc, acc_norm = [], 0, 0
+  with torch.no_grad():
+    for item in items:
+      ll = []
+      for choice in item["choices"]:
+        c, x = encode_pair(tok, item["context"], choice)
+        logp = torch.log_softmax(model(torch.tensor([c + x])).logits.double(), -1)[0]
+        ll.append(float(sum(logp[len(c) - 1 + j, t] for j, t in enumerate(x))))
+      lls.append(ll)
+      n_bytes = np.array([len(a.encode("utf-8")) for a in item["choices"]], np.float64)
+      acc += int(np.argmax(ll)) == item["answer"]
+      acc_norm += int(np.argmax(np.array(ll) / n_bytes)) == item["answer"]
+  return {"loglikelihoods": lls, "acc": acc / len(items), "acc_norm": acc_norm / len(items)}
