@@ -231,6 +231,9 @@ class GPT(transformer.TransformerModel):
     if start is not None and (segment_ids is not None or positions is not None):
       raise ValueError("GPT: start (left padding) and packed documents (segment_ids, positions) "
                        "are exclusive")
+    if hidden and self.logit_softcap:
+      raise ValueError(f"GPT: hidden=True hands out h and W for logits h W, which would miss "
+                       f"logit_softcap={self.logit_softcap}; use train.loss_chunk=0")
     mask = None
     if start is not None:
       start_Bx1 = jnp.asarray(start, jnp.int32).reshape(b, 1)
@@ -257,9 +260,6 @@ class GPT(transformer.TransformerModel):
                                                   segment_ids=segment_ids)
     if hidden and cache is not None:
       raise ValueError("GPT: hidden=True is for a training loss; cached decoding returns logits")
-    if hidden and self.logit_softcap:
-      raise ValueError(f"GPT: hidden=True hands out h and W for logits h W, which would miss "
-                       f"logit_softcap={self.logit_softcap}; use train.loss_chunk=0")
     if self.tie_embeddings:
       if hidden:  # wte.attend's matmul: both operands in the compute dtype
         return x_BxTxD.astype(self.dtype), jnp.asarray(wte.embedding, self.dtype).T
