@@ -268,7 +268,8 @@ BAD_CONFIGS = [
     ("qwen3", dict(attention_bias=True), "attention_bias=true"),
     ("llama_tied", dict(model_type="phi3"), "model_type=\"phi3\""),
     ("llama_tied", dict(attention_bias=True), "attention_bias=true"),
-    ("llama_tied", dict(model_type="gemma"), "model_type=\"gemma\""),
+    ("llama_tied", dict(model_type="gemma3"), "model_type=\"gemma3\""),  # multimodal; *_text is
+    ("llama_tied", dict(model_type="gemma"), "hidden_act=\"silu\""),  # Gemma's GELU, not SiLU
     ("llama_tied", dict(hidden_size=None), "hidden_size is missing"),
 ]
 
