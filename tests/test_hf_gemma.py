@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdl.models import hf, layers
+from jaxdl.models import attention, hf, layers
 from jaxdl.models.gpt import GPT
 from jaxdl.schema import ConfigError
 
@@ -110,6 +110,26 @@ def test_each_gemma_operation_acts(hf_model):
   assert np.abs(_logits(model.clone(rope_local_theta=0.0), params) - want).max() > 1e-2
   plain_qk = model.clone(norm="rms")  # q/k norms (and block norms) as Qwen3's w, not 1 + w
   assert np.abs(_logits(plain_qk, params) - want).max() > 1e-2
+
+
+def test_every_attention_path_takes_the_query_scale_and_the_softcap_its_own_path():
+  """scale replaces 1 / sqrt(K) on the reference, chunked and XLA paths alike; a softcap c
+  (c tanh(z / c) on the scaled logits) sends any path to the reference one, which computes it."""
+  q, k, v = (jax.random.normal(jax.random.key(i), (1, 8, 4, 16)) * 3 for i in range(3))
+  kv = (k[:, :, :2], v[:, :, :2])  # grouped: 2 key/value heads
+  ref = attention.dot_product_attention(q, *kv, causal=True, impl="reference", scale=0.2)
+  for impl in ("chunked", "xla"):
+    np.testing.assert_allclose(attention.dot_product_attention(q, *kv, causal=True, impl=impl,
+                                                               scale=0.2), ref, atol=1e-5)
+  assert np.abs(ref - attention.dot_product_attention(q, *kv, causal=True)).max() > 1e-2
+  capped = attention.dot_product_attention(q, *kv, causal=True, impl="xla", scale=0.2,
+                                           softcap=1.0)
+  out, w = attention.attention_reference(q, *kv, causal=True, scale=0.2, softcap=1.0)
+  np.testing.assert_allclose(capped, out, atol=1e-6)
+  z = np.einsum("bthk,bshk->bhts", q, np.repeat(kv[0], 2, axis=2)) * 0.2
+  z = np.where(np.tril(np.ones((8, 8), bool)), np.tanh(z), -np.inf)  # c = 1: tanh(z)
+  np.testing.assert_allclose(w, np.exp(z) / np.exp(z).sum(-1, keepdims=True), atol=1e-6)
+  assert np.abs(capped - ref).max() > 1e-2
 
 
 def test_hidden_states_refuse_a_logit_softcap():

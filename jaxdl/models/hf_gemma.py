@@ -26,8 +26,8 @@ Gemma 3 text (gemma3_text, Gemma3ForCausalLM): Gemma 2's block and scaling, plus
   attention never applies attn_logit_softcapping, so a non-null one is refused, not dropped.
 Refused, in one line naming the field: an activation other than the tanh GELU (Gemma 1's legacy
 'gelu' means it, as transformers reads it), attention_bias, use_bidirectional_attention, a null
-sliding_window with sliding layers, a scaled RoPE on Gemma 3's sliding layers, and the RoPE
-fields `hf_families` refuses. An export writes v4's field names (rope_theta, rope_scaling,
+sliding_window with sliding layers, a scaled RoPE on Gemma 3's sliding layers, quantization, and
+the RoPE fields `hf_families` refuses. An export writes v4's field names (rope_theta, rope_scaling,
 rope_local_base_freq) with layer_types, which transformers 4 and 5 both read.
 """
 
@@ -100,12 +100,10 @@ def model_from_config(cfg: dict, where: str = "config.json", **overrides) -> GPT
   act = cfg.get(act_key) or "gelu_pytorch_tanh"
   if act not in _TANH_GELU + (("gelu",) if kind == "gemma" else ()):
     refuse(where, act_key, act, "gelu_pytorch_tanh (GeGLU's tanh GELU)")
-  for key in ("attention_bias", "use_bidirectional_attention"):
+  for key, expected in (("attention_bias", "false"), ("use_bidirectional_attention", "false"),
+                        ("quantization_config", "null (unquantized weights)")):
     if cfg.get(key):
-      refuse(where, key, cfg[key], "false")
-  if cfg.get("quantization_config"):
-    refuse(where, "quantization_config", sorted(cfg["quantization_config"]),
-           "none (unquantized weights)")
+      refuse(where, key, cfg[key], expected)
   head_dim = need("head_dim")
   if not isinstance(head_dim, int) or head_dim <= 0 or head_dim % 2:
     refuse(where, "head_dim", head_dim, "an even positive number of features (RoPE pairs them)")
