@@ -21,8 +21,9 @@ only they train (`jaxdl.models.lora`; `lora.merge` folds them into the base weig
 Parameter names follow GPT-2 (wte, wpe, h.ln_1, h.attn.c_attn, ...), so GPT-2's checkpoint is a
 renaming; `hf.py` reads and writes Hugging Face directories of GPT-2 and of Llama / Mistral /
 Qwen2 / Qwen3 (pos='rope', norm='rms', mlp='swiglu' with rope_theta, the rope_scaling settings,
-head_dim, qkv_bias and qk_norm), their tables in `hf_families.py`, and of Gemma 1-3 (norm='rms1p',
-mlp='geglu', embed_scale, ln='sandwich', the soft-caps, attn_pattern: `hf_gemma.py`). Decoding (KV cache,
+head_dim, qkv_bias and qk_norm), their tables in `hf_families.py`, and of Gemma 1-3
+(norm='rms1p', mlp='geglu', embed_scale, ln='sandwich', the soft-caps, attn_pattern:
+`hf_gemma.py`). Decoding (KV cache,
 sampling, generate) is in `jaxdl.models.decoding`.
 """
 
