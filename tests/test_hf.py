@@ -312,6 +312,10 @@ def test_qwen2_mixed_windows_are_a_layer_pattern(hf_model):
     model = hf_families.model_from_config(cfg)
     assert (model.sliding_window, model.attn_pattern, model.local_layers) == (8, "gl",
                                                                                (False, True))
+  # MistralForCausalLM windows every layer whatever layer_types says (transformers warns).
+  mistral = {**base, "model_type": "mistral", "sliding_window": 8,
+             "layer_types": ["full_attention", "sliding_attention"]}
+  assert hf_families.model_from_config(mistral).local_layers == (True, True)
   cfg = {**base, "use_sliding_window": True, "sliding_window": 8,
          "layer_types": ["full_attention", "chunked_attention"]}
   with pytest.raises(ConfigError, match=r'^config.json: layer_types=\["full_attention", '

@@ -205,7 +205,8 @@ def _window(cfg: dict, where: str) -> dict:
     return {}
   if not isinstance(window, int) or window < 0:
     refuse(where, "sliding_window", window, "a positive number of tokens or null")
-  kinds = cfg.get("layer_types")
+  # MistralForCausalLM windows every layer whatever layer_types says (transformers warns).
+  kinds = cfg.get("layer_types") if qwen else None
   if qwen and not kinds:
     n, first = cfg.get("num_hidden_layers") or 0, cfg.get("max_window_layers", 0) or 0
     kinds = ["sliding_attention" if i >= first else "full_attention" for i in range(n)]
