@@ -150,6 +150,7 @@ REFUSED = [  # (family, config changes, the field the one line names)
     ("gemma2", dict(sliding_window=None), "sliding_window=null"),
     ("gemma2", dict(layer_types=["sliding_attention", "chunked_attention", "full_attention"]),
      "layer_types="),
+    ("gemma2", dict(layer_types=["sliding_attention", "full_attention"]), "layer_types="),
     ("gemma2", dict(final_logit_softcapping=-1.0), "final_logit_softcapping=-1.0"),
 ]
 

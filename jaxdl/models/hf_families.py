@@ -175,13 +175,16 @@ def _rope_config(model: GPT) -> dict:
   return {"rope_theta": model.rope_theta, "rope_scaling": scaling}
 
 
-def layer_pattern(kinds, where: str) -> str:
+def layer_pattern(kinds, n_layer: int, where: str) -> str:
   """GPT's attn_pattern of config.json's layer_types ('sliding_attention' -> 'l',
   'full_attention' -> 'g'): its shortest period p (kinds[i] = kinds[i mod p] for every i), so
-  Gemma 2's alternation is 'lg' and Gemma 3's 'lllllg' however deep; any other kind is refused."""
+  Gemma 2's alternation is 'lg' and Gemma 3's 'lllllg' however deep; any other kind, or a list
+  that is not one per layer, is refused."""
   names = {"sliding_attention": "l", "full_attention": "g"}
-  if not isinstance(kinds, list) or any(k not in names for k in kinds):
-    refuse(where, "layer_types", kinds, "a list of 'sliding_attention' / 'full_attention'")
+  if (not isinstance(kinds, list) or len(kinds) != n_layer or
+      any(k not in names for k in kinds)):
+    refuse(where, "layer_types", kinds, f"{n_layer} (num_hidden_layers) of 'sliding_attention' "
+           "/ 'full_attention'")
   letters = "".join(names[k] for k in kinds)
   return next(letters[:p] for p in range(1, len(letters) + 1)
               if all(c == letters[i % p] for i, c in enumerate(letters)))
@@ -207,10 +210,11 @@ def _window(cfg: dict, where: str) -> dict:
     refuse(where, "sliding_window", window, "a positive number of tokens or null")
   # MistralForCausalLM windows every layer whatever layer_types says (transformers warns).
   kinds = cfg.get("layer_types") if qwen else None
+  n = cfg.get("num_hidden_layers") or 0
   if qwen and not kinds:
-    n, first = cfg.get("num_hidden_layers") or 0, cfg.get("max_window_layers", 0) or 0
+    first = cfg.get("max_window_layers", 0) or 0
     kinds = ["sliding_attention" if i >= first else "full_attention" for i in range(n)]
-  pattern = layer_pattern(kinds or ["sliding_attention"], where)
+  pattern = layer_pattern(kinds, n, where) if kinds else "l"
   if "l" not in pattern:
     return {}
   return {"sliding_window": window, "attn_pattern": "" if pattern == "l" else pattern}

@@ -114,7 +114,7 @@ def model_from_config(cfg: dict, where: str = "config.json", **overrides) -> GPT
     if kinds is None:
       period = 2 if kind == "gemma2" else cfg.get("sliding_window_pattern", 6)
       kinds = ["sliding_attention" if (i + 1) % period else "full_attention" for i in range(n)]
-    pattern = layer_pattern(kinds, where)
+    pattern = layer_pattern(kinds, n, where)
     if "l" in pattern:
       window = cfg.get("sliding_window")
       if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
