@@ -12,7 +12,8 @@ random) so the logits are far from uniform and every tensor, the biases and norm
 changes the output. Attention runs transformers' "eager" path: the plain softmax(QK^T)V in fp32.
 `conftest.hf_model` caches one saved directory per family, settings and worker.
 
-Beside the models: `TOKENIZED_LLAMA`, the llama the CLI tests share; transformers' RoPE
+Beside the models: `TOKENIZED_LLAMA`, the llama the CLI tests share, and `CHAT_LLAMA`, the same
+as a chat model comes from the Hub (the fine-tuning and export tests); transformers' RoPE
 frequencies (`rope_reference`, `ROPE_CASES`), strided perplexity (`strided_nll`) and
 lm-evaluation-harness's multiple-choice scoring (`score_choices`), the numbers `jaxdl eval` and
 the RoPE import are held to. torch and transformers are imported by the first call that needs
@@ -95,6 +96,14 @@ FAMILIES = {
 # tokenizer.json beside it ('<unk>' 0, '<s>' 1, '</s>' 2) and its weights in 5 shards of at most
 # 20 KB with model.safetensors.index.json, as large checkpoints come.
 TOKENIZED_LLAMA = dict(tokenizer=True, max_shard_size="20KB")
+# The same as a chat model comes from the Hub: bos / eos ids 1 / 2 in config.json and
+# generation_config.json, and transformers' own tokenizer files (tokenizer_config.json with
+# '<s>' / '</s>' / '<unk>', chat_template.jinja holding CHAT_TEMPLATE: each turn is '<s>', the
+# role, a space, the text and '</s>').
+CHAT_LLAMA = dict(tokenizer="chat", max_shard_size="20KB", bos_token_id=1, eos_token_id=2)
+CHAT_TEMPLATE = ("{% for m in messages %}{{ bos_token }}{{ m['role'] }} {{ m['content'] }}"
+                 "{{ eos_token }}{% endfor %}{% if add_generation_prompt %}{{ bos_token }}"
+                 "assistant {% endif %}")
 
 
 def _tf():
@@ -182,10 +191,11 @@ def write_tokenizer(path: str) -> None:
   tok.save(path)
 
 
-def saved(name: str, root: str, seed: int = 0, tokenizer: bool = False, **kw) -> str:
+def saved(name: str, root: str, seed: int = 0, tokenizer: bool | str = False, **kw) -> str:
   """`save(name, seed, **kw)` into a directory of root named for the family and these settings
   (once: a directory already there is reused), plus `write_tokenizer`'s tokenizer.json when
-  asked; returns the directory."""
+  asked (tokenizer="chat": saved by transformers as `CHAT_LLAMA` says); returns the
+  directory."""
   settings = repr((seed, tokenizer, sorted(kw.items())))
   tag = "" if settings == repr((0, False, [])) else "-" + hashlib.sha1(
       settings.encode()).hexdigest()[:8]
@@ -194,6 +204,13 @@ def saved(name: str, root: str, seed: int = 0, tokenizer: bool = False, **kw) ->
     save(name, directory, seed, **kw)
     if tokenizer:
       write_tokenizer(os.path.join(directory, "tokenizer.json"))
+    if tokenizer == "chat":
+      _, transformers = _tf()
+      tok = transformers.PreTrainedTokenizerFast(
+          tokenizer_file=os.path.join(directory, "tokenizer.json"), bos_token="<s>",
+          eos_token="</s>", unk_token="<unk>")
+      tok.chat_template = CHAT_TEMPLATE
+      tok.save_pretrained(directory)
   return directory
 
 

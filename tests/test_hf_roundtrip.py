@@ -12,8 +12,8 @@ to transformers' own answers on it:
 - `save_hf`'s export reloaded by transformers (`hf_reference.load`): the same logits to 1e-5,
   and config.json's model_type the source's.
 
-One forward and one decoding compile per family; the family's models are built once (module
-scope).
+One test per family (so the parallel workers never build a family twice): one forward and one
+decoding compile.
 """
 
 import json
@@ -30,47 +30,37 @@ TOL = 1e-5
 NEW = 16
 
 
-@pytest.fixture(scope="module", params=sorted(hf_reference.FAMILIES))
-def family(request, hf_model):
-  """(name, source dir, transformers' model, jaxdl's (model, params), batch, transformers'
-  logits on it, jaxdl's logits on it)."""
-  name = request.param
+@pytest.mark.parametrize("name", sorted(hf_reference.FAMILIES))
+def test_family_round_trips_through_transformers(name, hf_model, tmp_path):
   src = hf_model(name)
   ref = hf_reference.load(src)
   model, params = hf.load_hf(src)
-  vocab = ref.config.vocab_size
-  tokens_BxT = np.random.default_rng(0).integers(0, vocab, (2, 24))
+  tokens_BxT = np.random.default_rng(0).integers(0, ref.config.vocab_size, (2, 24))
+
+  # Logits on a fixed batch.
   want = hf_reference.logits(ref, tokens_BxT)
   ours = np.asarray(jax.jit(lambda p, t: model.apply({"params": p}, t, train=False))(
       params, jnp.asarray(tokens_BxT, jnp.int32)))
-  return name, src, ref, (model, params), tokens_BxT, want, ours
-
-
-def test_logits_match_transformers(family):
-  _, _, _, _, _, want, ours = family
-  assert want.shape == ours.shape
-  np.testing.assert_allclose(ours, want, atol=TOL, rtol=0)
+  assert ours.shape == want.shape
+  np.testing.assert_allclose(ours, want, atol=TOL, rtol=0, err_msg=f"{name}: logits")
   assert np.abs(want).max() > 0.5  # far from uniform: every tensor acts on the output
 
-
-def test_greedy_tokens_match_transformers_generate(family):
-  _, _, ref, (model, params), tokens_BxT, want, ours = family
+  # 16 greedy tokens, KV-cached, after a 4-token prompt.
   prompt_BxP = tokens_BxT[:, :4]
   theirs, margin = hf_reference.greedy(ref, prompt_BxP, NEW)
   err = float(np.abs(ours - want).max())
-  assert margin > max(err, TOL), (margin, err)
+  assert margin > max(err, TOL), f"{name}: top-1/top-2 margin {margin} within the error {err}"
   out = decoding.generate(model, params, jnp.asarray(prompt_BxP, jnp.int32), jax.random.key(0),
                           NEW, temperature=0)
   assert theirs.shape == (2, 4 + NEW)
-  np.testing.assert_array_equal(np.asarray(out), theirs)
+  np.testing.assert_array_equal(np.asarray(out), theirs, err_msg=f"{name}: greedy tokens")
 
-
-def test_export_reloads_in_transformers(family, tmp_path):
-  name, src, _, (model, params), tokens_BxT, want, _ = family
+  # The export, reloaded by transformers.
   hf.save_hf(str(tmp_path), model, params)
   with open(f"{src}/config.json", encoding="utf-8") as f:
     source_type = json.load(f)["model_type"]
   with open(tmp_path / "config.json", encoding="utf-8") as f:
     assert json.load(f)["model_type"] == source_type, name
   back = hf_reference.load(str(tmp_path))
-  np.testing.assert_allclose(hf_reference.logits(back, tokens_BxT), want, atol=TOL, rtol=0)
+  np.testing.assert_allclose(hf_reference.logits(back, tokens_BxT), want, atol=TOL, rtol=0,
+                             err_msg=f"{name}: the export's logits in transformers")

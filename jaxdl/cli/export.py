@@ -80,13 +80,14 @@ def hf_base(config) -> str:
   return ""
 
 
-def chat_template_text(config, data_dir: pathlib.Path) -> tuple[str | None, str | None]:
-  """(the chat template an export carries, or None; a note saying why none, or None). The
+def run_chat_template(config, data_dir: pathlib.Path):
+  """(the chat template a run speaks, a `jaxdl.data.chat_template.ChatTemplate`, or None; a note
+  saying why none, or None): what an export carries and `jaxdl generate RUN --chat` renders. The
   candidates are the base's (a Hugging Face `init_from`) and the data folder's
   (`jaxdl.data.chat_template.resolve` 'auto'). When the run's prepared data names the template
-  it was rendered with (its manifest's loss_mask), only that one is exported, found by its
-  sha256: the model learned that format; data rendered with jaxdl's plain template, or with a
-  template neither holds, exports none."""
+  it was rendered with (its manifest's loss_mask), only that one, found by its sha256: the model
+  learned that format; data rendered with jaxdl's plain template, or with a template neither
+  holds, has none."""
   from jaxdl.data import chat_template
   base = hf_base(config)
   candidates = [t for t in (chat_template.resolve("auto", d, d) for d in (base, str(data_dir))
@@ -94,11 +95,11 @@ def chat_template_text(config, data_dir: pathlib.Path) -> tuple[str | None, str 
   manifest = data_dir / "manifest.json"
   mask = json.loads(manifest.read_text()).get("loss_mask") if manifest.is_file() else None
   if not isinstance(mask, dict) or "template" not in mask:
-    return (candidates[0].text if candidates else None), None
+    return (candidates[0] if candidates else None), None
   if mask["template"] == "plain":
     return None, "no chat_template: the run's data used jaxdl's plain template"
   want = mask.get("template_sha256")
-  match = next((t.text for t in candidates if t.sha256 == want), None)
+  match = next((t for t in candidates if t.sha256 == want), None)
   if match is None:
     return None, (f"no chat_template: the run's data used template {mask['template']!r} "
                   f"(sha256 {str(want)[:12]}), which neither the base nor the data folder holds")
@@ -132,7 +133,7 @@ def main(args) -> None:
     tokenizer = None
   try:
     specials, id_to_token = special_tokens(config, tokenizer, model.vocab_size)
-    template, note = (chat_template_text(config, tokenizer.parent) if tokenizer is not None
+    template, note = (run_chat_template(config, tokenizer.parent) if tokenizer is not None
                       else (None, None))
   except ValueError as e:
     raise ConfigError(str(e).splitlines()[0]) from None
@@ -148,7 +149,8 @@ def main(args) -> None:
                        max_shard_bytes=args.max_shard_bytes, specials=specials)
     if tokenizer is not None:
       hf.save_tokenizer(str(staging), str(tokenizer), specials, id_to_token,
-                        model_max_length=model.block_size, chat_template=template)
+                        model_max_length=model.block_size,
+                        chat_template=template.text if template is not None else None)
     staging.rename(out)  # whole or not at all
   except BaseException as e:
     shutil.rmtree(staging if created == out.absolute() else created, ignore_errors=True)

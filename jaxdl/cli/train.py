@@ -77,6 +77,8 @@ def _main(args, preempt) -> None:
     from jaxdl.train.profiling import default_window
     config, module = load_config(args.experiment, [
         *args.overrides, f"train.profile_steps={default_window(config.train.steps)}"])
+  from jaxdl.train import init_from
+  init_from.check_overrides(config, args.overrides)  # an architecture key the base decides
   stop_signals.reached("config")
   if preempt.requested:  # while jax loaded or the config was read: nothing touched yet
     raise _stopped(preempt.requested, " before training started; nothing written")

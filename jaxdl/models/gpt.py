@@ -104,8 +104,8 @@ class GPT(transformer.TransformerModel):
   moe_experts: int = setting(0, NONNEG)
   moe_top_k: int = setting(2, POSITIVE)
   moe_capacity: float = setting(1.25, POSITIVE)
-  moe_balance_coef: float = setting(0.01, NONNEG)
-  moe_z_coef: float = setting(1e-3, NONNEG)
+  moe_balance_coef: float = setting(0.01, NONNEG, run_choice=True)
+  moe_z_coef: float = setting(1e-3, NONNEG, run_choice=True)
   # The token mixer of every block: 'attention', or 'ssm' (`jaxdl.models.ssm`: a selective
   # diagonal recurrence with ssm_state N per channel over ssm_expand * d_model channels, after a
   # causal depthwise convolution of width ssm_conv).
@@ -116,9 +116,9 @@ class GPT(transformer.TransformerModel):
   # LoRA (`jaxdl.models.lora`): lora_rank = r > 0 adds (lora_alpha / r) x A B beside each dense
   # layer that a pattern of lora_targets names (attn/q, attn/k, attn/v, attn/o, mlp/c_fc,
   # mlp/c_proj) and freezes every other parameter (trains only A and B); 0: off.
-  lora_rank: int = setting(0, NONNEG)
-  lora_alpha: float = setting(16.0, POSITIVE)
-  lora_targets: tuple[str, ...] = ("q", "v")
+  lora_rank: int = setting(0, NONNEG, run_choice=True)
+  lora_alpha: float = setting(16.0, POSITIVE, run_choice=True)
+  lora_targets: tuple[str, ...] = setting(("q", "v"), run_choice=True)
 
   def check(self):
     super().check()

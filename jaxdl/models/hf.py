@@ -9,8 +9,8 @@ A directory holds config.json and the weights, one model.safetensors or the shar
 model.safetensors.index.json names ({"weight_map": {tensor: file}}); the tokenizer.json beside
 them is `jaxdl.data.tokenize.load_hf_tokenizer`'s. What each family's config fields and tensors
 mean as a GPT (the conversion tables, and what is refused) is `jaxdl.models.hf_families`' (Gemma's
-config.json: `jaxdl.models.hf_gemma`'s), chosen by model_type here: `model_from_config`,
-`export_type`.
+config.json: `jaxdl.models.hf_gemma`'s), chosen by model_type in `jaxdl.models.hf_config`
+(`model_from_config`, `export_type`, used here and by the commands as `hf.`'s).
 
 safetensors file: 8-byte little-endian header length N, then N bytes of JSON
 {name: {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}, "__metadata__": {...}},
@@ -30,8 +30,9 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
-from jaxdl.models import hf_families, hf_gemma, hf_tensors
+from jaxdl.models import hf_tensors
 from jaxdl.models.gpt import GPT
+from jaxdl.models.hf_config import MODEL_TYPES, export_type, hf_config, model_from_config
 from jaxdl.models.hf_families import refuse
 from jaxdl.schema import ConfigError
 
@@ -43,30 +44,6 @@ _ST_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16,
               "BF16": ml_dtypes.bfloat16, "I64": np.int64, "I32": np.int32, "I16": np.int16,
               "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
 _ST_NAMES = {np.dtype(v): k for k, v in _ST_DTYPES.items()}
-MODEL_TYPES = hf_families.MODEL_TYPES + tuple(hf_gemma.GEMMA_TYPES)
-
-
-def _family(model_type: str):
-  """The module that reads and writes `model_type`'s config.json (the per-model_type dispatch)."""
-  return hf_gemma if model_type in hf_gemma.GEMMA_TYPES else hf_families
-
-
-def model_from_config(cfg: dict, where: str = "config.json", **overrides) -> GPT:
-  """The GPT a Hugging Face config.json describes, any supported model_type (`_family`)."""
-  if cfg.get("model_type") not in MODEL_TYPES:
-    refuse(where, "model_type", cfg.get("model_type"), f"one of {', '.join(MODEL_TYPES)}")
-  return _family(cfg["model_type"]).model_from_config(cfg, where, **overrides)
-
-
-def export_type(model: GPT, model_type: str | None) -> str:
-  """The model_type `model` is saved as (`hf_families.export_type`; Gemma's, chosen by
-  norm='rms1p' or named, `hf_gemma.export_type`), refusing in one line what it cannot hold."""
-  if model_type is not None and model_type not in MODEL_TYPES:
-    raise ConfigError(f"model_type: {model_type!r}; expected one of {', '.join(MODEL_TYPES)}")
-  gemma = model_type in hf_gemma.GEMMA_TYPES or (model_type is None and model.norm == "rms1p")
-  return (hf_gemma if gemma else hf_families).export_type(model, model_type)
-
-
 def read_config(directory: str) -> dict:
   """config.json of a Hugging Face model directory, refusing a missing or unreadable one."""
   path = os.path.join(directory, "config.json")
@@ -299,12 +276,22 @@ def load_hf(path: str, *, scan_layers: bool = True, dtype=jnp.float32, param_dty
     floats = {np.dtype(t.dtype) for t in tensors.values() if np.dtype(t.dtype).kind == "f" or
               np.dtype(t.dtype) == ml_dtypes.bfloat16}
     param_dtype = max(floats, key=lambda d: d.itemsize) if floats else jnp.float32
-  model = model_from_config(cfg, os.path.join(path, "config.json"), scan_layers=scan_layers,
-                            dtype=dtype, param_dtype=param_dtype, **overrides)
+  model = read_model(path, tensors, scan_layers=scan_layers, dtype=dtype,
+                     param_dtype=param_dtype, **overrides)
+  return model, hf_tensors.to_params(tensors, model, cfg["model_type"], path, shardings)
+
+
+def read_model(path: str, tensors=None, **fields) -> GPT:
+  """The GPT (with `fields` on top) a directory's config.json describes
+  (`model_from_config`); a config that leaves tie_word_embeddings out is untied when
+  the weights hold lm_head.weight (`tensors`, else the shards' headers alone)."""
+  cfg = read_config(path)
+  model = model_from_config(cfg, os.path.join(path, "config.json"), **fields)
   if "tie_word_embeddings" not in cfg and cfg["model_type"] != "gpt2":
     # Its default moved (transformers 4: tied, 5: untied): a head in the weights says untied.
+    tensors = index_weights(path) if tensors is None else tensors
     model = model.clone(tie_embeddings="lm_head.weight" not in tensors)
-  return model, hf_tensors.to_params(tensors, model, cfg["model_type"], path, shardings)
+  return model
 
 
 def _json(path: str) -> dict:
@@ -362,7 +349,7 @@ def save_hf(out_dir: str, model: GPT, params: dict, *, model_type: str | None = 
   tensors = hf_tensors.to_tensors(params, model, model_type, dtype)
   os.makedirs(out_dir, exist_ok=True)
   files = write_weights(out_dir, tensors, max_shard_bytes)
-  cfg = _family(model_type).hf_config(model, model_type)
+  cfg = hf_config(model, model_type)
   cfg["torch_dtype"] = np.dtype(dtype).name
   ids = {}
   for key, value in (specials or {}).items():

@@ -86,11 +86,11 @@ class TransformerModel(layers.Model):
   # 'rms1p': RMSNorm scaled by (1 + w), w initialised at 0 (Gemma); q/k norms follow it.
   norm: str = setting("layer", one_of("layer", "rms", "rms1p"))
   ln: str = setting("pre", one_of("pre", "post", "sandwich"))
-  dropout: float = setting(0.0, UNIT)
-  attn_dropout: float = setting(0.0, UNIT)
+  dropout: float = setting(0.0, UNIT, run_choice=True)
+  attn_dropout: float = setting(0.0, UNIT, run_choice=True)
   # Stochastic depth: in training each block's residual branches are dropped whole per example
   # with this probability (kept ones scaled by 1 / (1 - p)); the identity at eval. Off: 0.
-  drop_path: float = setting(0.0, UNIT)
+  drop_path: float = setting(0.0, UNIT, run_choice=True)
   qk_norm: bool = False
   # K, the width of a query/key/value head: 0 means d_model / n_head; set, the queries are H K
   # wide whatever D is (Qwen3, Gemma) and the output projection maps H K back to D.
@@ -99,15 +99,15 @@ class TransformerModel(layers.Model):
   scan_layers: bool = True
   # Layers per scan iteration: > 1 trades a little compile time for fewer loop-carried copies
   # (the params stay stacked under 'h' either way, so checkpoints do not change).
-  scan_unroll: int = setting(1, POSITIVE)
+  scan_unroll: int = setting(1, POSITIVE, run_choice=True)
   # Rematerialization policy of every block (module docstring; `REMAT_POLICIES`).
   remat: str = setting("none", Check(lambda v: v in REMAT_POLICIES, _remat_message,
-                                     explains_type=True))
-  attn_impl: str = setting("auto", one_of(*attention.ATTN_IMPLS))
+                                     explains_type=True), run_choice=True)
+  attn_impl: str = setting("auto", one_of(*attention.ATTN_IMPLS), run_choice=True)
   init_name: str = setting("gpt2", one_of(*layers.INIT_NAMES))
   epsilon: float = setting(1e-5, POSITIVE)
-  dtype: Dtype = jnp.float32
-  param_dtype: Dtype = jnp.float32
+  dtype: Dtype = setting(jnp.float32, run_choice=True)
+  param_dtype: Dtype = setting(jnp.float32, run_choice=True)
 
   # The variants a subclass may switch on (`BlockSpec`): off here.
   rope: ClassVar[bool] = False

@@ -102,7 +102,7 @@ class Run:
             else jax.jit(self.init_fn(), out_shardings=shardings))
     state = init(self.init_key)
     base = parse_root(self.config).init_from
-    return init_from.apply(state, self.tx, base) if base else state
+    return init_from.apply(state, self.tx, base, self.model) if base else state
 
   def with_optim(self, optim: joptim.OptimConfig, config) -> Run:
     """This run under another parsed `optim` section (`config`: the config recording it): the

@@ -2,7 +2,7 @@
 
 The config's top-level `init_from` (default '': off) names
 
-  a jaxdl workdir        its latest checkpoint's params (`jaxdl.train.checkpoint.load_state`);
+  a jaxdl workdir        its latest checkpoint's params (`jaxdl.train.checkpoint.load_params`);
                          a LoRA run's adapters folded into its base first (`lora.merge`:
                          W' = W + (alpha / r) A B), so a fine-tuned run can be a base in turn
   a Hugging Face folder  config.json + safetensors (`jaxdl.models.hf.load_hf`)
@@ -12,7 +12,7 @@ config the run trains, with every check done before the workdir is touched:
 
   model    the base's architecture: a run's config.json model section, or the GPT a Hugging
            Face config.json describes (`jaxdl.models.hf.model_from_config`), with the
-           run's own RUN_FIELDS (LoRA, dropout, remat, compute dtype, ...) on top; so an
+           run's own `run_fields` (LoRA, dropout, remat, dtypes, ...) on top; so an
            experiment's model section never has to describe the base by hand. With
            `model.param_dtype=bfloat16` and LoRA the frozen base is held (and saved) in bf16,
            the adapters in float32 (`jaxdl.models.lora.adapter`): half the base's memory
@@ -26,14 +26,24 @@ config the run trains, with every check done before the workdir is touched:
            known (a Hugging Face folder without tokenizer.json, a run whose data folder is gone)
            is checked by vocabulary size only.
 
+A `--set model.KEY=V` beside `init_from` (`check_overrides`, called by `jaxdl train` before
+anything is written) may set only the run's own keys, those the model's class declares with
+`setting(..., run_choice=True)` (`jaxdl.schema.run_choices`: LoRA, dropout, remat, dtypes,
+attention implementation, ...); an architecture key whose value differs from the base's would be
+replaced by the base's value, so it is refused in one line naming the key, both values.
+
 Only a fresh start reads the weights: a run resuming its own checkpoint continues from that.
 Every parameter of the run's model that is not a LoRA adapter (`jaxdl.models.lora.is_adapter`)
 is replaced by the base's leaf at the same path, which must exist with the same shape; adapters
 keep their fresh initialization (B = 0, so step 0 computes the base model exactly), and the
 optimizer state is initialized again from the new parameters (a parameter average starts at the
-base). A missing path, a shape that differs, or base parameters the model has no place for are
-one-line ConfigErrors naming `init_from` (with the architecture taken from the base, a damaged
-base only).
+base). The base is read straight into the run's parameter shardings (the named mesh's fsdp and
+tensor splits, `jaxdl.train.mesh`), each leaf in the run's parameter dtype: a Hugging Face
+folder tensor by tensor (`hf.load_hf(shardings=...)`), a run's params alone through orbax
+(`jaxdl.train.checkpoint.load_params`, not its optimizer state), a LoRA run's adapters folded in
+on the devices; the host never holds the whole base. A missing path, a shape that differs,
+or base parameters the model has no place for are one-line ConfigErrors naming `init_from`
+(with the architecture taken from the base, a damaged base only).
 """
 
 from __future__ import annotations
@@ -44,20 +54,23 @@ import os
 
 import jax
 import ml_collections
-import numpy as np
 
 from jaxdl import models
 from jaxdl.config import parse_root
 from jaxdl.data import parse_data, records, tokenize
 from jaxdl.data.sources import ByteLM
 from jaxdl.models import hf, lora
-from jaxdl.schema import ConfigError
+from jaxdl.schema import ConfigError, run_choices
 
 KEY = "init_from"
-# Model fields that are the fine-tuning run's choices, not the base's architecture: they change
-# what trains and how it computes, never the parameters' paths or shapes.
-RUN_FIELDS = ("lora_rank", "lora_alpha", "lora_targets", "dropout", "attn_dropout", "drop_path",
-              "remat", "scan_unroll", "attn_impl", "dtype", "param_dtype")
+
+
+def run_fields(model_name: str) -> tuple[str, ...]:
+  """The model fields that are the fine-tuning run's choices, not the base's architecture (its
+  class's `run_choice` settings, `jaxdl.schema.run_choices`): they change what trains and how it
+  computes, never the parameters' paths or shapes."""
+  builder = models.MODELS[model_name]
+  return run_choices(getattr(builder, "model_class", builder))
 
 
 def _kind(path: str) -> str:
@@ -79,9 +92,34 @@ def check(config) -> None:
     _kind(path)
 
 
+def check_overrides(config, overrides) -> None:
+  """A one-line ConfigError when a `model.KEY=V` of `overrides` (`--set`) sets an architecture
+  key, one that is not among the run's own (`run_fields`), to another value than the base's
+  (module docstring): the run would silently train the base's."""
+  path = parse_root(config).init_from
+  keys = [item.split("=", 1)[0].strip().removeprefix("config.") for item in overrides]
+  given = {k[len("model."):]: config.model[k[len("model."):]] for k in keys
+           if path and k.startswith("model.")}
+  if not given:
+    return
+  base = _base_model(path)
+  own = run_fields(base["name"])
+  for key, value in given.items():
+    want = base.get(key, models.model_config(base["name"]).get(key))
+    if key not in own and _plain(value) != _plain(want):
+      raise ConfigError(f"model.{key}: {value!r} is set, but the run takes its architecture "
+                        f"from the base {path!r} ({KEY}), whose {key} is {want!r}; leave "
+                        f"model.{key} unset (a fine-tuning run sets only its own model keys: "
+                        f"{', '.join(own)})")
+
+
+def _plain(value):
+  return list(value) if isinstance(value, (tuple, list)) else value
+
+
 def resolve(config):
   """`config` as the run trains it (module docstring): unchanged without `init_from`, else a
-  copy whose model section is the base's architecture with the run's RUN_FIELDS, whose data is
+  copy whose model section is the base's architecture with the run's `run_fields`, whose data is
   prepared with the base's tokenizer, after every check of the base and the data's tokenizer."""
   path = parse_root(config).init_from
   if not path:
@@ -91,7 +129,7 @@ def resolve(config):
   fields = models.model_config(base_section["name"])  # every field the base's model has
   section = models.model_config(base_section["name"], **{
       **{k: v for k, v in base_section.items() if k != "name" and k in fields},
-      **{k: own[k] for k in RUN_FIELDS if k in own and k in fields}})
+      **{k: own[k] for k in run_fields(base_section["name"]) if k in own and k in fields}})
   out = ml_collections.ConfigDict(config.to_dict())
   with out.unlocked():
     out.model = section
@@ -188,29 +226,46 @@ def _check_data_tokenizer(data_cfg, path: str, base_sha: str | None, vocab: int 
                       f"of the base {path!r}{fix}")
 
 
-def base_params(path: str) -> dict:
-  """The params tree of the base at `path` (module docstring), as host arrays."""
+def base_params(path: str, model, where) -> dict:
+  """The params tree of the base at `path` (module docstring) for the run's `model`, each leaf
+  in `model.param_dtype` and placed by `where(path_str, shape) -> Sharding` on the devices."""
   full = os.path.expanduser(path)
-  if os.path.isdir(os.path.join(full, "checkpoints")):
-    from jaxdl.train.checkpoint import load_state  # pylint: disable=g-import-not-at-top
-    try:
-      _, state = load_state(full)
-    except FileNotFoundError as e:
-      raise ConfigError(f"{KEY}: {path!r} has no checkpoint yet ({e})") from None
-    params = jax.device_get(state["params"])
-    if lora.split(params)[0]:  # a LoRA run: its adapters folded into the weights they adapt
-      with open(os.path.join(full, "config.json")) as f:
-        config = ml_collections.ConfigDict(json.load(f))
-      _, params = lora.merge(models.build_model(config.model),
-                             jax.tree.map(jax.numpy.asarray, params))
-    return jax.device_get(params)
-  _kind(path)  # neither a run nor a Hugging Face folder: one line
-  _, params = hf.load_hf(full)
-  return jax.device_get(params)
+  if _kind(path) == "hf":
+    _, params = hf.load_hf(full, scan_layers=model.scan_layers, param_dtype=model.param_dtype,
+                           shardings=lambda key: where("/".join(key), None))
+    return params
+  from jaxdl.train.checkpoint import load_params  # pylint: disable=g-import-not-at-top
+  try:
+    params = load_params(full, where)
+  except FileNotFoundError as e:
+    raise ConfigError(f"{KEY}: {path!r} has no checkpoint yet ({e})") from None
+  if lora.split(params)[0]:  # a LoRA run: its adapters folded into the weights they adapt
+    with open(os.path.join(full, "config.json")) as f:
+      config = ml_collections.ConfigDict(json.load(f))
+    _, params = lora.merge(models.build_model(config.model), params)
+  return params
+
+
+def placement(params):
+  """`where(path_str, shape) -> Sharding` of a base's leaves: the sharding of the run's leaf at
+  that path and of that shape (shape None: not known yet), else replicated over the run's
+  devices (a LoRA base's adapters, folded in and dropped; a leaf the merge then refuses)."""
+  leaves = {lora.path_str(p): x for p, x in jax.tree_util.tree_leaves_with_path(params)}
+  some = next(iter(leaves.values())).sharding
+  whole = (jax.sharding.NamedSharding(some.mesh, jax.sharding.PartitionSpec())
+           if isinstance(some, jax.sharding.NamedSharding) else some)
+
+  def where(name: str, shape):
+    x = leaves.get(name)
+    ok = x is not None and (shape is None or tuple(shape) == tuple(x.shape))
+    return x.sharding if ok else whole
+
+  return where
 
 
 def merge_base(fresh, base, path: str):
-  """`fresh` (the run's initial params) with every non-adapter leaf taken from `base`."""
+  """`fresh` (the run's initial params) with every non-adapter leaf taken from `base`, each in
+  the fresh leaf's dtype and sharding (a no-op for a base read into them)."""
   flat_base = {lora.path_str(p): x for p, x in jax.tree_util.tree_leaves_with_path(base)}
   used = set()
 
@@ -227,7 +282,7 @@ def merge_base(fresh, base, path: str):
                        f"{tuple(x.shape)}; the model section must describe the base's "
                        "architecture")
     used.add(name)
-    return np.asarray(b).astype(x.dtype)
+    return jax.device_put(b if b.dtype == x.dtype else b.astype(x.dtype), x.sharding)
 
   out = jax.tree_util.tree_map_with_path(take, fresh)
   extra = sorted(set(flat_base) - used)
@@ -238,11 +293,11 @@ def merge_base(fresh, base, path: str):
   return out
 
 
-def apply(state, tx, path: str):
-  """`state` (a fresh TrainState, placed where it lives) with the base's params and the
-  optimizer state initialized from them, each leaf keeping its sharding."""
-  params = merge_base(jax.device_get(state.params), base_params(path), path)
-  params = jax.tree.map(lambda a, x: jax.device_put(a, x.sharding), params, state.params)
+def apply(state, tx, path: str, model):
+  """`state` (a fresh TrainState of `model`, placed where it lives) with the base's params read
+  into the params' shardings and dtypes, and the optimizer state initialized from them, each
+  leaf keeping its sharding."""
+  params = merge_base(state.params, base_params(path, model, placement(state.params)), path)
   shardings = jax.tree.map(lambda x: x.sharding, state.opt_state)
   opt_state = jax.jit(tx.init, out_shardings=shardings)(params)
   return dataclasses.replace(state, params=params, opt_state=opt_state)
@@ -251,15 +306,10 @@ def apply(state, tx, path: str):
 def model_section_of_hf(path: str) -> dict:
   """The `model` section (name 'gpt' and its plain-valued fields) describing the Hugging Face
   model at `path`, from its config.json (`hf.model_from_config`: a field the GPT cannot
-  represent is refused in one line); only a config that leaves tie_word_embeddings out needs
-  the weights, whose lm_head says (`hf.load_hf`)."""
+  represent is refused in one line; `hf.read_model`, which reads only the weights' headers)."""
   full = os.path.expanduser(path)
-  cfg = hf.read_config(full)
+  model = hf.read_model(full)
   hf.weight_files(full)  # every shard there: a damaged base is refused before the run writes
-  if "tie_word_embeddings" in cfg or cfg["model_type"] == "gpt2":
-    model = hf.model_from_config(cfg, os.path.join(full, "config.json"))
-  else:
-    model, _ = hf.load_hf(full)
   section = {"name": "gpt"}
   for f in dataclasses.fields(model):
     value = getattr(model, f.name)
