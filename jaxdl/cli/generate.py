@@ -4,8 +4,8 @@
   jaxdl generate runs/char_gpt --prompt "ROMEO:" --prompt "JULIET:" --temperature 0.8 --top-k 20
   jaxdl generate path/to/chat_model --chat --prompt "Name a prime." --temperature 0
 
-DIR is a Hugging Face directory of a family `jaxdl.models.hf` reads (Llama, Mistral, Qwen, Gemma,
-GPT-2, ...; with the tokenizer.json beside its weights) or the workdir of a jaxdl 'lm' run (its latest checkpoint, the
+DIR is a Hugging Face Llama, Mistral, Qwen, Gemma or GPT-2 directory (`jaxdl.models.hf`, with the
+tokenizer.json beside its weights) or the workdir of a jaxdl 'lm' run (its latest checkpoint, the
 parameter average when it kept one; the tokenizer its data was prepared with, or bytes for a
 256-token byte model). Every prompt is continued `--num` times (default 1), all in one batch:
 prompts of different lengths are left-padded, each row's positions counted from its own first
