@@ -89,6 +89,36 @@ FAMILIES = {
                         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
                         "full_attention": {"rope_type": "linear", "rope_theta": 1e6,
                                            "factor": 4.0}})),
+    # Phi-3: fused qkv_proj and gate_up_proj, LongRoPE over a pretraining context of 16 of 64
+    # positions (factor 4: attention factor sqrt(1 + ln 4 / ln 16)); short factors up to 16
+    # tokens, long past them: a 24-token batch and a 4 + 16-token generation cross it.
+    "phi3": ("Phi3Config", "Phi3ForCausalLM",
+             dict(num_key_value_heads=2, tie_word_embeddings=False,
+                  original_max_position_embeddings=16, rope_parameters={
+                      "rope_type": "longrope", "rope_theta": 10000.0,
+                      "short_factor": [1.0, 1.3, 1.9, 2.6], "long_factor": [1.2, 2.5, 7.0, 19.0]})),
+    # Phi-4-mini: Phi-3 with three quarters of each head's 8 features rotated (6: 3 pairs, 3
+    # factors each), a tied head, LongRoPE as above.
+    "phi4_mini": ("Phi3Config", "Phi3ForCausalLM",
+                  dict(num_key_value_heads=1, tie_word_embeddings=True, partial_rotary_factor=0.75,
+                       original_max_position_embeddings=16, rope_parameters={
+                           "rope_type": "longrope", "rope_theta": 10000.0,
+                           "partial_rotary_factor": 0.75, "short_factor": [1.0, 1.5, 2.2],
+                           "long_factor": [1.4, 5.0, 16.0]})),
+    # Llama's biases on q, k, v, o (attention_bias) and gate, up, down (mlp_bias).
+    "llama_bias": ("LlamaConfig", "LlamaForCausalLM",
+                   dict(num_key_value_heads=2, tie_word_embeddings=False, attention_bias=True,
+                        mlp_bias=True)),
+    # Dynamic NTK RoPE past max_position_embeddings 16 (factor 2: jaxdl's context 32): a 24-token
+    # batch and a 4 + 16-token generation cross it.
+    "llama_dynamic": ("LlamaConfig", "LlamaForCausalLM",
+                      dict(num_key_value_heads=2, tie_word_embeddings=False,
+                           max_position_embeddings=16, rope_parameters={
+                               "rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0})),
+    # SmolLM's many-group GQA: 9 query heads of 8 features over 3 key/value heads, tied head.
+    "smollm": ("LlamaConfig", "LlamaForCausalLM",
+               dict(hidden_size=72, num_attention_heads=9, num_key_value_heads=3,
+                    tie_word_embeddings=True)),
 }
 
 

@@ -253,8 +253,6 @@ def test_generate_cli_continues_a_prompt(llama_dir, capsys):
 
 
 BAD_CONFIGS = [
-    ("qwen2", dict(rope_parameters={"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0}),
-     "rope_parameters.rope_type=\"dynamic\""),
     ("llama3", dict(rope_parameters={"rope_type": "longrope", "rope_theta": 1e4}),
      "rope_parameters.rope_type=\"longrope\""),
     ("llama", dict(rope_scaling={"rope_type": "linear", "factor": 2.0, "low_freq_factor": 1.0}),
@@ -266,8 +264,10 @@ BAD_CONFIGS = [
     ("mistral", dict(hidden_act="gelu"), "hidden_act=\"gelu\""),
     ("llama_tied", dict(head_dim=15), "head_dim=15"),
     ("qwen3", dict(attention_bias=True), "attention_bias=true"),
-    ("llama_tied", dict(model_type="phi3"), "model_type=\"phi3\""),
-    ("llama_tied", dict(attention_bias=True), "attention_bias=true"),
+    ("llama_tied", dict(model_type="phi"), "model_type=\"phi\""),
+    ("mistral", dict(mlp_bias=True), "mlp_bias=true"),
+    ("phi3", dict(rope_parameters={"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0}),
+     "rope_parameters.rope_type=\"dynamic\""),
     ("llama_tied", dict(model_type="gemma3"), "model_type=\"gemma3\""),  # multimodal; *_text is
     ("llama_tied", dict(model_type="gemma"), "hidden_act=\"silu\""),  # Gemma's GELU, not SiLU
     ("llama_tied", dict(hidden_size=None), "hidden_size is missing"),

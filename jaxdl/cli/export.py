@@ -8,7 +8,8 @@ LoRA adapters folded into the base weights first, W' = W + (alpha / r) A B
 (`jaxdl.models.lora.merge`), written by `jaxdl.models.hf.save_hf`: config.json and safetensors
 weights (sharded past `--max-shard-bytes`) that `transformers` loads, in the layout
 `--model-type` names (default: gpt2 for learned positions, Gemma's for norm='rms1p', qwen3 with
-q/k norms, qwen2 with q/k/v biases, mistral with a sliding window, llama otherwise).
+q/k norms, qwen2 with q/k/v biases, phi3 with LongRoPE or partial rotary, mistral with a sliding
+window, llama otherwise).
 
 Tokenizer and special tokens, so transformers' `AutoTokenizer` and `generate` stop where the
 source did: the bos / eos / pad ids go to config.json and generation_config.json, taken from the
@@ -41,8 +42,9 @@ HELP = "write a trained GPT run (LoRA adapters merged) as a Hugging Face directo
 def add_arguments(parser) -> None:
   parser.add_argument("workdir", help="the run's workdir (config.json + checkpoints/)")
   parser.add_argument("--out", required=True, help="the Hugging Face directory to create")
+  # hf_config.MODEL_TYPES, spelled out: parsing imports no jax (test_hf_phi checks they agree)
   parser.add_argument("--model-type", default=None, choices=(
-      "llama", "mistral", "qwen2", "qwen3", "gpt2", "gemma", "gemma2", "gemma3_text"),
+      "llama", "mistral", "qwen2", "qwen3", "phi3", "gpt2", "gemma", "gemma2", "gemma3_text"),
                       help="the layout to write (default: from the model's settings)")
   parser.add_argument("--max-shard-bytes", type=int, default=None,
                       help="split the weights into shards of at most this many bytes")

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 
 from jaxdl.models import lora as lora_lib
 from jaxdl.models.layers import RMSNorm
-from jaxdl.models.rope import RopeSpec, apply_rope, rope_frequencies, rotate
+from jaxdl.models.rope import RopeSpec, apply_rope, frequencies_at, rotate
 
 Dtype = Any
 
@@ -253,6 +253,7 @@ class MultiHeadAttention(nn.Module):
   qk_epsilon: float = 1e-6  # the q/k RMSNorms' epsilon
   use_bias: bool = True
   qkv_bias: bool = False
+  attn_bias: bool = False  # Q/K/V and W_O biases even with use_bias off (Llama's attention_bias)
   attn_dropout: float = 0.0
   impl: str = "auto"
   kernel_init: Callable = nn.initializers.lecun_normal()
@@ -269,10 +270,10 @@ class MultiHeadAttention(nn.Module):
       raise ValueError(f"{self.name}: width {d} is not divisible by n_head {self.n_head}")
     h, n, k = self.n_head, self.n_kv_head, self.head_dim or d // self.n_head
     check_heads(h, n)
-    def dense(features, name, init, bias=self.use_bias):
+    def dense(features, name, init, bias=self.use_bias or self.attn_bias):
       return nn.Dense(features, use_bias=bias, kernel_init=init, dtype=self.dtype,
                       param_dtype=self.param_dtype, name=name)
-    qkv_bias = self.use_bias or self.qkv_bias
+    qkv_bias = self.use_bias or self.qkv_bias or self.attn_bias
     def adapter(site, features):
       return lora_lib.adapter(self.lora, site, features, self.dtype, self.param_dtype)
     if context is None:
@@ -305,7 +306,7 @@ class MultiHeadAttention(nn.Module):
         spec = self.rope_spec if local is not None else (self.local_rope or self.rope_spec)
         q, k_ = apply_rope(q, positions, spec), apply_rope(k_, positions, spec)
       else:  # this layer's frequencies and scaling, chosen by the traced `local`
-        (inv_g, s_g), (inv_l, s_l) = (rope_frequencies(r, k)
+        (inv_g, s_g), (inv_l, s_l) = (frequencies_at(r, k, positions)
                                       for r in (self.rope_spec, self.local_rope))
         inv_K2 = jnp.where(local, jnp.asarray(inv_l), jnp.asarray(inv_g))
         cs = jnp.where(local, s_l, s_g)  # the cos/sin scaling

@@ -20,10 +20,10 @@ n_head). With lora_rank > 0 low-rank adapters sit beside the dense layers lora_t
 only they train (`jaxdl.models.lora`; `lora.merge` folds them into the base weights).
 Parameter names follow GPT-2 (wte, wpe, h.ln_1, h.attn.c_attn, ...), so GPT-2's checkpoint is a
 renaming; `hf.py` reads and writes Hugging Face directories of GPT-2 and of Llama / Mistral /
-Qwen2 / Qwen3 (pos='rope', norm='rms', mlp='swiglu' with rope_theta, the rope_scaling settings,
-head_dim, qkv_bias and qk_norm), their tables in `hf_families.py`, and of Gemma 1-3
-(norm='rms1p', mlp='geglu', embed_scale, ln='sandwich', the soft-caps, attn_pattern:
-`hf_gemma.py`). Decoding (KV cache,
+Qwen2 / Qwen3 / Phi-3 (pos='rope', norm='rms', mlp='swiglu' with rope_theta, the rope_scaling
+settings, rope_partial, head_dim, qkv_bias, attn_bias, mlp_bias and qk_norm), their tables in
+`hf_families.py` (Phi-3's in `hf_phi.py`), and of Gemma 1-3 (norm='rms1p', mlp='geglu',
+embed_scale, ln='sandwich', the soft-caps, attn_pattern: `hf_gemma.py`). Decoding (KV cache,
 sampling, generate) is in `jaxdl.models.decoding`.
 """
 
@@ -39,7 +39,8 @@ import ml_collections
 
 from jaxdl.models import layers, lora, moe, register_model, ssm, transformer
 from jaxdl.models import rope as rope_lib
-from jaxdl.schema import NONNEG, POSITIVE, Check, ConfigError, fail, one_of, setting
+from jaxdl.schema import (NONNEG, OPEN_FRACTION, POSITIVE, Check, ConfigError, each, fail,
+                          one_of, setting)
 
 
 class GPT(transformer.TransformerModel):
@@ -68,6 +69,11 @@ class GPT(transformer.TransformerModel):
   # exceeds rope_original_max / rope_low_freq_factor, keeps those below rope_original_max /
   # rope_high_freq_factor and blends between; 'yarn' ramps between beta_fast and beta_slow
   # rotations and multiplies cos, sin by rope_attn_factor (0: 0.1 ln(rope_factor) + 1).
+  # 'dynamic' (NTK) raises theta with the length a call reaches past rope_original_max;
+  # 'longrope' (Phi-3) divides frequency i by rope_short_factor[i] up to rope_original_max
+  # positions and by rope_long_factor[i] past it, cos and sin times rope_attn_factor (0:
+  # sqrt(1 + ln(rope_factor) / ln(rope_original_max))); with a KV cache both as transformers'
+  # generate computes them (`jaxdl.models.rope`'s docstring).
   # rope_original_max, the pretraining context, 0: block_size.
   rope_scaling: str = setting("none", one_of(*rope_lib.ROPE_SCALINGS))
   rope_factor: float = setting(1.0, POSITIVE)
@@ -77,9 +83,18 @@ class GPT(transformer.TransformerModel):
   rope_beta_fast: float = setting(32.0, POSITIVE)
   rope_beta_slow: float = setting(1.0, POSITIVE)
   rope_attn_factor: float = setting(0.0, NONNEG)
+  rope_short_factor: tuple[float, ...] = setting((), each(POSITIVE))
+  rope_long_factor: tuple[float, ...] = setting((), each(POSITIVE))
+  # The fraction of each head's features RoPE turns, the first int(K rope_partial) (Phi-4-mini:
+  # 0.75); the others pass unrotated.
+  rope_partial: float = setting(1.0, OPEN_FRACTION)
   # Biases on the query/key/value projection even with use_bias off (Qwen2: biased Q, K, V and
   # unbiased output and MLP projections).
   qkv_bias: bool = False
+  # Biases on the query, key, value and output projections (attn_bias), on the MLP's (mlp_bias),
+  # even with use_bias off (Llama's attention_bias and mlp_bias).
+  attn_bias: bool = False
+  mlp_bias: bool = False
   # Sliding-window attention (Mistral, Qwen2): W > 0 lets token i see only tokens i - W < j <= i,
   # in the full forward and in cached decoding alike, so a sequence may run past W; 0: none.
   sliding_window: int = setting(0, NONNEG)
@@ -141,6 +156,15 @@ class GPT(transformer.TransformerModel):
     if self.rope and self.mixer == "attention" and self.head_width % 2:
       fail("model.", "head_dim", f"RoPE turns feature pairs: the head width must be even, got "
            f"{self.head_width}")
+    r = rope_lib.rotary_width(self.rope_spec, self.head_width)
+    if self.rope and self.mixer == "attention" and (r % 2 or r <= 0):
+      fail("model.", "rope_partial", f"RoPE turns feature pairs: int({self.head_width} x "
+           f"rope_partial) must be even and > 0, got {r} features from {self.rope_partial}")
+    for key in ("rope_short_factor", "rope_long_factor"):
+      got = len(getattr(self, key))
+      if (self.rope_scaling == "longrope") != bool(got) or (got and got != r // 2):
+        fail("model.", key, f"one factor per rotated feature pair, {r // 2}, for rope_scaling="
+             f"'longrope' and none otherwise, got {got} for {self.rope_scaling!r}")
     if self.rope_scaling == "llama3" and self.rope_high_freq_factor <= self.rope_low_freq_factor:
       fail("model.", "rope_high_freq_factor", f"must exceed rope_low_freq_factor="
            f"{self.rope_low_freq_factor} (llama3 blends between them), got "
@@ -176,7 +200,16 @@ class GPT(transformer.TransformerModel):
         self.rope_theta, self.rope_scaling, self.rope_factor,
         self.rope_original_max or self.block_size, self.rope_low_freq_factor,
         self.rope_high_freq_factor, self.rope_beta_fast, self.rope_beta_slow,
-        self.rope_attn_factor)
+        self.rope_attn_factor, self.rope_partial, tuple(self.rope_short_factor),
+        tuple(self.rope_long_factor))
+
+  @property
+  def local_rope(self) -> rope_lib.RopeSpec | None:
+    """The local layers' own RoPE: plain RoPE of base rope_local_theta (rotating the features
+    the model's RoPE rotates), or None (they use rope_spec) when it is 0 or no layer is local."""
+    if not self.rope_local_theta or not any(self.local_layers):
+      return None
+    return rope_lib.RopeSpec(theta=self.rope_local_theta, partial=self.rope_spec.partial)
 
   @property
   def moe_spec(self) -> moe.MoeSpec | None:

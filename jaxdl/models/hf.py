@@ -1,5 +1,5 @@
-"""Hugging Face model directories <-> jaxdl GPT: GPT-2, Llama, Mistral, Qwen2, Qwen3 and Gemma 1-3,
-one way in and one way out.
+"""Hugging Face model directories <-> jaxdl GPT: GPT-2, Llama, Mistral, Qwen2, Qwen3, Phi-3 and
+Gemma 1-3, one way in and one way out.
 
 `load_hf(dir) -> (model, params)` and `save_hf(dir, model, params)`; `special_ids(dir)` the
 bos / eos / pad ids generation stops and pads with, `save_tokenizer` the tokenizer files of an
@@ -338,10 +338,10 @@ def save_hf(out_dir: str, model: GPT, params: dict, *, model_type: str | None = 
   """Writes config.json, generation_config.json and the weights (sharded past
   `max_shard_bytes`) for `transformers`.
 
-  model_type: 'llama' / 'mistral' / 'qwen2' / 'qwen3' / 'gpt2' / 'gemma' / 'gemma2' /
+  model_type: 'llama' / 'mistral' / 'qwen2' / 'qwen3' / 'phi3' / 'gpt2' / 'gemma' / 'gemma2' /
   'gemma3_text'; default gpt2 for learned positions, Gemma's for norm='rms1p', else qwen3 with
-  qk_norm, qwen2 with qkv_bias, mistral with a sliding window, llama otherwise (`export_type`,
-  which refuses a model the layout cannot hold). specials:
+  qk_norm, qwen2 with qkv_bias, phi3 with longrope or partial rotary, mistral with a sliding
+  window, llama otherwise (`export_type`, which refuses a model the layout cannot hold). specials:
   `special_ids`' {'bos', 'eos', 'pad'}, written as bos/eos/pad_token_id to config.json and
   generation_config.json (eos one id or a list, as transformers reads it). Returns the weight
   files written."""

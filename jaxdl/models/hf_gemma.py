@@ -154,7 +154,8 @@ def export_type(model: GPT, model_type: str | None) -> str:
                               "gemma2" if model.ln == "sandwich" else "gemma")
   local = any(model.local_layers)
   want = dict(pos="rope", norm="rms1p", mlp="geglu", use_bias=False, qkv_bias=False,
-              embed_scale=True, moe_experts=0, mixer="attention",
+              attn_bias=False, mlp_bias=False, rope_partial=1.0, embed_scale=True,
+              moe_experts=0, mixer="attention",
               ln="pre" if model_type == "gemma" else "sandwich",
               qk_norm=model_type == "gemma3_text")
   if model_type == "gemma":

@@ -113,10 +113,12 @@ class TransformerModel(layers.Model):
   rope: ClassVar[bool] = False
   rope_spec: ClassVar[rope_lib.RopeSpec] = rope_lib.RopeSpec()  # the RoPE frequencies
   sliding_window: ClassVar[int] = 0  # W > 0: causal attention sees only the W latest tokens
-  rope_local_theta: ClassVar[float] = 0.0  # the local layers' RoPE base (0: the model's RoPE)
+  local_rope: ClassVar[rope_lib.RopeSpec | None] = None  # the windowed layers' own RoPE
   attn_scale_dim: ClassVar[float] = 0.0  # logits / sqrt(attn_scale_dim), 0: K; then softcap
   attn_softcap: ClassVar[float] = 0.0
   qkv_bias: ClassVar[bool] = False  # Q/K/V biases even with use_bias off (Qwen2)
+  attn_bias: ClassVar[bool] = False  # Q/K/V/O biases even with use_bias off (Llama's)
+  mlp_bias: ClassVar[bool] = False  # MLP biases even with use_bias off (Llama's)
   moe_spec: ClassVar[moe.MoeSpec | None] = None
   ssm_spec: ClassVar[ssm.SsmSpec | None] = None
   lora_spec: ClassVar[lora.LoraSpec | None] = None
@@ -149,8 +151,7 @@ class TransformerModel(layers.Model):
   def mlp_width(self) -> int:
     """F, the MLP hidden width: mlp_hidden, or when it is 0 4 D (GELU) or 8 D / 3 (SwiGLU: its
     three D x F matrices hold as many parameters as GELU's two D x 4D ones). The one place."""
-    return self.mlp_hidden or (8 * self.d_model // 3 if self.mlp in ("swiglu", "geglu")
-                               else 4 * self.d_model)
+    return self.mlp_hidden or (4 * self.d_model if self.mlp == "gelu" else 8 * self.d_model // 3)
 
   @property
   def local_layers(self) -> tuple[bool, ...]:
@@ -189,6 +190,8 @@ class BlockSpec:
   qk_norm: bool
   use_bias: bool
   qkv_bias: bool
+  attn_bias: bool
+  mlp_bias: bool
   attn_impl: str
   init_name: str
   epsilon: float
@@ -207,9 +210,7 @@ class BlockSpec:
     derived = dict(n_kv_head=model.kv_heads, head_dim=model.head_width,
                    mlp_hidden=model.mlp_width, n_residual=2 * model.n_layer,
                    sliding_window=model.sliding_window if any(local) else 0,
-                   mixed_layers=any(local) and not all(local),
-                   local_rope=(rope_lib.RopeSpec(theta=model.rope_local_theta)
-                               if model.rope_local_theta and any(local) else None))
+                   mixed_layers=any(local) and not all(local))
     return cls(**{f.name: getattr(model, f.name) for f in dataclasses.fields(cls)
                   if f.name not in derived}, **derived)
 
@@ -240,7 +241,7 @@ class MlpBlock(nn.Module):
   @nn.compact
   def __call__(self, x_BxTxD):
     cfg, d = self.cfg, x_BxTxD.shape[-1]
-    dense = functools.partial(nn.Dense, use_bias=cfg.use_bias, dtype=cfg.dtype,
+    dense = functools.partial(nn.Dense, use_bias=cfg.use_bias or cfg.mlp_bias, dtype=cfg.dtype,
                               param_dtype=cfg.param_dtype)
 
     def adapted(layer, site, h_BxTxN):  # layer(h), plus the site's LoRA delta when adapted
@@ -304,7 +305,7 @@ class Block(nn.Module):
           qk_norm_kind="rms1p" if cfg.norm == "rms1p" else "rms", rope=cfg.rope,
           rope_spec=cfg.rope_spec, local_rope=cfg.local_rope, scale_dim=cfg.attn_scale_dim,
           softcap=cfg.attn_softcap, head_dim=cfg.head_dim, qk_epsilon=cfg.epsilon,
-          use_bias=cfg.use_bias, qkv_bias=cfg.qkv_bias,
+          use_bias=cfg.use_bias, qkv_bias=cfg.qkv_bias, attn_bias=cfg.attn_bias,
           attn_dropout=cfg.attn_dropout, impl=cfg.attn_impl, kernel_init=cfg.kernel_init,
           out_init=cfg.out_init, lora=cfg.lora_spec, dtype=cfg.dtype,
           param_dtype=cfg.param_dtype, name="attn")
@@ -316,15 +317,12 @@ class Block(nn.Module):
       return y_BxTxD, aux["cache"]
 
     mlp = (MlpBlock if cfg.moe_spec is None else moe.MoeMlp)(cfg, name="mlp")
-    if cfg.ln == "pre":
+    if cfg.ln != "post":  # pre; sandwich also norms each branch's output before the sum
+      out = ((lambda name, h: cfg.make_norm(name, train)(h)) if cfg.ln == "sandwich"
+             else lambda name, h: h)
       a_BxTxD, new_cache = attend(cfg.make_norm("ln_1", train)(x_BxTxD))
-      x_BxTxD = x_BxTxD + drop(a_BxTxD)
-      x_BxTxD = x_BxTxD + drop(mlp(cfg.make_norm("ln_2", train)(x_BxTxD)))
-    elif cfg.ln == "sandwich":  # each branch's output normed too, before the residual sum
-      a_BxTxD, new_cache = attend(cfg.make_norm("ln_1", train)(x_BxTxD))
-      x_BxTxD = x_BxTxD + drop(cfg.make_norm("ln_1_post", train)(a_BxTxD))
-      m_BxTxD = mlp(cfg.make_norm("ln_2", train)(x_BxTxD))
-      x_BxTxD = x_BxTxD + drop(cfg.make_norm("ln_2_post", train)(m_BxTxD))
+      x_BxTxD = x_BxTxD + drop(out("ln_1_post", a_BxTxD))
+      x_BxTxD = x_BxTxD + drop(out("ln_2_post", mlp(cfg.make_norm("ln_2", train)(x_BxTxD))))
     else:  # post
       a_BxTxD, new_cache = attend(x_BxTxD)
       x_BxTxD = cfg.make_norm("ln_1", train)(x_BxTxD + drop(a_BxTxD))
