@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 from jaxdl.models import attention, hf, layers
-from jaxdl.models.gpt import GPT
 from jaxdl.schema import ConfigError
 
 TOKENS = np.random.default_rng(1).integers(0, 96, (2, 20))  # past the window of 8
@@ -130,12 +129,6 @@ def test_every_attention_path_takes_the_query_scale_and_the_softcap_its_own_path
   z = np.where(np.tril(np.ones((8, 8), bool)), np.tanh(z), -np.inf)  # c = 1: tanh(z)
   np.testing.assert_allclose(w, np.exp(z) / np.exp(z).sum(-1, keepdims=True), atol=1e-6)
   assert np.abs(capped - ref).max() > 1e-2
-
-
-def test_hidden_states_refuse_a_logit_softcap():
-  model = GPT(vocab_size=16, block_size=8, n_layer=1, n_head=2, d_model=8, logit_softcap=5.0)
-  with pytest.raises(ValueError, match="logit_softcap=5.0; use train.loss_chunk=0"):
-    model.apply({"params": {}}, jnp.zeros((1, 4), jnp.int32), train=False, hidden=True)
 
 
 REFUSED = [  # (family, config changes, the field the one line names)

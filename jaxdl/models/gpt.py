@@ -55,7 +55,8 @@ class GPT(transformer.TransformerModel):
   pos + i - start[b] and no token attends to an index before start[b] (cached or not; the
   padding's own outputs are meaningless). With `hidden=True` it returns `(h, w)` instead of
   the logits: the final hidden states h (B, T, D) and the unembedding w (D, V), both in the
-  compute dtype, logits = h w (cast to fp32), for a loss that never holds all B x T x V of them
+  compute dtype, logits = h w (cast to fp32; then soft-capped by `logit_softcap` if set: the
+  caller applies it), for a loss that never holds all B x T x V of them
   (`jaxdl.train.chunked_loss`). The defaults are GPT-2's architecture choices.
   """
 
@@ -266,9 +267,6 @@ class GPT(transformer.TransformerModel):
     if start is not None and (segment_ids is not None or positions is not None):
       raise ValueError("GPT: start (left padding) and packed documents (segment_ids, positions) "
                        "are exclusive")
-    if hidden and self.logit_softcap:
-      raise ValueError(f"GPT: hidden=True hands out h and W for logits h W, which would miss "
-                       f"logit_softcap={self.logit_softcap}; use train.loss_chunk=0")
     mask = None
     if start is not None:
       start_Bx1 = jnp.asarray(start, jnp.int32).reshape(b, 1)

@@ -27,10 +27,13 @@ import jax.numpy as jnp
 import optax
 
 
-def chunked_token_stats(h_BxTxD: jax.Array, w_DxV: jax.Array, y_BxT: jax.Array, chunk: int):
+def chunked_token_stats(h_BxTxD: jax.Array, w_DxV: jax.Array, y_BxT: jax.Array, chunk: int,
+                        softcap: float = 0.0):
   """(CE_BxT, correct_BxT, log Z_BxT) of the logits h W (fp32) computed C = `chunk` positions
   at a time (module docstring). `h_BxTxD` and `w_DxV` come in the model's compute dtype; the
-  matmul runs in it and its result is cast to fp32, as the model's own head does."""
+  matmul runs in it and its result is cast to fp32, as the model's own head does. A `softcap`
+  c > 0 (Gemma 2's final_logit_softcapping, `GPT.logit_softcap`) makes the logits c tanh(hW / c),
+  as the model's head does."""
   b, t, d = h_BxTxD.shape
   chunk = min(chunk, t)  # a chunk past T would only pad
   n = -(-t // chunk)
@@ -42,6 +45,8 @@ def chunked_token_stats(h_BxTxD: jax.Array, w_DxV: jax.Array, y_BxT: jax.Array, 
   @jax.checkpoint
   def one_chunk(h_BxCxD, y_BxC, w_DxV):
     z_BxCxV = (h_BxCxD @ w_DxV).astype(jnp.float32)
+    if softcap:
+      z_BxCxV = softcap * jnp.tanh(z_BxCxV / softcap)
     ce_BxC = optax.softmax_cross_entropy_with_integer_labels(z_BxCxV, y_BxC)
     correct_BxC = (jnp.argmax(z_BxCxV, -1) == y_BxC).astype(jnp.float32)
     return ce_BxC, correct_BxC, jax.nn.logsumexp(z_BxCxV, axis=-1)
