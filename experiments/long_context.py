@@ -30,7 +30,18 @@ step 100, 0.625 at step 200. A four-digit key (each digit its own ten tokens) le
 at a time: at C = 512 and distances 256-384, 0.33 after 600 steps; a 4096 context (distance
 2,048-3,072, 2 layers) ran at 16-33 s a step on this shared CPU, out of reach of the budget.
 
-Expected: measured below.
+Expected (measured once, seed 0, on the shared 2-core CPU at load average 3-6: 1,175 s wall,
+964 CPU-s for both runs, past the ~15 minutes aimed at because of the load), eval accuracy and
+loss at the answer over the 128 held-out documents after 500 steps:
+
+  context C    sees the key    accuracy    loss     s / step (median)
+  2048         always          1.000       0.027    2.01
+  512          never           0.148       2.298    0.18
+
+(chance: 0.1 and ln 10 = 2.303; 0.148 is 19 of 128, 1.8 binomial standard deviations above.)
+C = 2048 at steps 100 / 200 / 300 / 400: accuracy 0.141, 0.289, 0.953, 1.000; C = 512 stays
+within 0.070-0.148 and 2.298-2.350 throughout: with the key out of its window nothing in the
+document predicts it.
 """
 
 import numpy as np
