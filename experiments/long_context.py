@@ -3,7 +3,8 @@ tokens back; a context shorter than that distance cannot see it.
 
 Run:
   jaxdl train long_context              # contexts 2048 (sees the key) and 512 (cannot)
-  jaxdl train long_context:context=512  # one context only (any C > 0; model.block_size = C)
+  jaxdl train long_context:context=512  # one context only (model.block_size = C; 0: both,
+                                        # C < 0 refused in one line, exit 2)
   jaxdl train long_context:smoke        # documents of ~100 tokens, 4 steps, for tests
 
 Setup: `passkey` data (`jaxdl.data.passkey`): "The pass key is 7. " (a one-digit key, its ten
@@ -28,7 +29,7 @@ issue 51, on its way) applies: it splits these T x T buffers across devices.
 Pilots (the same model, one-digit key at 1,024-1,792 tokens, C = 2048): eval accuracy 0.078 at
 step 100, 0.625 at step 200. A four-digit key (each digit its own ten tokens) learned one digit
 at a time: at C = 512 and distances 256-384, 0.33 after 600 steps; a 4096 context (distance
-2,048-3,072, 2 layers) ran at 16-33 s a step on this shared CPU, out of reach of the budget.
+2,048-3,072, 2 layers) ran at 8-34 s a step on this shared CPU, out of reach of the budget.
 
 Expected (measured once, seed 0, on the shared 2-core CPU at load average 3-6: 1,175 s wall,
 964 CPU-s for both runs, past the ~15 minutes aimed at because of the load), eval accuracy and

@@ -60,6 +60,19 @@ def test_a_context_no_longer_than_the_distance_cannot_hold_the_key():
   np.testing.assert_array_equal(short["y"][:, -DIGITS:], long_["y"][:, -DIGITS:])
 
 
+def test_the_experiments_contexts_hold_the_key_always_and_never():
+  """The full run's own data: every 2048-token row holds the statement, no 512-token row does."""
+  from jaxdl.config import load_config
+  for context, holds in ((2048, True), (512, False)):
+    config, _ = load_config(f"long_context:context={context}")
+    source = parse_data(config.data)
+    b = source.build().eval.gather(np.arange(8))
+    before_ask = b["x"][:, :context - source.digits]
+    key_B = ((before_ask >= KEY_BASE) & (before_ask < ask_token(source.digits))).sum(1)
+    np.testing.assert_array_equal(key_B, source.digits if holds else 0)
+    assert config.model.block_size == context
+
+
 SMOKE = ["--no-progress", "--set", "train.plot=False"]
 
 
