@@ -34,8 +34,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
+from jax.sharding import PartitionSpec as P
 
-from jaxdl.models import layers, lora, moe, register_model, ssm, transformer
+from jaxdl.models import layers, lora, moe, register_model, ring_attention, ssm, transformer
 from jaxdl.models import rope as rope_lib
 from jaxdl.schema import NONNEG, POSITIVE, ConfigError, fail, one_of, setting
 
@@ -203,6 +204,13 @@ class GPT(transformer.TransformerModel):
     if segment_ids is not None and positions is None:
       raise ValueError(f"GPT: segment_ids without positions (model.pos={self.pos!r}): packed "
                        "documents need both, from jaxdl.data.packing.segment_positions")
+    # Split over devices along the sequence (`ring_attention`): the layout in, and back out below.
+    seq = self.sequence if cache is None and not self.is_initializing() else None
+    if seq is not None:
+      if mask is not None:
+        raise ValueError("GPT: start (left padding) is for decoding, not a sequence split over "
+                         "devices")
+      x, positions, segment_ids = ring_attention.enter(seq, x, positions, segment_ids, pos)
     emb = functools.partial(nn.Embed, features=self.d_model, dtype=self.dtype,
                             param_dtype=self.param_dtype,
                             embedding_init=nn.initializers.normal(0.02))
@@ -216,6 +224,8 @@ class GPT(transformer.TransformerModel):
     x_BxTxD, new_cache = transformer.apply_blocks(self, x_BxTxD, train=train, cache=cache,
                                                   pos=pos, mask=mask, positions=positions,
                                                   segment_ids=segment_ids)
+    if seq is not None:
+      x_BxTxD = ring_attention.leave(seq, x_BxTxD)
     if hidden and cache is not None:
       raise ValueError("GPT: hidden=True is for a training loss; cached decoding returns logits")
     if self.tie_embeddings:
@@ -232,6 +242,8 @@ class GPT(transformer.TransformerModel):
                 jnp.asarray(head.variables["params"]["kernel"], self.dtype))
       logits_BxTxV = head(x_BxTxD)
     logits_BxTxV = logits_BxTxV.astype(jnp.float32)
+    if seq is not None:
+      logits_BxTxV = ring_attention.constrain(logits_BxTxV, seq, P.UNCONSTRAINED)
     return logits_BxTxV if cache is None else (logits_BxTxV, new_cache)
 
 
