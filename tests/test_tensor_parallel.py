@@ -125,7 +125,8 @@ def test_parameters_split_over_the_tensor_axis(runs):
   _, r = runs
   strategy = build(_config("parallel.strategy='fsdp'", "parallel.fsdp=2",
                            "parallel.tensor=2")).strategy
-  assert dict(strategy.mesh.shape) == {"data": 1, "fsdp": 2, "expert": 1, "tensor": 2}
+  assert dict(strategy.mesh.shape) == {"data": 1, "fsdp": 2, "expert": 1,
+      "sequence": 1, "tensor": 2}
   params = strategy.place_state(r["fsdp_tensor"][1])
   h = params["h_0"]
   qkv = h["attn"]["c_attn"]["kernel"]  # (D, (H + 2N) K) = (32, 64)

@@ -170,8 +170,8 @@ def _empty(b, q, n, g, k):
 
 
 def _rows(acc, lo, hi):
-  o, m, l = acc
-  return o[:, lo:hi], m[..., lo:hi], l[..., lo:hi]
+  o, m, total = acc
+  return o[:, lo:hi], m[..., lo:hi], total[..., lo:hi]
 
 
 def _join(a, b):
@@ -199,9 +199,9 @@ def _local_attention(q, k, v, seg, *, spec: SequenceSpec, causal: bool, window: 
     count = 4 * s_
   else:
     acc, count = _ring(q5, k, v, seg, block, idx, d, spec, causal)
-  o, _, l = acc
-  l = jnp.moveaxis(l, 3, 1)  # BxNxGxC -> BxCxNxG
-  out = o / jnp.where(l > 0, l, 1.0)[..., None]
+  o, _, total = acc
+  total = jnp.moveaxis(total, 3, 1)  # BxNxGxC -> BxCxNxG
+  out = o / jnp.where(total > 0, total, 1.0)[..., None]
   return out.reshape(b, cq, h, kk).astype(q.dtype), jnp.reshape(count, (1,))
 
 
