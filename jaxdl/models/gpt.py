@@ -309,7 +309,7 @@ def gpt_config(preset: str = "", **overrides) -> ml_collections.ConfigDict:
   """A complete `model` section (name='gpt'): every `GPT` field at its default, the preset's
   sizes, then `overrides`; dtypes by name so the section stays JSON-serialisable."""
   fields = {f.name: f.default for f in dataclasses.fields(GPT)
-            if f.init and f.name not in ("parent", "name")}
+            if f.init and f.name not in ("parent", "name") and not f.metadata.get("runtime")}
   fields.update({k: jnp.dtype(fields[k]).name for k in ("dtype", "param_dtype")})
   fields.update(_check_preset(preset, "gpt preset"))
   unknown = sorted(set(overrides) - set(fields))

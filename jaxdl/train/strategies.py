@@ -21,6 +21,7 @@ from typing import Callable
 
 import jax
 
+from jaxdl.models.gpt import GPT
 from jaxdl.schema import ConfigError
 from jaxdl.train.mesh import MeshStrategy
 from jaxdl.train.pmap import PmapStrategy
@@ -63,7 +64,7 @@ def check_sequence(model, model_name: str, task_kind, seq_len: Callable[[], int]
   sequence length T = `seq_len()` (causal load balancing: `jaxdl.models.ring_attention`)."""
   if sequence == 1:
     return
-  if getattr(model, "sequence", False) is False or getattr(model, "vocab_size", None) is None:
+  if not isinstance(model, GPT):
     kind = ("a recurrence: its state runs through the positions in order"
             if model_name in ("rnn", "lstm", "seq2seq") else "not a GPT")
     raise ConfigError(f"parallel.sequence: model {model_name!r} is {kind}; splitting the "
