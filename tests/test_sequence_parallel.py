@@ -28,6 +28,7 @@ from jaxdl.models.gpt import GPT
 from jaxdl.models.ring_attention import from_layout, sequence_attention, to_layout
 from jaxdl.train import run, strategies
 from jaxdl.train.checkpoint import load_state
+from jaxdl.train.chunked_loss import chunked_token_stats
 from jaxdl.train.writers import read_metrics
 
 import warm_python
@@ -89,6 +90,16 @@ def test_ring_and_allgather_equal_full_attention_and_the_causal_ring_skips_block
       if impl == "ring":
         blocks = 2 * s + 1 if kw["causal"] else 4 * s
         np.testing.assert_array_equal(got[name][1], [blocks] * s)
+
+
+def test_chunked_loss_within_each_devices_positions_equals_the_plain_one():
+  """`chunked_token_stats` with G = 2 groups (chunks cut within each half, one of 3 padded)
+  gives the per-token statistics of one group, to 1e-6."""
+  keys = jax.random.split(jax.random.PRNGKey(2), 3)
+  h, w = jax.random.normal(keys[0], (2, 16, 8)), jax.random.normal(keys[1], (8, 11))
+  y = jax.random.randint(keys[2], (2, 16), 0, 11)
+  for got, want in zip(chunked_token_stats(h, w, y, 3, groups=2), chunked_token_stats(h, w, y, 16)):
+    np.testing.assert_allclose(got, want, atol=1e-6, rtol=1e-6)
 
 
 def test_packed_documents_across_chunk_boundaries_get_their_logits_alone():
@@ -184,14 +195,15 @@ import sys
 from jaxdl.config import load_config
 from jaxdl.train import run
 for i, sets in enumerate([["parallel.tensor=2", "parallel.sequence=4"],
-                          ["parallel.tensor=2", "parallel.sequence=2"]]):
+                          ["parallel.tensor=2", "parallel.sequence=2", "train.loss_chunk=4"]]):
   config, _ = load_config("char_gpt:smoke", sys.argv[2:] + sets)
   run(config, f"{sys.argv[1]}/{i}", progress=False)
 """
 
 
 def test_eight_devices_data_sequence_tensor(runs):
-  """8 devices, one subprocess: sequence 4 x tensor 2, and data 2 x sequence 2 x tensor 2."""
+  """8 devices, one subprocess: sequence 4 x tensor 2, and data 2 x sequence 2 x tensor 2 with
+  the chunked loss (chunks of 4 within each device's 8 positions)."""
   tmp, r = runs
   env = {**os.environ, "JAX_PLATFORMS": "cpu",
          "XLA_FLAGS": os.environ["XLA_FLAGS"].replace("device_count=4", "device_count=8")}

@@ -79,7 +79,8 @@ def measure(seqs=SEQS, model_fields: dict = MODEL, seq: int = SEQ, chunk: int = 
     out = {}
     for name, loss_chunk in (("temp", 0), ("temp_chunk", chunk)):
       task = tasks.make_task(ml_collections.ConfigDict(
-          {"task": "lm", "model": {"name": "gpt"}, "train": {"loss_chunk": loss_chunk}}))
+          {"task": "lm", "model": {"name": "gpt"}, "train": {"loss_chunk": loss_chunk},
+           "parallel": {"sequence": s}}))
       train_step = step.make_train_step(model.apply, task.loss_fn, tx, lambda _: 1e-3, key,
                                         loss_weight=task.loss_weight)
       fn = strategy.compile_train(train_step, abstract)
