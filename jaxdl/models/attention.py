@@ -294,6 +294,14 @@ class MultiHeadAttention(nn.Module):
       if mask is not None or return_weights or context is not None:
         raise ValueError(f"{self.name}: the sequence split over devices runs causal "
                          "self-attention without an explicit mask or returned weights")
+      if self.is_mutable_collection("watch"):  # the probe's T x T logits, in position order
+        q_n, k_n = (ring_attention.from_layout(a, seq.size) for a in (q, k_))
+        m = causal_mask(t, window=self.window)[None, None] if self.window else None
+        if segment_ids is not None:
+          seg = ring_attention.from_layout(segment_ids, seq.size)
+          m = jnp.logical_and(True if m is None else m, (seg[:, :, None] == seg[:, None])[:, None])
+        self.sow("watch", "attn_max_logit", max_attention_logit(
+            q_n, k_n, m, causal=self.causal and not self.window))
       out = ring_attention.sequence_attention(q, k_, v, seq, segment_ids=segment_ids,
                                               causal=self.causal, window=self.window)
       return ring_attention.constrain(project(out), seq)
