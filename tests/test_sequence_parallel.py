@@ -4,15 +4,13 @@ causal ring's skipped blocks, packed documents across chunk boundaries, the same
 parameters as one device, checkpoints across sequence sizes (2 -> 1 -> 4), the bad inputs, and
 `jaxdl bench --only sequence` at a tiny size.
 
-The engine runs are tests/test_tensor_parallel.py's tiny Llama-shaped GPT (8 query and 4
-key/value heads of width 4, SwiGLU, RoPE, one block, T = 16) through `jaxdl.train.run`, with
-its tolerance.
+The engine runs are tests/mesh_runs.py's tiny Llama-shaped GPT (8 query and 4 key/value heads
+of width 4, SwiGLU, RoPE, one block, T = 16) through `jaxdl.train.run`, with its tolerance.
 """
 
 import json
 import os
 import pathlib
-import shutil
 import sys
 
 import jax
@@ -21,28 +19,21 @@ import numpy as np
 import pytest
 
 from jaxdl import cli
-from jaxdl.config import load_config
 from jaxdl.data import packing
 from jaxdl.models.attention import attention_reference, causal_mask
 from jaxdl.models.gpt import GPT
 from jaxdl.models.ring_attention import from_layout, sequence_attention, to_layout
-from jaxdl.train import run, strategies
-from jaxdl.train.checkpoint import load_state
+from jaxdl.train import strategies
 from jaxdl.train.chunked_loss import chunked_token_stats
-from jaxdl.train.writers import read_metrics
 
 import warm_python
+from mesh_runs import FINAL_ONLY, STEPS, TINY
+from mesh_runs import resume as _resume
+from mesh_runs import result as _result
+from mesh_runs import same_as_one_device as _same_as_one_device
+from mesh_runs import train as _train
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-STEPS, EVERY = 6, 2
-TINY = ["model.d_model=32", "model.n_head=8", "model.n_kv_head=4", "model.n_layer=1",
-        "model.scan_layers=False", "model.mlp='swiglu'", "model.mlp_hidden=64",
-        "model.pos='rope'", "model.tie_embeddings=False", "model.block_size=16",
-        "data.context_length=16", "data.batch_size=8", "data.max_eval_windows=8",
-        "optim.name='sgd'", "optim.lr=0.5", f"train.steps={STEPS}", "train.eval_every=0",
-        f"train.ckpt_every={EVERY}", "train.log_every=1", "train.plot=False",
-        "train.count_flops=False"]
-FINAL_ONLY = [f"train.ckpt_every={STEPS}"]
 
 
 def _spec(sequence, impl="ring", n=4):
@@ -125,45 +116,13 @@ def test_packed_documents_across_chunk_boundaries_get_their_logits_alone():
 # Through the engine.
 
 
-def _config(*sets):
-  config, _ = load_config("char_gpt:smoke", [*TINY, *sets])
-  return config
-
-
-def _result(workdir):
-  _, state = load_state(workdir)
-  loss = {r["step"]: r["loss"] for r in read_metrics(workdir, "train")}
-  return np.array([loss[s] for s in sorted(loss)]), state["params"]
-
-
-def _resume(source, step, workdir, *sets):
-  """`workdir` resumed from `source`'s checkpoint at `step` under `sets`."""
-  shutil.copytree(source, workdir)
-  for later in range(step + EVERY, STEPS + 1, EVERY):
-    shutil.rmtree(workdir / "checkpoints" / str(later))
-  assert run(_config(*sets), workdir, progress=False)["start_step"] == step
-  return _result(workdir)
-
-
-def _close(a, b):  # tests/test_fsdp.py's tolerance
-  np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=2e-6)
-
-
-def _same_as_one_device(result, one):
-  (losses, params), (losses_1, params_1) = result, one
-  assert len(losses_1) == STEPS
-  np.testing.assert_allclose(losses, losses_1[-len(losses):], rtol=1e-5, atol=1e-6)
-  jax.tree.map(_close, params, params_1)
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
   """One device from scratch; data 2 x sequence 2 (ring) and sequence 2 x tensor 2
   (all-gather) resumed from its step 2, so each compiles one program."""
   assert jax.device_count() == 4
   tmp = tmp_path_factory.mktemp("sequence")
-  run(_config("parallel.devices=1"), tmp / "one", progress=False)
-  out = {"one": _result(tmp / "one")}
+  out = {"one": _train(tmp / "one", "parallel.devices=1")}
   out["data_sequence"] = _resume(tmp / "one", 2, tmp / "data_sequence", "parallel.sequence=2")
   out["sequence_tensor"] = _resume(tmp / "one", 2, tmp / "sequence_tensor",
                                    "parallel.sequence=2", "parallel.tensor=2",

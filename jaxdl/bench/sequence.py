@@ -37,10 +37,9 @@ loss saves 597 MB at S = 1 (1.11x the logits) but 148 MB and 75 MB at S = 2 and 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
+
+from jaxdl.bench.emulated import on_cpu_devices
 
 DEVICES = 4
 SEQS = (1, 2, 4)
@@ -129,17 +128,7 @@ def measure(seqs=SEQS, model_fields: dict = MODEL, seq: int = SEQ, chunk: int = 
 
 def bench_sequence() -> dict:
   """`measure()` here when there are 4 CPU devices, else in a subprocess that has them."""
-  import jax
-  if jax.default_backend() == "cpu" and jax.device_count() >= DEVICES:
-    return measure()
-  flags = os.environ.get("XLA_FLAGS", "")
-  env = {**os.environ, "JAX_PLATFORMS": "cpu",
-         "XLA_FLAGS": f"{flags} --xla_force_host_platform_device_count={DEVICES}".strip()}
-  proc = subprocess.run([sys.executable, "-m", "jaxdl.bench.sequence"], env=env,
-                        capture_output=True, text=True, timeout=1200, check=False)
-  if proc.returncode:
-    raise RuntimeError(f"sequence bench subprocess failed: {proc.stderr[-2000:]}")
-  result = json.loads(proc.stdout.strip().splitlines()[-1])
+  result = on_cpu_devices(measure, "jaxdl.bench.sequence", DEVICES)
   result["by_sequence"] = {int(k): v for k, v in result["by_sequence"].items()}
   return result
 
