@@ -97,7 +97,7 @@ def test_packed_documents_across_chunk_boundaries_get_their_logits_alone():
   """A GPT (RoPE, 4 query heads on 2 key/value heads) split over S = 4 devices (chunks of 2
   positions): three packed documents whose boundaries fall inside chunks and devices get the
   logits each gets run alone on one device, to 1e-5."""
-  model = GPT(vocab_size=32, block_size=16, n_layer=2, n_head=4, n_kv_head=2, d_model=32,
+  model = GPT(vocab_size=32, block_size=16, n_layer=1, n_head=4, n_kv_head=2, d_model=32,
               pos="rope", scan_layers=False)
   docs = [np.arange(1, 5), np.arange(7, 14), np.arange(20, 23)]  # with EOT: 5 + 8 + 3 = 16
   x = packing.join_documents(docs, 0)[None, :16].astype(np.int32)
@@ -118,11 +118,13 @@ def test_packed_documents_across_chunk_boundaries_get_their_logits_alone():
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-  """One device from scratch; data 2 x sequence 2 (ring) and sequence 2 x tensor 2
-  (all-gather) resumed from its step 2, so each compiles one program."""
+  """One device from scratch; sequence 2 alone (2 devices), data 2 x sequence 2 (ring) and
+  sequence 2 x tensor 2 (all-gather) resumed from its step 2, so each compiles one program."""
   assert jax.device_count() == 4
   tmp = tmp_path_factory.mktemp("sequence")
   out = {"one": _train(tmp / "one", "parallel.devices=1")}
+  out["sequence"] = _resume(tmp / "one", 2, tmp / "sequence", "parallel.devices=2",
+                            "parallel.sequence=2", *FINAL_ONLY)
   out["data_sequence"] = _resume(tmp / "one", 2, tmp / "data_sequence", "parallel.sequence=2")
   out["sequence_tensor"] = _resume(tmp / "one", 2, tmp / "sequence_tensor",
                                    "parallel.sequence=2", "parallel.tensor=2",
@@ -130,7 +132,7 @@ def runs(tmp_path_factory):
   return tmp, out
 
 
-@pytest.mark.parametrize("name", ["data_sequence", "sequence_tensor"])
+@pytest.mark.parametrize("name", ["sequence", "data_sequence", "sequence_tensor"])
 def test_same_losses_and_parameters_as_one_device(runs, name):
   _, r = runs
   _same_as_one_device(r[name], r["one"])
@@ -154,15 +156,18 @@ import sys
 from jaxdl.config import load_config
 from jaxdl.train import run
 for i, sets in enumerate([["parallel.tensor=2", "parallel.sequence=4"],
-                          ["parallel.tensor=2", "parallel.sequence=2", "train.loss_chunk=4"]]):
+                          ["parallel.tensor=2", "parallel.sequence=2", "train.loss_chunk=4"],
+                          ["parallel.strategy='fsdp'", "parallel.fsdp=2", "parallel.tensor=2",
+                           "parallel.sequence=2", "parallel.sequence_attention='allgather'"]]):
   config, _ = load_config("char_gpt:smoke", sys.argv[2:] + sets)
   run(config, f"{sys.argv[1]}/{i}", progress=False)
 """
 
 
 def test_eight_devices_data_sequence_tensor(runs):
-  """8 devices, one subprocess: sequence 4 x tensor 2, and data 2 x sequence 2 x tensor 2 with
-  the chunked loss (chunks of 4 within each device's 8 positions)."""
+  """8 devices, one subprocess: sequence 4 x tensor 2; data 2 x sequence 2 x tensor 2 with the
+  chunked loss (chunks of 4 within each device's 8 positions); fsdp 2 x sequence 2 x tensor 2
+  with all-gathered keys and values."""
   tmp, r = runs
   env = {**os.environ, "JAX_PLATFORMS": "cpu",
          "XLA_FLAGS": os.environ["XLA_FLAGS"].replace("device_count=4", "device_count=8")}
@@ -171,7 +176,8 @@ def test_eight_devices_data_sequence_tensor(runs):
                           str(workdir), *TINY, *FINAL_ONLY], env=env, cwd=ROOT, timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]
   for i, mesh in enumerate(({"data": 1, "sequence": 4, "tensor": 2},
-                            {"data": 2, "sequence": 2, "tensor": 2})):
+                            {"data": 2, "sequence": 2, "tensor": 2},
+                            {"data": 1, "fsdp": 2, "sequence": 2, "tensor": 2})):
     manifest = json.loads((workdir / str(i) / "checkpoints" / str(STEPS) / "manifest" /
                            "metadata").read_text())
     assert manifest["device_count"] == 8 and manifest["mesh"] == mesh
