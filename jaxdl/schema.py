@@ -23,7 +23,9 @@ A section may hold another chosen by name (`subsection`): the optimizer rule, wh
 the `optim` section itself beside `optim.lr`, and the schedule, in `optim.schedule`.
 
 Flax model classes are dataclasses too: their fields use `setting(...)` and their
-`__post_init__` calls `check_fields(self, "model.")`. They are registered in a `Registry`, which
+`__post_init__` calls `check_fields(self, "model.")`; `setting(..., run_choice=True)` marks a
+field that is a run's choice rather than the model's architecture (`run_choices`: what a
+fine-tuning run may set over its base's). They are registered in a `Registry`, which
 carries the prefix and kind a Flax class cannot; a builder function (GPT's preset) is a section
 class whose keys are its parameters (`hints`).
 
@@ -93,11 +95,21 @@ def each(check: Check) -> Check:
                f"every item {check.message}")
 
 
-def setting(default, check: Check | None = None):
-  """A dataclass field with its default and range check (the check is skipped for None)."""
+def setting(default, check: Check | None = None, *, run_choice: bool = False):
+  """A dataclass field with its default and range check (the check is skipped for None).
+
+  `run_choice`: a model setting of how a run trains or computes, not of what the model is (its
+  parameters' paths and shapes and the function they compute do not depend on it: dropout,
+  remat, dtypes, LoRA adapters, which start at zero), so a run fine-tuning a base may set it
+  over the base's (`run_choices`; `jaxdl.train.init_from`)."""
   if isinstance(default, (list, dict, set)):
     raise TypeError("setting: a mutable default; use a tuple")
-  return dataclasses.field(default=default, metadata={"check": check})
+  return dataclasses.field(default=default, metadata={"check": check, "run_choice": run_choice})
+
+
+def run_choices(cls) -> tuple[str, ...]:
+  """The fields of a settings or model class declared with `setting(..., run_choice=True)`."""
+  return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("run_choice"))
 
 
 def runtime(default=None):

@@ -247,7 +247,7 @@ def untrained_run():
 @pytest.fixture(scope="session")
 def hf_model(tmp_path_factory):
   """hf_model(name, **kw) -> the directory of a tiny random Hugging Face model of family `name`
-  that transformers saved (tests/hf_reference.py's `saved`), once per worker and name."""
+  that transformers saved (tests/hf_reference.py's `saved`), once per worker, name and settings."""
   root = str(tmp_path_factory.mktemp("hf"))
 
   def make(name: str, **kw) -> str:

@@ -1,10 +1,12 @@
 """`jaxdl eval` (jaxdl.cli.eval, jaxdl.train.scoring): perplexity and bits per byte of text in
 strided windows, and multiple-choice accuracy, against transformers.
 
-tests/data/hf/llama/eval.json holds what transformers computed on the committed tiny llama
-(`scripts/make_hf_fixtures.py --eval`): a 260-token text's summed NLL under the striding rule at
-strides 32 and 64 of its 64-token context, and 20 multiple-choice items with each choice's
-log-likelihood, acc and acc_norm. Bad inputs are one line naming FILE:LINE, exit 2, refused
+The model is a tiny random llama that transformers saves inside the test, with its BPE
+tokenizer (`hf_reference.TOKENIZED_LLAMA`); what jaxdl must report is computed here with
+transformers (`expected`): a 260-token text's summed NLL under the striding rule at strides 32
+and 64 of its 64-token context (`hf_reference.strided_nll`), and 20 multiple-choice items with
+each choice's log-likelihood, acc and acc_norm as lm-evaluation-harness scores them
+(`hf_reference.score_choices`). Bad inputs are one line naming FILE:LINE, exit 2, refused
 before the weights are read.
 """
 
@@ -12,6 +14,7 @@ import json
 import math
 import os
 
+import hf_reference
 import numpy as np
 import pytest
 
@@ -20,20 +23,48 @@ from jaxdl.data.tokenize import load_hf_tokenizer
 from jaxdl.models import hf
 from jaxdl.train import load_run, scoring
 
-LLAMA = os.path.join(os.path.dirname(__file__), "data", "hf", "llama")
+WORDS = ("the quick brown fox jumps over the lazy dog a tiny model reads the text she sells "
+         "sea shells by the sea shore").split()
+STRIDES = (32, 64)
 
 
 @pytest.fixture(scope="module")
-def expected():
-  with open(os.path.join(LLAMA, "eval.json"), encoding="utf-8") as f:
-    return json.load(f)
+def llama_dir(hf_model):
+  return hf_model("llama", **hf_reference.TOKENIZED_LLAMA)
 
 
 @pytest.fixture(scope="module")
-def llama():
-  """(model, tokenizer, scorer) of the fixture: one compiled program (8 rows of 64 tokens)."""
-  model, params = hf.load_hf(LLAMA)
-  return model, load_hf_tokenizer(LLAMA), scoring.make_scorer(model, {"params": params})
+def expected(llama_dir):
+  """What transformers computes on the llama: a 120-word text's ids (its tokenizer), summed NLL
+  and perplexity at each stride (after the '</s>' prefix, as `jaxdl eval` scores it), and 20
+  random multiple-choice items with their log-likelihoods, acc and acc_norm."""
+  model, tok = hf_reference.load(llama_dir), hf_reference.tokenizer(llama_dir)
+  rng = np.random.default_rng(0)
+  text = " ".join(rng.choice(WORDS, 120)) + ".\n"
+  ids = tok.encode(text, add_special_tokens=False)
+  eot = tok.convert_tokens_to_ids("</s>")
+  context = model.config.max_position_embeddings
+  items = []
+  for _ in range(20):
+    n_choices = int(rng.integers(2, 5))
+    items.append({"context": " ".join(rng.choice(WORDS, int(rng.integers(3, 9)))) + " ",
+                  "choices": [" ".join(rng.choice(WORDS, int(rng.integers(1, 4))))
+                              for _ in range(n_choices)],
+                  "answer": int(rng.integers(0, n_choices))})
+  strided = {}
+  for stride in STRIDES:
+    nll, n = hf_reference.strided_nll(model, [eot] + ids, context, stride)
+    strided[str(stride)] = {"nll": nll, "tokens": n, "perplexity": math.exp(nll / n),
+                            "bits_per_byte": nll / math.log(2) / len(text.encode("utf-8"))}
+  return {"text": text, "text_ids": ids, "eot_id": eot, "strided": strided, "items": items,
+          **hf_reference.score_choices(model, tok, items)}
+
+
+@pytest.fixture(scope="module")
+def llama(llama_dir):
+  """(model, tokenizer, scorer) of the llama: one compiled program (8 rows of 64 tokens)."""
+  model, params = hf.load_hf(llama_dir)
+  return model, load_hf_tokenizer(llama_dir), scoring.make_scorer(model, {"params": params})
 
 
 def _printed(out: str) -> dict:
@@ -41,14 +72,14 @@ def _printed(out: str) -> dict:
 
 
 @pytest.mark.parametrize("stride", [32, 64])
-def test_text_perplexity_equals_transformers(stride, expected, llama, tmp_path, capsys):
+def test_text_perplexity_equals_transformers(stride, llama_dir, expected, llama, tmp_path, capsys):
   model, tok, score = llama
   want = expected["strided"][str(stride)]
   assert tok.encode(expected["text"]).tolist() == expected["text_ids"]
   if stride == 32:  # the command, end to end (its own load and compile)
     path = tmp_path / "text.txt"
     path.write_text(expected["text"], encoding="utf-8")
-    assert cli.main(["eval", LLAMA, "--text", str(path), "--stride", "32"]) == 0
+    assert cli.main(["eval", llama_dir, "--text", str(path), "--stride", "32"]) == 0
     got = _printed(capsys.readouterr().out)
   else:
     stream, prefixed = scoring.text_stream(tok, tok.encode(expected["text"]), model.vocab_size)
@@ -70,10 +101,10 @@ def test_multiple_choice_accuracy_equals_transformers(expected, llama):
   assert (got["acc"], got["acc_norm"]) == (expected["acc"], expected["acc_norm"]) == (0.5, 0.3)
 
 
-def test_the_choices_command_prints_accuracy(expected, tmp_path, capsys):
+def test_the_choices_command_prints_accuracy(llama_dir, expected, tmp_path, capsys):
   path = tmp_path / "items.jsonl"
   path.write_text("".join(json.dumps(i) + "\n" for i in expected["items"]), encoding="utf-8")
-  assert cli.main(["eval", LLAMA, "--choices", str(path)]) == 0
+  assert cli.main(["eval", llama_dir, "--choices", str(path)]) == 0
   assert _printed(capsys.readouterr().out) == {"items": 20, "acc": expected["acc"],
                                                "acc_norm": expected["acc_norm"]}
 
@@ -125,18 +156,18 @@ def _prepare(tmp_path, tokenizer: str) -> str:
   return out
 
 
-def test_prepared_data_scores_its_val_split_as_the_text_of_it(tmp_path, capsys):
+def test_prepared_data_scores_its_val_split_as_the_text_of_it(llama_dir, tmp_path, capsys):
   """One val document: its stream is the text's ([end of text] + tokens), so --data and --text
   agree, bits per byte over the manifest's bytes of the split."""
-  data = _prepare(tmp_path, LLAMA)
+  data = _prepare(tmp_path, llama_dir)
   capsys.readouterr()
-  assert cli.main(["eval", LLAMA, "--data", data]) == 0
+  assert cli.main(["eval", llama_dir, "--data", data]) == 0
   from_data = _printed(capsys.readouterr().out)
-  assert cli.main(["eval", LLAMA, "--text", str(tmp_path / "src" / "doc5.txt")]) == 0
+  assert cli.main(["eval", llama_dir, "--text", str(tmp_path / "src" / "doc5.txt")]) == 0
   assert _printed(capsys.readouterr().out) == from_data
   bytes_data = _prepare(tmp_path, "bytes")
   capsys.readouterr()
-  assert cli.main(["eval", LLAMA, "--data", bytes_data]) == 2
+  assert cli.main(["eval", llama_dir, "--data", bytes_data]) == 2
   err = capsys.readouterr().err.strip()
   assert err.startswith(f"jaxdl: error: --data: {bytes_data} was tokenized with another "
                         "tokenizer (sha256 bytes) than the model's") and "\n" not in err
@@ -164,19 +195,19 @@ ITEM = {"context": "the quick", "choices": [" fox", " dog"], "answer": 0}
     (["{not json"], "--choices", "--choices: {path}:1: not JSON"),
 ])
 def test_bad_eval_input_is_one_line_naming_the_file_exit_2(
-    lines, flag, message, tmp_path, refuse_before_weights, capsys):
+    lines, flag, message, llama_dir, tmp_path, refuse_before_weights, capsys):
   path = tmp_path / "input"
   if lines is not None:
     path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines)
                     if lines else "", encoding="utf-8")
-  assert cli.main(["eval", LLAMA, flag, str(path)]) == 2
+  assert cli.main(["eval", llama_dir, flag, str(path)]) == 2
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and err[0].startswith("jaxdl: error: " + message.format(path=path)), err
 
 
-def test_a_stride_past_the_context_is_refused(tmp_path, refuse_before_weights, capsys):
+def test_a_stride_past_the_context_is_refused(llama_dir, tmp_path, refuse_before_weights, capsys):
   (tmp_path / "t.txt").write_text("the quick brown fox", encoding="utf-8")
-  assert cli.main(["eval", LLAMA, "--text", str(tmp_path / "t.txt"), "--stride", "65"]) == 2
+  assert cli.main(["eval", llama_dir, "--text", str(tmp_path / "t.txt"), "--stride", "65"]) == 2
   assert capsys.readouterr().err.strip() == ("jaxdl: error: --stride: must be in 1..64 (the "
                                              "model's context), got 65")
 

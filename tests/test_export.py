@@ -9,6 +9,7 @@ import os
 import shutil
 from collections.abc import Mapping
 
+import hf_reference
 import jax
 import numpy as np
 import pytest
@@ -103,12 +104,12 @@ def test_a_full_disk_is_one_line_exit_2_and_leaves_nothing(lora_run, tmp_path, c
   assert list(tmp_path.iterdir()) == []
 
 
-LLAMA = os.path.join(os.path.dirname(__file__), "data", "hf", "llama")  # '<s>' 1, '</s>' 2
 CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}</s>\n{% endfor %}"
           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
-def test_an_export_carries_the_bases_tokenizer_special_ids_and_chat_template(tmp_path, capsys):
+def test_an_export_carries_the_bases_tokenizer_special_ids_and_chat_template(hf_model, tmp_path,
+                                                                             capsys):
   """A full fine-tune of a Hugging Face base (init_from) on data prepared with its tokenizer,
   saved at the base's own weights: the export holds those weights, the tokenizer.json, and
   bos/eos/pad ids and the chat template as the base declared them (generation_config.json and
@@ -119,8 +120,9 @@ def test_an_export_carries_the_bases_tokenizer_special_ids_and_chat_template(tmp
   from jaxdl.data.tokenize import load_hf_tokenizer
   from jaxdl.generative import evaluation
   from jaxdl.train import init_from
+  llama = hf_model("llama", **hf_reference.TOKENIZED_LLAMA)  # '<s>' 1, '</s>' 2
   base, data = tmp_path / "base", tmp_path / "data"
-  shutil.copytree(LLAMA, base)
+  shutil.copytree(llama, base)
   (base / "generation_config.json").write_text(json.dumps({"bos_token_id": 1,
                                                            "eos_token_id": 2}))
   (base / "tokenizer_config.json").write_text(json.dumps({
@@ -138,7 +140,7 @@ def test_an_export_carries_the_bases_tokenizer_special_ids_and_chat_template(tmp
   assert sorted(p.name for p in out.iterdir()) == [
       "config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
       "tokenizer_config.json"]
-  chex_equal = jax.tree.map(np.array_equal, hf.read_weights(str(out)), hf.read_weights(LLAMA))
+  chex_equal = jax.tree.map(np.array_equal, hf.read_weights(str(out)), hf.read_weights(llama))
   assert all(jax.tree.leaves(chex_equal))
   config_json = json.loads((out / "config.json").read_text())
   generation = json.loads((out / "generation_config.json").read_text())
@@ -170,8 +172,8 @@ def test_an_export_carries_the_bases_tokenizer_special_ids_and_chat_template(tmp
       "bos": 1, "eos": [2], "pad": None}
 
 
-def test_a_window_exports_as_mistral_or_qwen2_and_never_as_llama(tmp_path):
-  model, params = hf.load_hf(os.path.join(os.path.dirname(LLAMA), "mistral"))
+def test_a_window_exports_as_mistral_or_qwen2_and_never_as_llama(hf_model, tmp_path):
+  model, params = hf.load_hf(hf_model("mistral"))
   assert hf.save_hf(str(tmp_path / "m"), model, params) == ["model.safetensors"]
   assert json.loads((tmp_path / "m" / "config.json").read_text())["sliding_window"] == 16
   hf.save_hf(str(tmp_path / "q"), model.clone(qkv_bias=True), params | {"h": params["h"] | {

@@ -1,9 +1,12 @@
-"""The README's fine-tuning commands (`<!-- finetune:hf -->`), run verbatim in one process on
-tests/data/hf/llama (a tiny Llama transformers saved, with its 64-id BPE tokenizer.json) and a
-chat file the test writes; only the length and the batch are shrunk (`--set`). The architecture
-comes from the base (`jaxdl.train.init_from.resolve`), from a Hugging Face directory and from a
-jaxdl run, and data of another tokenizer, or a base that is not there, is one line, exit 2, with
-nothing written."""
+"""The README's fine-tuning commands (`<!-- finetune:hf -->`), run verbatim in one process on a
+tiny Llama that transformers saves inside the test as a chat model comes from the Hub
+(`hf_reference.CHAT_LLAMA`: 5 shards, a 64-id BPE tokenizer with bos / eos and a chat template
+in transformers' own files) and a chat file the test writes; only the length and the batch are
+shrunk (`--set`). The architecture comes from the base (`jaxdl.train.init_from.resolve`), from a
+Hugging Face directory and from a jaxdl run, and data of another tokenizer, or a base that is
+not there, is one line, exit 2, with nothing written. The LoRA run, exported with `jaxdl
+export`, round trips through transformers: its tokenizer, chat template and eos, and `generate`
+equal to `jaxdl generate` on the export."""
 
 import json
 import pathlib
@@ -11,6 +14,7 @@ import re
 import shlex
 import shutil
 
+import hf_reference
 import jax
 import ml_collections
 import numpy as np
@@ -46,10 +50,10 @@ def one_error_line(capsys) -> str:
 
 
 @pytest.fixture(scope="module")
-def finetuned(tmp_path_factory):
+def finetuned(tmp_path_factory, hf_model):
   """The README's three commands, run in a fresh directory: (directory, their argv)."""
   tmp = tmp_path_factory.mktemp("finetune")
-  shutil.copytree(ROOT / "tests/data/hf/llama", tmp / "my_model")
+  shutil.copytree(hf_model("llama", **hf_reference.CHAT_LLAMA), tmp / "my_model")
   records = [{"prompt": f"add {i} and {i + 1}", "response": f"{2 * i + 1}"} for i in range(200)]
   (tmp / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
   commands = readme_commands()
@@ -109,8 +113,10 @@ def test_full_fine_tuning_from_a_jaxdl_run_starts_from_its_merged_weights(finetu
 
 
 def test_data_of_another_tokenizer_or_no_base_is_one_line_and_nothing_written(finetuned,
+                                                                              hf_model,
                                                                               monkeypatch,
                                                                               capsys):
+  from jaxdl.data.tokenize import load_hf_tokenizer
   """Bytes-prepared data (257 ids) into the Llama of a 64-id BPE, and into the run fine-tuned
   from it: the manifest's fingerprint is not the base's, exit 2, no workdir; into a 96-id Llama
   without a tokenizer.json: more ids than its vocabulary; a base that is not there, or one
@@ -122,7 +128,8 @@ def test_data_of_another_tokenizer_or_no_base_is_one_line_and_nothing_written(fi
                    "bytes_chat"]
   assert cli.main(bytes_prepare) == 0
   capsys.readouterr()
-  shutil.copytree(ROOT / "tests/data/hf/llama_tied", tmp / "no_tokenizer")  # 96 ids
+  fingerprint = load_hf_tokenizer("my_model").fingerprint[:12]
+  shutil.copytree(hf_model("llama_tied"), tmp / "no_tokenizer")  # 96 ids, no tokenizer.json
   shutil.copytree(tmp / "my_model", tmp / "damaged")
   (tmp / "damaged/model-00003-of-00005.safetensors").unlink()
   for base in ("my_model", "runs/finetune_lora", "no_tokenizer", "nowhere", "damaged"):
@@ -141,7 +148,7 @@ def test_data_of_another_tokenizer_or_no_base_is_one_line_and_nothing_written(fi
     else:
       assert line.startswith("jaxdl: error: data.path: 'bytes_chat' was prepared with the "
                              "tokenizer 'bytes' (257 ids, sha256 bytes), not the tokenizer of "
-                             f"the base {base!r} (sha256 f0a14d4334f8)"), line
+                             f"the base {base!r} (sha256 {fingerprint})"), line
     assert not (tmp / "runs/refused").exists()
   # One spelling: the experiment's old `base=` arg is refused, not ignored.
   assert cli.main(["train", "finetune_lora:smoke,base=my_model", "--workdir", "runs/refused"]) == 2
@@ -170,3 +177,56 @@ def test_a_bf16_frozen_base_beside_float32_adapters(finetuned, monkeypatch):
   moments = [x for x in jax.tree.leaves(state.opt_state) if np.ndim(x) > 0]
   assert moments and all(x.dtype == np.float32 for x in moments)
   assert sum(x.size for x in moments) == 2 * sum(v.size for v in adapters.values())
+
+
+def test_the_export_of_the_lora_run_round_trips_through_transformers(finetuned, monkeypatch,
+                                                                     capsys):
+  """`jaxdl export runs/finetune_lora` (the adapters folded in): transformers' AutoTokenizer
+  loads the export with the base's eos and chat template, and encodes a text to the ids jaxdl's
+  tokenizer gives, decoding back to it; `AutoModelForCausalLM.from_pretrained(out).generate`
+  (greedy, 16 tokens, its own generation_config) writes the ids `jaxdl generate` draws on the
+  export for the same prompt (read from the generator the command calls), and the text it
+  prints. transformers' top-1 minus top-2 logit over its choices exceeds 1e-4, ten times the
+  1e-5 to which the logits agree, so a difference is a bug."""
+  import torch
+  import transformers
+  from jaxdl.data.tokenize import load_hf_tokenizer
+  from jaxdl.models import decoding
+  tmp, _ = finetuned
+  monkeypatch.chdir(tmp)
+  assert cli.main(["export", "runs/finetune_lora", "--out", "exported"]) == 0
+  capsys.readouterr()
+  source, tok = (transformers.AutoTokenizer.from_pretrained(d) for d in ("my_model", "exported"))
+  assert tok.eos_token == source.eos_token == "</s>" and tok.bos_token == "<s>"
+  assert tok.chat_template == source.chat_template == hf_reference.CHAT_TEMPLATE
+  chat = [{"role": "user", "content": "add the fox"}]
+  assert (tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True) ==
+          "<s>user add the fox</s><s>assistant ")
+  ours = load_hf_tokenizer("exported")
+  text = "she sells the lazy dog a tiny text"
+  ids = tok.encode(text, add_special_tokens=False)
+  assert ids == ours.encode(text).tolist() and len(ids) > 5
+  assert tok.decode(ids) == ours.decode(ids) == text
+
+  prompt = "the quick brown fox"
+  prompt_ids = ours.encode(prompt).tolist()
+  model = hf_reference.load("exported")
+  assert model.generation_config.eos_token_id == 2
+  with torch.no_grad():
+    res = model.generate(torch.tensor([prompt_ids]), attention_mask=torch.ones(
+        1, len(prompt_ids), dtype=torch.long), do_sample=False, max_new_tokens=16,
+        return_dict_in_generate=True, output_logits=True)
+  top2 = torch.topk(torch.stack(res.logits).float(), 2, dim=-1).values
+  assert float((top2[..., 0] - top2[..., 1]).min()) > 1e-4
+  theirs = res.sequences[0].tolist()
+  drawn = []
+  real_generate = decoding.generate
+  monkeypatch.setattr(decoding, "generate",
+                      lambda *a, **k: drawn.append(real_generate(*a, **k)) or drawn[-1])
+  assert cli.main(["generate", "exported", "--prompt", prompt, "--temperature", "0",
+                   "--max-new-tokens", "16"]) == 0
+  (row,) = np.asarray(drawn[0]).tolist()
+  assert len(row) == len(prompt_ids) + 16 and row[:len(theirs)] == theirs
+  assert all(t == 2 for t in row[len(theirs):])  # after an eos: the pad id (eos's, as theirs)
+  new = [t for t in theirs[len(prompt_ids):] if t != 2]
+  assert capsys.readouterr().out == tok.decode(prompt_ids + new, skip_special_tokens=True) + "\n"

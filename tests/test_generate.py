@@ -2,13 +2,13 @@
 model directory and of a jaxdl 'lm' run; bad inputs are one line, exit 2, refused before the
 weights are read (top-k against the model's vocabulary).
 
-The Hugging Face directory is tests/data/hf/llama, a tiny random Llama that `transformers` saved
-(with the tokenizer.json beside it; its greedy continuations are checked against transformers' in
-test_hf.py); the 'lm' run an untrained char_gpt:smoke checkpoint (bytes), saved here.
+The Hugging Face directory is a tiny random Llama that transformers saves inside the test, with
+a BPE tokenizer.json beside it (`hf_reference.TOKENIZED_LLAMA`; its greedy continuations are
+checked against transformers' in test_hf.py and test_hf_roundtrip.py); the 'lm' run an untrained
+char_gpt:smoke checkpoint (bytes), saved here.
 """
 
-import os
-
+import hf_reference
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,7 +21,11 @@ from jaxdl.data.tokenize import bytes_tokenizer, load_hf_tokenizer
 from jaxdl.models import decoding, hf
 from jaxdl.train import load_run
 
-LLAMA = os.path.join(os.path.dirname(__file__), "data", "hf", "llama")  # vocab_size 96
+
+
+@pytest.fixture(scope="module")
+def llama_dir(hf_model):
+  return hf_model("llama", **hf_reference.TOKENIZED_LLAMA)  # vocab_size 96
 
 
 def test_an_lm_run_continues_a_batch_of_prompts_greedily(tmp_path, untrained_run, capsys):
@@ -41,10 +45,10 @@ def test_an_lm_run_continues_a_batch_of_prompts_greedily(tmp_path, untrained_run
   assert capsys.readouterr().out.splitlines() == rows
 
 
-def test_left_pad_and_the_chat_prompt_ids():
+def test_left_pad_and_the_chat_prompt_ids(llama_dir):
   prompt_BxP, start_B = decoding.left_pad([[5, 6, 7], [8]], pad_id=2)
   assert prompt_BxP.tolist() == [[5, 6, 7], [2, 2, 8]] and start_B.tolist() == [0, 2]
-  tok = load_hf_tokenizer(LLAMA)
+  tok = load_hf_tokenizer(llama_dir)
   template = chat_template.ChatTemplate("t", "t", "{% for m in messages %}<s>{{ m.content }}</s>"
                                         "{% endfor %}{% if add_generation_prompt %}<s>{% endif %}")
   # The template's '<s>' / '</s>' are their ids (1, 2); the message's text is text.
@@ -79,11 +83,13 @@ def refuse_after_config(monkeypatch):
     (["--max-new-tokens", "0"], "--max-new-tokens: must be >= 1, got 0"),
     (["--max-new-tokens", "100000"], "exceed the model's context"),
     (["--prompt", "the quick brown fox " * 20], "tokens fill the model's context of 64"),
-    (["--chat"], "--chat: " + LLAMA + " has no chat template"),
+    (["--chat"], "--chat: {dir} has no chat template"),
 ])
-def test_a_bad_generate_input_is_one_line_exit_2(argv, message, refuse_after_config, capsys):
-  assert cli.main(["generate", LLAMA, "--prompt", "the quick", *argv]) == 2
+def test_a_bad_generate_input_is_one_line_exit_2(argv, message, llama_dir, refuse_after_config,
+                                                 capsys):
+  assert cli.main(["generate", llama_dir, "--prompt", "the quick", *argv]) == 2
   lines = capsys.readouterr().err.strip().splitlines()
+  message = message.format(dir=llama_dir)
   assert len(lines) == 1 and lines[0].startswith("jaxdl: error: ") and message in lines[0], lines
 
 

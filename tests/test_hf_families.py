@@ -1,9 +1,9 @@
 """The safetensors format and the GPT-2 table (`jaxdl.models.hf`, `jaxdl.models.hf_families`):
 GPT-2 goes through the one pair of entry points, `save_hf` / `load_hf`, like the Llama family
-(whose tables tests/test_hf.py checks against transformers' own files)."""
+(whose tables tests/test_hf.py and tests/test_hf_roundtrip.py check against models
+transformers builds in the tests)."""
 
 import json
-import os
 import re
 import struct
 
@@ -17,7 +17,6 @@ from jaxdl import models
 from jaxdl.models import hf, hf_families, hf_tensors, rope, transformer
 from jaxdl.schema import ConfigError
 
-DATA = os.path.join(os.path.dirname(__file__), "data", "hf")
 TOK = jax.random.randint(jax.random.key(1), (2, 8), 0, 64)
 
 
@@ -98,23 +97,24 @@ def test_gpt2_names_without_prefix_buffers_and_errors():
 
 
 def test_rope_frequencies_equal_transformers():
-  """tests/data/hf/rope/expected.json: transformers' ROPE_INIT_FUNCTIONS (inverse frequencies
-  and the cos/sin scaling) for default, linear, llama3 (as written by transformers 5 and 4) and
-  yarn configs (its betas, an explicit attention_factor, mscale / mscale_all_dim, no
-  original_max_position_embeddings) at real checkpoints' sizes; ours from the same config.json
-  fields through the import, computed in float64 and rounded once (transformers' are float32
-  throughout: a few ulp apart)."""
-  with open(os.path.join(DATA, "rope", "expected.json"), encoding="utf-8") as f:
-    cases = json.load(f)
-  del cases["versions"]
-  assert len(cases) == 8
-  for name, case in cases.items():
-    model = hf_families.model_from_config(case["config"])
+  """transformers' RoPE frequencies, computed here (`hf_reference.rope_reference`: its
+  LlamaRotaryEmbedding and ROPE_INIT_FUNCTIONS; inverse frequencies and the cos/sin scaling) for
+  default, linear, llama3 (as written by transformers 5 and 4) and yarn configs (its betas, an
+  explicit attention_factor, mscale / mscale_all_dim, no original_max_position_embeddings) at
+  real checkpoints' sizes; ours from the same config.json fields through the import, computed in
+  float64 and rounded once (transformers' are float32 throughout: a few ulp apart)."""
+  import hf_reference
+  assert len(hf_reference.ROPE_CASES) == 8
+  inv_freqs = {}
+  for name, fields in hf_reference.ROPE_CASES.items():
+    config, want_freq, want_scaling = hf_reference.rope_reference(fields)
+    model = hf_families.model_from_config(config)
     inv_freq, scaling = rope.rope_frequencies(model.rope_spec, model.head_width)
-    np.testing.assert_allclose(inv_freq, case["inv_freq"], rtol=1e-6, atol=0, err_msg=name)
-    assert scaling == pytest.approx(case["attention_scaling"], rel=1e-12), name
+    np.testing.assert_allclose(inv_freq, want_freq, rtol=1e-6, atol=0, err_msg=name)
+    assert scaling == pytest.approx(want_scaling, rel=1e-12), name
+    inv_freqs[name] = want_freq
   # The types act: llama3 keeps the fastest frequency and divides the slowest by its factor 8.
-  llama3 = np.array(cases["llama3"]["inv_freq"]) / 5e5 ** (-np.arange(0, 128, 2) / 128)
+  llama3 = np.array(inv_freqs["llama3"], np.float64) / 5e5 ** (-np.arange(0, 128, 2) / 128)
   np.testing.assert_allclose(llama3[[0, -1]], [1.0, 1 / 8], rtol=1e-6)
 
 

@@ -9,29 +9,36 @@ import os
 import shutil
 import sys
 
+import hf_reference
 import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
+import pytest
 
 from jaxdl import cli
 from jaxdl.models import hf
 
-LLAMA = os.path.join(os.path.dirname(__file__), "data", "hf", "llama")
 
 
-def _bf16_copy(tmp_path):
-  """The llama fixture with its weights rounded to bf16 (in shards), config unchanged."""
+@pytest.fixture(scope="module")
+def llama(hf_model):
+  """A tiny Llama transformers saved in 5 shards, its tokenizer.json beside it."""
+  return hf_model("llama", **hf_reference.TOKENIZED_LLAMA)
+
+
+def _bf16_copy(llama, tmp_path):
+  """The llama with its weights rounded to bf16 (in shards), config unchanged."""
   out = tmp_path / "bf16"
   out.mkdir()
-  shutil.copy(os.path.join(LLAMA, "config.json"), out)
-  tensors = {k: v.astype(ml_dtypes.bfloat16) for k, v in hf.read_weights(LLAMA).items()}
+  shutil.copy(os.path.join(llama, "config.json"), out)
+  tensors = {k: v.astype(ml_dtypes.bfloat16) for k, v in hf.read_weights(llama).items()}
   hf.write_weights(str(out), tensors, max_shard_bytes=sum(t.nbytes for t in tensors.values()) // 2)
   return out, tensors
 
 
-def test_a_bf16_checkpoint_loads_as_bf16_and_exactly(tmp_path):
-  out, tensors = _bf16_copy(tmp_path)
+def test_a_bf16_checkpoint_loads_as_bf16_and_exactly(llama, tmp_path):
+  out, tensors = _bf16_copy(llama, tmp_path)
   assert len(hf.weight_files(str(out))) >= 2
   model, params = hf.load_hf(str(out))
   assert {x.dtype for x in jax.tree.leaves(params)} == {jnp.dtype(jnp.bfloat16)}
@@ -46,9 +53,9 @@ def test_a_bf16_checkpoint_loads_as_bf16_and_exactly(tmp_path):
   np.testing.assert_array_equal(np.asarray(wide["lm_head"]["kernel"]), head.astype(np.float32))
 
 
-def test_the_fp32_fixture_stays_fp32_and_the_unrolled_layout_matches_the_scanned():
-  _, scanned = hf.load_hf(LLAMA)
-  _, unrolled = hf.load_hf(LLAMA, scan_layers=False)
+def test_an_fp32_checkpoint_stays_fp32_and_the_unrolled_layout_matches_the_scanned(llama):
+  _, scanned = hf.load_hf(llama)
+  _, unrolled = hf.load_hf(llama, scan_layers=False)
   assert {x.dtype for x in jax.tree.leaves(scanned)} == {jnp.dtype(jnp.float32)}
   for i in range(2):
     for a, b in zip(jax.tree.leaves(jax.tree.map(lambda x: x[i], scanned["h"])),
@@ -56,8 +63,8 @@ def test_the_fp32_fixture_stays_fp32_and_the_unrolled_layout_matches_the_scanned
       np.testing.assert_array_equal(a, b)
 
 
-def test_weights_are_indexed_from_headers_and_read_one_tensor_at_a_time(monkeypatch):
-  index = hf.index_weights(LLAMA)
+def test_weights_are_indexed_from_headers_and_read_one_tensor_at_a_time(llama, monkeypatch):
+  index = hf.index_weights(llama)
   assert all(isinstance(t, hf.LazyTensor) for t in index.values())
   reads = []
   real = hf.LazyTensor.__array__
@@ -66,18 +73,18 @@ def test_weights_are_indexed_from_headers_and_read_one_tensor_at_a_time(monkeypa
   a = np.asarray(index["model.norm.weight"])
   assert reads == [(32,)] and a.dtype == np.float32
   np.testing.assert_array_equal(a, hf.read_safetensors(
-      os.path.join(LLAMA, json.load(open(os.path.join(LLAMA, hf.INDEX)))["weight_map"][
+      os.path.join(llama, json.load(open(os.path.join(llama, hf.INDEX)))["weight_map"][
           "model.norm.weight"]))["model.norm.weight"])
 
 
-def test_a_pytorch_only_directory_without_torch_is_one_line_exit_2(tmp_path, monkeypatch,
+def test_a_pytorch_only_directory_without_torch_is_one_line_exit_2(llama, tmp_path, monkeypatch,
                                                                   capsys):
-  (tmp_path / "config.json").write_text(open(os.path.join(LLAMA, "config.json")).read())
+  (tmp_path / "config.json").write_text(open(os.path.join(llama, "config.json")).read())
   (tmp_path / "pytorch_model.bin").write_bytes(b"not read")
   monkeypatch.setitem(sys.modules, "torch", None)  # as if torch were not installed
   text = tmp_path / "t.txt"
   text.write_text("the quick brown fox", encoding="utf-8")
-  shutil.copy(os.path.join(LLAMA, "tokenizer.json"), tmp_path)
+  shutil.copy(os.path.join(llama, "tokenizer.json"), tmp_path)
   assert cli.main(["eval", str(tmp_path), "--text", str(text)]) == 2
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and "holds only PyTorch weights (pytorch_model.bin)" in err[0]
@@ -98,7 +105,7 @@ def test_the_hf_load_bench_checkpoint_loads_in_bf16_at_a_tiny_size(tmp_path):
   assert r["hwm"] >= r["rss_before"] > 0
 
 
-def test_parameters_load_straight_into_their_shardings():
+def test_parameters_load_straight_into_their_shardings(llama):
   """On the suite's 4 CPU devices: the stacked MLP kernel split over its output axis, the
   embedding over its rows, the rest replicated; values equal the single-device load."""
   from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
@@ -106,8 +113,8 @@ def test_parameters_load_straight_into_their_shardings():
   want = {("h", "mlp", "c_fc", "kernel"): P(None, None, "fsdp"),
           ("wte", "embedding"): P("fsdp", None)}
   sharding_of = lambda path: NamedSharding(mesh, want.get(path, P()))  # noqa: E731
-  _, sharded = hf.load_hf(LLAMA, shardings=sharding_of)
-  _, plain = hf.load_hf(LLAMA)
+  _, sharded = hf.load_hf(llama, shardings=sharding_of)
+  _, plain = hf.load_hf(llama)
   for path, spec in want.items():
     leaf = sharded
     for k in path:

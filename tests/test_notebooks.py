@@ -31,6 +31,7 @@ FIGURES = {
     "05_attention": ["05_worked_example", "05_char_gpt_attention"],
     "06_generative": ["06_two_points", "06_toy2d_by_steps", "06_digits_guidance", "06_families"],
     "07_debugging": ["07_loss_curves"],
+    "08_finetuning": ["08_loss_curve"],
 }
 KERNEL = "jaxdl-test-python"
 # Notebooks that compute more than they compile run without the suite's fast-compile flags:

@@ -47,18 +47,21 @@ def _spec(sequence, impl="ring", n=4):
 
 def test_ring_and_allgather_equal_full_attention_and_the_causal_ring_skips_blocks():
   """fp32, to 1e-6: causal, non-causal, grouped-query (4 query heads on 2 key/value heads),
-  sliding-window and packed-segment attention, by the ring at S = 4 and all-gathered at S = 2
-  (x data 2), against `attention_reference` on the whole sequence. The ring's block counts are
-  exact: 2 S + 1 per device causal, 4 S non-causal."""
+  sliding-window, packed-segment and Gemma-style (scaled, soft-capped, window off) attention,
+  by the ring at S = 4 and all-gathered at S = 2 (x data 2), against `attention_reference` on
+  the whole sequence. The ring's block counts are exact: 2 S + 1 per device causal, 4 S
+  non-causal."""
   b, t, h, n, k = 2, 32, 4, 2, 8
   keys = jax.random.split(jax.random.PRNGKey(0), 3)
   q = jax.random.normal(keys[0], (b, t, h, k))
   kv = [jax.random.normal(kk, (b, t, n, k)) for kk in keys[1:]]
   seg = jnp.asarray(np.repeat([[0] * 9 + [1] * 14 + [2] * 9], b, 0))  # crosses chunks of 4
   cases = {"causal": dict(causal=True), "non_causal": dict(causal=False),
-           "window": dict(causal=True, window=5), "packed": dict(causal=True, segment_ids=seg)}
+           "window": dict(causal=True, window=5), "packed": dict(causal=True, segment_ids=seg),
+           # Gemma's: a layer whose window is off (local False), logits scaled and soft-capped
+           "gemma": dict(causal=True, window=5, local=False, scale=0.3, softcap=2.0)}
   masks = {"causal": None, "non_causal": None, "window": causal_mask(t, window=5)[None, None],
-           "packed": (seg[:, :, None] == seg[:, None, :])[:, None]}
+           "packed": (seg[:, :, None] == seg[:, None, :])[:, None], "gemma": None}
   for s, impl in ((4, "ring"), (2, "allgather")):
     spec = _spec(s, impl)
 
@@ -67,6 +70,8 @@ def test_ring_and_allgather_equal_full_attention_and_the_causal_ring_skips_block
       out = {}
       for name, kw in cases.items():
         kw = dict(kw)
+        if "local" in kw:
+          kw["local"] = jnp.asarray(kw["local"])
         if "segment_ids" in kw:
           kw["segment_ids"] = to_layout(kw["segment_ids"], s)
         o, count = sequence_attention(to_layout(q, s), to_layout(k, s), to_layout(v, s), spec,
@@ -76,7 +81,8 @@ def test_ring_and_allgather_equal_full_attention_and_the_causal_ring_skips_block
 
     got = split(q, *kv)
     for name, kw in cases.items():
-      want, _ = attention_reference(q, *kv, masks[name], causal=kw["causal"])
+      want, _ = attention_reference(q, *kv, masks[name], causal=kw["causal"],
+                                    scale=kw.get("scale"), softcap=kw.get("softcap", 0.0))
       np.testing.assert_allclose(got[name][0], want, atol=1e-6, rtol=1e-6, err_msg=name)
       if impl == "ring":
         blocks = 2 * s + 1 if kw["causal"] else 4 * s
@@ -94,11 +100,12 @@ def test_chunked_loss_within_each_devices_positions_equals_the_plain_one():
 
 
 def test_packed_documents_across_chunk_boundaries_get_their_logits_alone():
-  """A GPT (RoPE, 4 query heads on 2 key/value heads) split over S = 4 devices (chunks of 2
+  """A GPT (RoPE, 4 query heads on 2 key/value heads, a scanned stack of a windowed (W = 3) and
+  a global layer, soft-capped attention logits) split over S = 4 devices (chunks of 2
   positions): three packed documents whose boundaries fall inside chunks and devices get the
   logits each gets run alone on one device, to 1e-5."""
-  model = GPT(vocab_size=32, block_size=16, n_layer=1, n_head=4, n_kv_head=2, d_model=32,
-              pos="rope", scan_layers=False)
+  model = GPT(vocab_size=32, block_size=16, n_layer=2, n_head=4, n_kv_head=2, d_model=32,
+              pos="rope", sliding_window=3, attn_pattern="lg", attn_softcap=5.0)
   docs = [np.arange(1, 5), np.arange(7, 14), np.arange(20, 23)]  # with EOT: 5 + 8 + 3 = 16
   x = packing.join_documents(docs, 0)[None, :16].astype(np.int32)
   seg, positions = packing.segment_positions(x, 0)

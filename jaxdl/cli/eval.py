@@ -90,9 +90,9 @@ def read_choices(path: str) -> list[dict]:
   return items
 
 
-def read_prepared(path: str, tok) -> tuple[list, int]:
+def read_prepared(path: str, tok, tok_spec: str = "DIR") -> tuple[list, int]:
   """(the val split's documents as token arrays, its UTF-8 bytes) of prepared data, refusing
-  data made with another tokenizer than `tok`."""
+  data made with another tokenizer than `tok` (the model's, `tok_spec` for --tokenizer)."""
   from jaxdl.data import records
   from jaxdl.schema import ConfigError
   try:
@@ -104,8 +104,12 @@ def read_prepared(path: str, tok) -> tuple[list, int]:
     raise ConfigError(f"--data: {path} is not tokenized text (expected `jaxdl data prepare` "
                       "text output)")
   if made_by != tok.fingerprint:
+    made = manifest["tokenizer"]
     raise ConfigError(f"--data: {path} was tokenized with another tokenizer (sha256 "
-                      f"{made_by[:12]}) than the model's ({tok.fingerprint[:12]})")
+                      f"{made_by[:12]}) than the model's ({tok.fingerprint[:12]}): "
+                      f"{made.get('name')!r} of {made.get('vocab_size')} ids, not the model's "
+                      f"{tok.vocab_size}; prepare it with the model's (`jaxdl data prepare SRC "
+                      f"--tokenizer {tok_spec} --out DIR`)")
   split = manifest["splits"]["val"]
   reader = records.RecordReader(os.path.expanduser(path), split, manifest["fields"], "--data")
   docs = [r["tokens"].astype("int32") for r in reader.get(range(len(reader)))]
@@ -116,7 +120,7 @@ def main(args) -> None:
   import jax
   import numpy as np
   from jaxdl.cli.generate import read_model_config, run_tokenizer
-  from jaxdl.models import build_model, hf, hf_families
+  from jaxdl.models import build_model, hf
   from jaxdl.schema import ConfigError
   from jaxdl.train import scoring
   if args.batch_size < 1:
@@ -127,10 +131,12 @@ def main(args) -> None:
   try:
     if kind == "hf":
       from jaxdl.data.tokenize import load_hf_tokenizer
-      model = hf_families.model_from_config(cfg, args.model)
+      model = hf.model_from_config(cfg, args.model)
       tok = load_hf_tokenizer(args.model, model.vocab_size, key=args.model)
+      tok_spec = args.model
     else:
-      model, (tok, _) = build_model(cfg.model), run_tokenizer(cfg, args.model)
+      model, (tok, folder) = build_model(cfg.model), run_tokenizer(cfg, args.model)
+      tok_spec = folder or "bytes"
     context = model.block_size
     stride = args.stride or max(1, context // 2)
     scoring.windows(2, context, stride)  # checks --stride
@@ -144,7 +150,7 @@ def main(args) -> None:
       if len(stream) < 2:
         raise ConfigError(f"--text: {args.text}: one token, nothing to predict")
     else:
-      docs, n_bytes = read_prepared(args.data, tok)
+      docs, n_bytes = read_prepared(args.data, tok, tok_spec)
       stream = np.concatenate([np.concatenate([[tok.eot_id], d]) for d in docs]).astype(np.int32)
     if kind == "hf":
       model, params = hf.load_hf(args.model)

@@ -7,8 +7,9 @@ The run's latest parameters (its moving average when it kept one, unless `--no-e
 LoRA adapters folded into the base weights first, W' = W + (alpha / r) A B
 (`jaxdl.models.lora.merge`), written by `jaxdl.models.hf.save_hf`: config.json and safetensors
 weights (sharded past `--max-shard-bytes`) that `transformers` loads, in the layout
-`--model-type` names (default: gpt2 for learned positions, qwen2 with q/k/v biases,
-mistral with a sliding window, llama otherwise).
+`--model-type` names (default: gpt2 for learned positions, Gemma's for norm='rms1p', qwen3 with
+q/k norms, qwen2 with q/k/v biases, phi3 with LongRoPE or partial rotary, mistral with a sliding
+window, llama otherwise).
 
 Tokenizer and special tokens, so transformers' `AutoTokenizer` and `generate` stop where the
 source did: the bos / eos / pad ids go to config.json and generation_config.json, taken from the
@@ -41,7 +42,9 @@ HELP = "write a trained GPT run (LoRA adapters merged) as a Hugging Face directo
 def add_arguments(parser) -> None:
   parser.add_argument("workdir", help="the run's workdir (config.json + checkpoints/)")
   parser.add_argument("--out", required=True, help="the Hugging Face directory to create")
-  parser.add_argument("--model-type", default=None, choices=("llama", "mistral", "qwen2", "gpt2"),
+  # hf_config.MODEL_TYPES, spelled out: parsing imports no jax (test_hf_phi checks they agree)
+  parser.add_argument("--model-type", default=None, choices=(
+      "llama", "mistral", "qwen2", "qwen3", "phi3", "gpt2", "gemma", "gemma2", "gemma3_text"),
                       help="the layout to write (default: from the model's settings)")
   parser.add_argument("--max-shard-bytes", type=int, default=None,
                       help="split the weights into shards of at most this many bytes")
@@ -79,13 +82,14 @@ def hf_base(config) -> str:
   return ""
 
 
-def chat_template_text(config, data_dir: pathlib.Path) -> tuple[str | None, str | None]:
-  """(the chat template an export carries, or None; a note saying why none, or None). The
+def run_chat_template(config, data_dir: pathlib.Path):
+  """(the chat template a run speaks, a `jaxdl.data.chat_template.ChatTemplate`, or None; a note
+  saying why none, or None): what an export carries and `jaxdl generate RUN --chat` renders. The
   candidates are the base's (a Hugging Face `init_from`) and the data folder's
   (`jaxdl.data.chat_template.resolve` 'auto'). When the run's prepared data names the template
-  it was rendered with (its manifest's loss_mask), only that one is exported, found by its
-  sha256: the model learned that format; data rendered with jaxdl's plain template, or with a
-  template neither holds, exports none."""
+  it was rendered with (its manifest's loss_mask), only that one, found by its sha256: the model
+  learned that format; data rendered with jaxdl's plain template, or with a template neither
+  holds, has none."""
   from jaxdl.data import chat_template
   base = hf_base(config)
   candidates = [t for t in (chat_template.resolve("auto", d, d) for d in (base, str(data_dir))
@@ -93,11 +97,11 @@ def chat_template_text(config, data_dir: pathlib.Path) -> tuple[str | None, str 
   manifest = data_dir / "manifest.json"
   mask = json.loads(manifest.read_text()).get("loss_mask") if manifest.is_file() else None
   if not isinstance(mask, dict) or "template" not in mask:
-    return (candidates[0].text if candidates else None), None
+    return (candidates[0] if candidates else None), None
   if mask["template"] == "plain":
     return None, "no chat_template: the run's data used jaxdl's plain template"
   want = mask.get("template_sha256")
-  match = next((t.text for t in candidates if t.sha256 == want), None)
+  match = next((t for t in candidates if t.sha256 == want), None)
   if match is None:
     return None, (f"no chat_template: the run's data used template {mask['template']!r} "
                   f"(sha256 {str(want)[:12]}), which neither the base nor the data folder holds")
@@ -117,7 +121,7 @@ def main(args) -> None:
   problem = disk_errors.unwritable_dir(str(out), "--out")
   if problem:
     raise ConfigError(problem)
-  from jaxdl.models import hf, hf_families, lora
+  from jaxdl.models import hf, lora
   from jaxdl.models.gpt import GPT
   from jaxdl.train import load_run
   config, model, variables, step = load_run(workdir, ema=args.ema)
@@ -125,13 +129,13 @@ def main(args) -> None:
     raise ConfigError(f"{workdir}: model {config.model.get('name')!r} is not the GPT; only a "
                       f"GPT run exports to a Hugging Face directory")
   model, params = lora.merge(model, variables["params"])
-  hf_families.export_type(model, args.model_type)  # refused before anything is written
+  hf.export_type(model, args.model_type)  # refused before anything is written
   tokenizer = pathlib.Path(str(config.data.get("path") or ""), "tokenizer.json")
   if not (config.data.get("path") and tokenizer.is_file()):
     tokenizer = None
   try:
     specials, id_to_token = special_tokens(config, tokenizer, model.vocab_size)
-    template, note = (chat_template_text(config, tokenizer.parent) if tokenizer is not None
+    template, note = (run_chat_template(config, tokenizer.parent) if tokenizer is not None
                       else (None, None))
   except ValueError as e:
     raise ConfigError(str(e).splitlines()[0]) from None
@@ -147,7 +151,8 @@ def main(args) -> None:
                        max_shard_bytes=args.max_shard_bytes, specials=specials)
     if tokenizer is not None:
       hf.save_tokenizer(str(staging), str(tokenizer), specials, id_to_token,
-                        model_max_length=model.block_size, chat_template=template)
+                        model_max_length=model.block_size,
+                        chat_template=template.text if template is not None else None)
     staging.rename(out)  # whole or not at all
   except BaseException as e:
     shutil.rmtree(staging if created == out.absolute() else created, ignore_errors=True)

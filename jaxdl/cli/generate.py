@@ -4,7 +4,7 @@
   jaxdl generate runs/char_gpt --prompt "ROMEO:" --prompt "JULIET:" --temperature 0.8 --top-k 20
   jaxdl generate path/to/chat_model --chat --prompt "Name a prime." --temperature 0
 
-DIR is a Hugging Face Llama / Mistral / Qwen2 / GPT-2 directory (`jaxdl.models.hf`, with the
+DIR is a Hugging Face Llama, Mistral, Qwen, Gemma or GPT-2 directory (`jaxdl.models.hf`, with the
 tokenizer.json beside its weights) or the workdir of a jaxdl 'lm' run (its latest checkpoint, the
 parameter average when it kept one; the tokenizer its data was prepared with, or bytes for a
 256-token byte model). Every prompt is continued `--num` times (default 1), all in one batch:
@@ -20,9 +20,10 @@ prompt's text and its continuation (end of sequence and padding dropped).
 
 `--chat` wraps each prompt as one user message in the tokenizer's chat template with the
 assistant's turn opened (`jaxdl.data.chat_template.encode_prompt`): the template of a Hugging Face
-directory (chat_template.jinja or tokenizer_config.json's chat_template), of a run's prepared
-data folder; where there is none it is refused in one line. With --chat only the reply is
-printed.
+directory (chat_template.jinja or tokenizer_config.json's chat_template); of a run, the one its
+chats were rendered with (from its prepared data folder or its Hugging Face base, `init_from`:
+what its export carries); where there is none it is refused in one line. With --chat only the
+reply is printed.
 
 Every option is checked, top-k against the model's vocabulary and each prompt against its
 context, before the weights are read: one line, exit 2.
@@ -98,20 +99,34 @@ def run_tokenizer(config, workdir: str):
                     f"there and its vocab_size is {config.model.vocab_size}, not 256 bytes)")
 
 
-def prompt_ids(args, tok, folder: str | None, eos: list) -> tuple[list, list]:
+def chat_template_of(kind: str, cfg, folder: str | None):
+  """The chat template --chat renders with: a Hugging Face directory's (`folder`); a run's, the
+  one its data was rendered with, from the data folder or its Hugging Face base
+  (`jaxdl.cli.export.run_chat_template`, what its export carries); None where there is none."""
+  import pathlib
+  from jaxdl.cli.export import run_chat_template
+  from jaxdl.data import chat_template
+  if folder is None:
+    return None
+  if kind == "hf":
+    return chat_template.resolve("auto", folder, folder)
+  return run_chat_template(cfg, pathlib.Path(folder))[0]
+
+
+def prompt_ids(args, tok, template, eos: list) -> tuple[list, list]:
   """(each --prompt's ids, the end-of-sequence ids): its text tokenized and `eos`; or with --chat
-  the chat template's rendering of it (the template of `folder`, the tokenizer's directory) and
-  `eos` with the template's end of turn."""
+  the rendering of it by `template` (`chat_template_of`) and `eos` with the template's end of
+  turn."""
   from jaxdl.data import chat_template
   from jaxdl.schema import ConfigError
   if not args.chat:
     rows = tok.encode_batch(args.prompt)
   else:
-    template = (chat_template.resolve("auto", folder, folder)
-                if folder is not None and tok.hf is not None else None)
+    template = template if tok.hf is not None else None
     if template is None:
       raise ConfigError(f"--chat: {args.model} has no chat template (no chat_template.jinja or "
-                        f"tokenizer_config.json chat_template beside its tokenizer)")
+                        f"tokenizer_config.json chat_template beside its tokenizer, nor in a "
+                        f"run's base; a run's data in jaxdl's plain template has none)")
     rows = [chat_template.encode_prompt(template, text, tok) for text in args.prompt]
     turn_end = chat_template.end_of_turn_id(template, tok)
     if turn_end is not None:
@@ -125,13 +140,13 @@ def prompt_ids(args, tok, folder: str | None, eos: list) -> tuple[list, list]:
 def load(args):
   """(model, params, tokenizer, prompt id rows, eos ids, pad id) for `args`, every option checked
   before the weights are read (module docstring)."""
-  from jaxdl.models import build_model, decoding, hf, hf_families
+  from jaxdl.models import build_model, decoding, hf
   from jaxdl.schema import ConfigError
   for flag, value in (("--num", args.num), ("--max-new-tokens", args.max_new_tokens)):
     if value < 1:
       raise ConfigError(f"{flag}: must be >= 1, got {value}")
   kind, cfg = read_model_config(args.model)
-  model = (hf_families.model_from_config(cfg, args.model) if kind == "hf" else
+  model = (hf.model_from_config(cfg, args.model) if kind == "hf" else
            build_model(cfg.model))
   decoding.check_sampling(model.vocab_size, temperature=args.temperature, top_k=args.top_k,
                           top_p=args.top_p, names=("--temperature", "--top-k", "--top-p"))
@@ -142,7 +157,8 @@ def load(args):
   else:
     tok, folder = run_tokenizer(cfg, args.model)
     specials = {"eos": [tok.eot_id], "pad": None}
-  rows, eos = prompt_ids(args, tok, folder, specials["eos"])
+  template = chat_template_of(kind, cfg, folder) if args.chat else None
+  rows, eos = prompt_ids(args, tok, template, specials["eos"])
   longest = max(len(r) for r in rows)
   if longest >= model.block_size:
     raise ConfigError(f"--prompt: {longest} tokens fill the model's context of "

@@ -130,7 +130,8 @@ def _run(args, config, module, workdir: str, preempt) -> dict:
   # An experiment may add its own hooks: `hooks(config) -> [jaxdl.train.Hook, ...]`.
   own = module.hooks(config) if hasattr(module, "hooks") else []
   summary = loop.run(config, workdir, force=args.force, progress=not args.no_progress,
-                     hooks=[*doctor.hooks_for(config), *own], preempt=preempt)
+                     hooks=[*doctor.hooks_for(config), *own], preempt=preempt,
+                     overrides=args.overrides)  # what they may set: init_from.check_overrides
   if hasattr(module, "after_training") and not summary.get("preempted"):
     with preempt.polled(False):  # e.g. print a sample from the trained model
       summary.update(module.after_training(config, workdir, summary) or {})

@@ -8,7 +8,9 @@ p(t_i | t_<i) = softmax(logits_i / temperature), restricted to the top_k largest
 smallest set whose mass reaches top_p (temperature 0: the argmax), then fed back as one cached
 decoding step (`make_generator`, what `jaxdl generate` runs). A batch of prompts is left-padded
 (`left_pad`), each row's positions counted from its own first token; a row ends at its first
-end-of-sequence id.
+end-of-sequence id. Under LongRoPE (`jaxdl.models.rope`) the step whose token first takes the
+sequence past the pretraining context L runs the whole sequence again (the long factors turn
+every position, so the cached keys are stale), as transformers' Phi-3 `generate` does.
 """
 
 from __future__ import annotations
@@ -117,6 +119,19 @@ def make_generator(model, max_new_tokens: int, *, temperature: float = 1.0, top_
                                 start=start_B)
     out_BxN = jnp.full((b, total), pad_id, prompt_BxP.dtype).at[:, :p].set(prompt_BxP)
 
+    def one_token(i, out_BxN, cache):
+      logits, cache = model.apply({"params": params}, out_BxN[:, p + i][:, None], train=False,
+                                  cache=cache, pos=p + i, start=start_B)
+      return logits[:, -1], cache
+
+    spec = getattr(model, "rope_spec", None)
+    switch = spec.original_max if spec is not None and spec.scaling == "longrope" else -1
+    def refill(i, out_BxN, cache):  # the sequence just reached switch + 1 tokens: run it again
+      del i, cache
+      logits, cache = model.apply({"params": params}, out_BxN[:, :switch + 1], train=False,
+                                  cache=init_cache(model, b, total), pos=0, start=start_B)
+      return logits[:, -1], cache
+
     def step(carry):
       i, out_BxN, cache, last_BxV, done_B, rng = carry
       rng, sub = jax.random.split(rng)
@@ -125,9 +140,11 @@ def make_generator(model, max_new_tokens: int, *, temperature: float = 1.0, top_
       tok_B = jnp.where(done_B, pad_id, tok_B)
       done_B = done_B | jnp.isin(tok_B, eos_E)
       out_BxN = jax.lax.dynamic_update_slice(out_BxN, tok_B[:, None], (0, p + i))
-      logits, cache = model.apply({"params": params}, tok_B[:, None], train=False, cache=cache,
-                                  pos=p + i, start=start_B)
-      return i + 1, out_BxN, cache, logits[:, -1], done_B, rng
+      if p <= switch < total:  # static: the step feeding index `switch` refills
+        last_BxV, cache = jax.lax.cond(p + i == switch, refill, one_token, i, out_BxN, cache)
+      else:
+        last_BxV, cache = one_token(i, out_BxN, cache)
+      return i + 1, out_BxN, cache, last_BxV, done_B, rng
 
     def running(carry):
       return (carry[0] < max_new_tokens) & ~jnp.all(carry[4])

@@ -20,8 +20,10 @@ n_head). With lora_rank > 0 low-rank adapters sit beside the dense layers lora_t
 only they train (`jaxdl.models.lora`; `lora.merge` folds them into the base weights).
 Parameter names follow GPT-2 (wte, wpe, h.ln_1, h.attn.c_attn, ...), so GPT-2's checkpoint is a
 renaming; `hf.py` reads and writes Hugging Face directories of GPT-2 and of Llama / Mistral /
-Qwen2 / Qwen3 (pos='rope', norm='rms', mlp='swiglu' with rope_theta, the rope_scaling settings,
-head_dim, qkv_bias and qk_norm), their tables in `hf_families.py`. Decoding (KV cache,
+Qwen2 / Qwen3 / Phi-3 (pos='rope', norm='rms', mlp='swiglu' with rope_theta, the rope_scaling
+settings, rope_partial, head_dim, qkv_bias, attn_bias, mlp_bias and qk_norm), their tables in
+`hf_families.py` (Phi-3's in `hf_phi.py`), and of Gemma 1-3 (norm='rms1p', mlp='geglu',
+embed_scale, ln='sandwich', the soft-caps, attn_pattern: `hf_gemma.py`). Decoding (KV cache,
 sampling, generate) is in `jaxdl.models.decoding`.
 """
 
@@ -38,7 +40,8 @@ from jax.sharding import PartitionSpec as P
 
 from jaxdl.models import layers, lora, moe, register_model, ring_attention, ssm, transformer
 from jaxdl.models import rope as rope_lib
-from jaxdl.schema import NONNEG, POSITIVE, ConfigError, fail, one_of, setting
+from jaxdl.schema import (NONNEG, OPEN_FRACTION, POSITIVE, Check, ConfigError, each, fail,
+                          one_of, setting)
 
 
 class GPT(transformer.TransformerModel):
@@ -53,7 +56,8 @@ class GPT(transformer.TransformerModel):
   pos + i - start[b] and no token attends to an index before start[b] (cached or not; the
   padding's own outputs are meaningless). With `hidden=True` it returns `(h, w)` instead of
   the logits: the final hidden states h (B, T, D) and the unembedding w (D, V), both in the
-  compute dtype, logits = h w (cast to fp32), for a loss that never holds all B x T x V of them
+  compute dtype, logits = h w (cast to fp32; then soft-capped by `logit_softcap` if set: the
+  caller applies it), for a loss that never holds all B x T x V of them
   (`jaxdl.train.chunked_loss`). The defaults are GPT-2's architecture choices.
   """
 
@@ -67,6 +71,11 @@ class GPT(transformer.TransformerModel):
   # exceeds rope_original_max / rope_low_freq_factor, keeps those below rope_original_max /
   # rope_high_freq_factor and blends between; 'yarn' ramps between beta_fast and beta_slow
   # rotations and multiplies cos, sin by rope_attn_factor (0: 0.1 ln(rope_factor) + 1).
+  # 'dynamic' (NTK) raises theta with the length a call reaches past rope_original_max;
+  # 'longrope' (Phi-3) divides frequency i by rope_short_factor[i] up to rope_original_max
+  # positions and by rope_long_factor[i] past it, cos and sin times rope_attn_factor (0:
+  # sqrt(1 + ln(rope_factor) / ln(rope_original_max))); with a KV cache both as transformers'
+  # generate computes them (`jaxdl.models.rope`'s docstring).
   # rope_original_max, the pretraining context, 0: block_size.
   rope_scaling: str = setting("none", one_of(*rope_lib.ROPE_SCALINGS))
   rope_factor: float = setting(1.0, POSITIVE)
@@ -76,20 +85,44 @@ class GPT(transformer.TransformerModel):
   rope_beta_fast: float = setting(32.0, POSITIVE)
   rope_beta_slow: float = setting(1.0, POSITIVE)
   rope_attn_factor: float = setting(0.0, NONNEG)
+  rope_short_factor: tuple[float, ...] = setting((), each(POSITIVE))
+  rope_long_factor: tuple[float, ...] = setting((), each(POSITIVE))
+  # The fraction of each head's features RoPE turns, the first int(K rope_partial) (Phi-4-mini:
+  # 0.75); the others pass unrotated.
+  rope_partial: float = setting(1.0, OPEN_FRACTION)
   # Biases on the query/key/value projection even with use_bias off (Qwen2: biased Q, K, V and
   # unbiased output and MLP projections).
   qkv_bias: bool = False
+  # Biases on the query, key, value and output projections (attn_bias), on the MLP's (mlp_bias),
+  # even with use_bias off (Llama's attention_bias and mlp_bias).
+  attn_bias: bool = False
+  mlp_bias: bool = False
   # Sliding-window attention (Mistral, Qwen2): W > 0 lets token i see only tokens i - W < j <= i,
   # in the full forward and in cached decoding alike, so a sequence may run past W; 0: none.
   sliding_window: int = setting(0, NONNEG)
+  # Per-layer attention kinds (`local_layers`): attn_pattern's letters, cycled over the layers,
+  # make layer i local ('l': the sliding window, and RoPE of base rope_local_theta, unscaled,
+  # when that is set) or global ('g': full causal attention, the model's RoPE); '': every layer
+  # local iff sliding_window > 0. Gemma 2: 'lg'; Gemma 3: 'lllllg'; Qwen2's max_window_layers k
+  # of L: k 'g' then L - k 'l' (one letter per layer: no shorter period).
+  attn_pattern: str = setting("", Check(lambda v: isinstance(v, str) and set(v) <= {"l", "g"},
+                                        "must be letters 'l' (local) and 'g' (global)"))
+  rope_local_theta: float = setting(0.0, NONNEG)
+  # Gemma: attention logits Q K^T / sqrt(attn_scale_dim) (0: the head width K) soft-capped
+  # c tanh(z / c) with c = attn_softcap (0: none); the output logits likewise by logit_softcap;
+  # embed_scale multiplies the token embeddings by sqrt(d_model) (rounded to the compute dtype).
+  attn_scale_dim: float = setting(0.0, NONNEG)
+  attn_softcap: float = setting(0.0, NONNEG)
+  logit_softcap: float = setting(0.0, NONNEG)
+  embed_scale: bool = False
   tie_embeddings: bool = True
   # Mixture of experts (`jaxdl.models.moe`): moe_experts = E > 0 replaces every block's MLP by E
   # GELU experts, each token routed to moe_top_k of them; capacity factor and aux-loss weights.
   moe_experts: int = setting(0, NONNEG)
   moe_top_k: int = setting(2, POSITIVE)
   moe_capacity: float = setting(1.25, POSITIVE)
-  moe_balance_coef: float = setting(0.01, NONNEG)
-  moe_z_coef: float = setting(1e-3, NONNEG)
+  moe_balance_coef: float = setting(0.01, NONNEG, run_choice=True)
+  moe_z_coef: float = setting(1e-3, NONNEG, run_choice=True)
   # The token mixer of every block: 'attention', or 'ssm' (`jaxdl.models.ssm`: a selective
   # diagonal recurrence with ssm_state N per channel over ssm_expand * d_model channels, after a
   # causal depthwise convolution of width ssm_conv).
@@ -100,9 +133,9 @@ class GPT(transformer.TransformerModel):
   # LoRA (`jaxdl.models.lora`): lora_rank = r > 0 adds (lora_alpha / r) x A B beside each dense
   # layer that a pattern of lora_targets names (attn/q, attn/k, attn/v, attn/o, mlp/c_fc,
   # mlp/c_proj) and freezes every other parameter (trains only A and B); 0: off.
-  lora_rank: int = setting(0, NONNEG)
-  lora_alpha: float = setting(16.0, POSITIVE)
-  lora_targets: tuple[str, ...] = ("q", "v")
+  lora_rank: int = setting(0, NONNEG, run_choice=True)
+  lora_alpha: float = setting(16.0, POSITIVE, run_choice=True)
+  lora_targets: tuple[str, ...] = setting(("q", "v"), run_choice=True)
 
   def check(self):
     super().check()
@@ -110,6 +143,12 @@ class GPT(transformer.TransformerModel):
     if self.moe_experts and self.moe_top_k > self.moe_experts:
       fail("model.", "moe_top_k", f"must be in [1, {self.moe_experts}] (moe_experts), got "
            f"{self.moe_top_k}")
+    if "l" in self.attn_pattern and not self.sliding_window:
+      fail("model.", "attn_pattern", f"has local layers ('l'), which need sliding_window > 0, "
+           f"got {self.attn_pattern!r} with sliding_window=0")
+    if self.rope_local_theta and not self.rope:
+      fail("model.", "rope_local_theta", f"sets the local layers' RoPE; pos={self.pos!r} has "
+           f"none, got {self.rope_local_theta} (expected 0)")
     if self.sliding_window and self.mixer != "attention":
       fail("model.", "sliding_window", f"windows attention; mixer={self.mixer!r} has none, got "
            f"{self.sliding_window} (expected 0)")
@@ -119,6 +158,15 @@ class GPT(transformer.TransformerModel):
     if self.rope and self.mixer == "attention" and self.head_width % 2:
       fail("model.", "head_dim", f"RoPE turns feature pairs: the head width must be even, got "
            f"{self.head_width}")
+    r = rope_lib.rotary_width(self.rope_spec, self.head_width)
+    if self.rope and self.mixer == "attention" and (r % 2 or r <= 0):
+      fail("model.", "rope_partial", f"RoPE turns feature pairs: int({self.head_width} x "
+           f"rope_partial) must be even and > 0, got {r} features from {self.rope_partial}")
+    for key in ("rope_short_factor", "rope_long_factor"):
+      got = len(getattr(self, key))
+      if (self.rope_scaling == "longrope") != bool(got) or (got and got != r // 2):
+        fail("model.", key, f"one factor per rotated feature pair, {r // 2}, for rope_scaling="
+             f"'longrope' and none otherwise, got {got} for {self.rope_scaling!r}")
     if self.rope_scaling == "llama3" and self.rope_high_freq_factor <= self.rope_low_freq_factor:
       fail("model.", "rope_high_freq_factor", f"must exceed rope_low_freq_factor="
            f"{self.rope_low_freq_factor} (llama3 blends between them), got "
@@ -126,6 +174,22 @@ class GPT(transformer.TransformerModel):
     if self.moe_experts and self.mlp != "gelu":
       fail("model.", "mlp", f"the experts of moe_experts > 0 are GELU MLPs; got {self.mlp!r}, "
            "expected 'gelu'")
+
+  @property
+  def local_layers(self) -> tuple[bool, ...]:
+    """Per layer, whether it is local (windowed): attn_pattern's letters cycled over the L
+    layers ('l'); with no pattern every layer is local iff sliding_window > 0.
+
+    A stack that mixes both stays one `nn.scan` of one compiled block, the kind passed in as a
+    scanned (L,) bool (`transformer.apply_blocks`) that selects the mask band and the RoPE
+    frequencies inside the block. Splitting the stack into runs of equal kinds instead would
+    make Gemma 3's 5-local-1-global pattern ten scans over 26 layers (compile time growing
+    with depth again) and the parameter layout depend on the pattern; the select costs a T x S
+    compare and a K/2 choice per layer. A stack of one kind keeps the static path."""
+    if not self.sliding_window:
+      return (False,) * self.n_layer
+    p = self.attn_pattern or "l"
+    return tuple(p[i % len(p)] == "l" for i in range(self.n_layer))
 
   @property
   def rope(self) -> bool:
@@ -138,7 +202,16 @@ class GPT(transformer.TransformerModel):
         self.rope_theta, self.rope_scaling, self.rope_factor,
         self.rope_original_max or self.block_size, self.rope_low_freq_factor,
         self.rope_high_freq_factor, self.rope_beta_fast, self.rope_beta_slow,
-        self.rope_attn_factor)
+        self.rope_attn_factor, self.rope_partial, tuple(self.rope_short_factor),
+        tuple(self.rope_long_factor))
+
+  @property
+  def local_rope(self) -> rope_lib.RopeSpec | None:
+    """The local layers' own RoPE: plain RoPE of base rope_local_theta (rotating the features
+    the model's RoPE rotates), or None (they use rope_spec) when it is 0 or no layer is local."""
+    if not self.rope_local_theta or not any(self.local_layers):
+      return None
+    return rope_lib.RopeSpec(theta=self.rope_local_theta, partial=self.rope_spec.partial)
 
   @property
   def moe_spec(self) -> moe.MoeSpec | None:
@@ -216,6 +289,8 @@ class GPT(transformer.TransformerModel):
                             embedding_init=nn.initializers.normal(0.02))
     wte = emb(self.vocab_size, name="wte")
     x_BxTxD = wte(x)
+    if self.embed_scale:  # transformers casts sqrt(D) to the embeddings' dtype first
+      x_BxTxD = x_BxTxD * jnp.asarray(self.d_model ** 0.5, x_BxTxD.dtype)
     if self.pos == "learned":
       wpe = emb(self.block_size, name="wpe")
       x_BxTxD = x_BxTxD + (wpe(pos + jnp.arange(t))[None] if positions is None
@@ -242,6 +317,8 @@ class GPT(transformer.TransformerModel):
                 jnp.asarray(head.variables["params"]["kernel"], self.dtype))
       logits_BxTxV = head(x_BxTxD)
     logits_BxTxV = logits_BxTxV.astype(jnp.float32)
+    if self.logit_softcap:
+      logits_BxTxV = self.logit_softcap * jnp.tanh(logits_BxTxV / self.logit_softcap)
     if seq is not None:
       logits_BxTxV = ring_attention.constrain(logits_BxTxV, seq, P.UNCONSTRAINED)
     return logits_BxTxV if cache is None else (logits_BxTxV, new_cache)

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdl.models import hf_phi
 from jaxdl.models.gpt import GPT
 from jaxdl.models.hf_families import GPT2_PREFIX
 from jaxdl.models.transformer import unstack_layers
@@ -23,11 +24,20 @@ _LLAMA_LAYER = (
     (("attn", "c_attn", "bias"), ("self_attn.q_proj.bias", "self_attn.k_proj.bias",
                                   "self_attn.v_proj.bias"), False),
     (("attn", "c_proj", "kernel"), ("self_attn.o_proj.weight",), True),
+    (("attn", "c_proj", "bias"), ("self_attn.o_proj.bias",), False),
     (("attn", "q_norm", "scale"), ("self_attn.q_norm.weight",), False),
     (("attn", "k_norm", "scale"), ("self_attn.k_norm.weight",), False),
     (("ln_2", "scale"), ("post_attention_layernorm.weight",), False),
     (("mlp", "c_fc", "kernel"), ("mlp.gate_proj.weight", "mlp.up_proj.weight"), True),
-    (("mlp", "c_proj", "kernel"), ("mlp.down_proj.weight",), True))
+    (("mlp", "c_fc", "bias"), ("mlp.gate_proj.bias", "mlp.up_proj.bias"), False),
+    (("mlp", "c_proj", "kernel"), ("mlp.down_proj.weight",), True),
+    (("mlp", "c_proj", "bias"), ("mlp.down_proj.bias",), False))
+# Gemma 2, 3 (ln='sandwich'): post_attention_layernorm closes the attention branch, and the MLP
+# has its input and output norms; these replace _LLAMA_LAYER's ln_2 row.
+_SANDWICH_NORMS = (
+    (("ln_1_post", "scale"), ("post_attention_layernorm.weight",), False),
+    (("ln_2", "scale"), ("pre_feedforward_layernorm.weight",), False),
+    (("ln_2_post", "scale"), ("post_feedforward_layernorm.weight",), False))
 _GPT2_LAYER = (
     (("ln_1", "scale"), ("ln_1.weight",), False), (("ln_1", "bias"), ("ln_1.bias",), False),
     (("attn", "c_attn", "kernel"), ("attn.c_attn.weight",), False),
@@ -69,12 +79,24 @@ def _table(model: GPT, model_type: str):
                  "self_attn.v_proj.weight": (kv, d), "self_attn.o_proj.weight": (d, q),
                  "mlp.gate_proj.weight": (f, d), "mlp.up_proj.weight": (f, d),
                  "mlp.down_proj.weight": (d, f)}
-    if model.qkv_bias:
+    if model.qkv_bias or model.attn_bias:
       per_layer.update({"self_attn.q_proj.bias": (q,), "self_attn.k_proj.bias": (kv,),
                         "self_attn.v_proj.bias": (kv,)})
+    if model.attn_bias:
+      per_layer["self_attn.o_proj.bias"] = (d,)
+    if model.mlp_bias:
+      per_layer.update({"mlp.gate_proj.bias": (f,), "mlp.up_proj.bias": (f,),
+                        "mlp.down_proj.bias": (d,)})
     if model.qk_norm:
       per_layer.update({"self_attn.q_norm.weight": (k,), "self_attn.k_norm.weight": (k,)})
-    layer = [row for row in _LLAMA_LAYER if row[1][0] in per_layer]
+    rows = _LLAMA_LAYER
+    if model.ln == "sandwich":
+      per_layer.update({"pre_feedforward_layernorm.weight": (d,),
+                        "post_feedforward_layernorm.weight": (d,)})
+      rows = tuple(r for r in rows if r[0] != ("ln_2", "scale")) + _SANDWICH_NORMS
+    layer = [row for row in rows if row[1][0] in per_layer]
+    if model_type == "phi3":
+      per_layer, layer = hf_phi.fuse(per_layer, layer)
     prefix = "model.layers.{i}."
   shapes = {name: shape for name, (_, shape) in top.items()}
   items = [(path, (name,), name == "lm_head.weight") for name, (path, _) in top.items()]

@@ -16,11 +16,12 @@ positions and segment ids once at the input and its final hidden states back bef
 Attention (`sequence_attention`, inside `jax.shard_map` over the whole mesh: queries, keys and
 values split by batch over the batch axes, by position over 'sequence', by head over 'tensor'
 when the heads are split). A key j is visible to query i iff (by original positions)
-  causal  j <= i;   window W > 0  i - j < W (|i - j| < W without causality);
-  packed documents  segment_ids[j] = segment_ids[i],
+  causal  j <= i;   window W > 0  i - j < W (|i - j| < W without causality; with `local`, a
+  layer's traced bool, only where it is true);   packed documents  segment_ids[j] = segment_ids[i],
 so RoPE positions and document boundaries are right across chunk and device boundaries.
 Per query row an online softmax over blocks of keys (m the running max, l the running sum,
-o the running weighted sum of values; a block's scores s_j, masked ones left out):
+o the running weighted sum of values; a block's scores s_j = q . k_j times `scale` (None:
+1 / sqrt(K)), then c tanh(s_j / c) with a `softcap` c > 0; masked ones left out):
   m' = max(m, max_j s_j),  l' = l e^(m - m') + sum_j e^(s_j - m'),
   o' = o e^(m - m') + sum_j e^(s_j - m') v_j,          out = o / l.
   ring       in step r = 0 .. S-1 device d holds the keys, values and segment ids of device
@@ -126,26 +127,30 @@ def leave(spec: SequenceSpec, x_BxTxD):
 # The per-device computation.
 
 
-def _visible(q_idx, k_idx, q_seg, k_seg, causal: bool, window: int):
+def _visible(q_idx, k_idx, q_seg, k_seg, local, causal: bool, window: int):
   """Bool (B or 1, 1, 1, Q, S'): key j visible to query i (module docstring)."""
   qi, kj = q_idx[:, None], k_idx[None, :]
   ok = jnp.ones(qi.shape[:1] + kj.shape[1:], bool)
   if causal:
     ok = kj <= qi
   if window:
-    ok = ok & ((qi - kj < window) if causal else (jnp.abs(qi - kj) < window))
+    band = (qi - kj < window) if causal else (jnp.abs(qi - kj) < window)
+    ok = ok & (band if local is None else band | ~local)
   ok = ok[None, None, None]
   if q_seg is not None:
     ok = ok & (q_seg[:, :, None] == k_seg[:, None, :])[:, None, None]
   return ok
 
 
-def _block(q_BxQxNxGxK, k_BxSxNxK, v_BxSxNxK, q_idx, k_idx, q_seg, k_seg, *, causal, window):
+def _block(q_BxQxNxGxK, k_BxSxNxK, v_BxSxNxK, q_idx, k_idx, q_seg, k_seg, local, *, causal,
+           window, scale, softcap):
   """One block's (o BxQxNxGxK, m BxNxGxQ, l BxNxGxQ) in fp32 (module docstring)."""
-  scale = 1.0 / math.sqrt(q_BxQxNxGxK.shape[-1])
+  scale = 1.0 / math.sqrt(q_BxQxNxGxK.shape[-1]) if scale is None else scale
   s = jnp.einsum("bqngk,bsnk->bngqs", q_BxQxNxGxK, k_BxSxNxK,
                  preferred_element_type=jnp.float32) * scale
-  ok = _visible(q_idx, k_idx, q_seg, k_seg, causal, window)
+  if softcap:
+    s = softcap * jnp.tanh(s / softcap)
+  ok = _visible(q_idx, k_idx, q_seg, k_seg, local, causal, window)
   m = jnp.max(jnp.where(ok, s, -jnp.inf), axis=-1)
   m_safe = jnp.where(jnp.isfinite(m), m, 0.0)
   p = jnp.where(ok, jnp.exp(s - m_safe[..., None]), 0.0)
@@ -179,7 +184,8 @@ def _join(a, b):
           jnp.concatenate([a[2], b[2]], -1))
 
 
-def _local_attention(q, k, v, seg, *, spec: SequenceSpec, causal: bool, window: int):
+def _local_attention(q, k, v, seg, local, *, spec: SequenceSpec, causal: bool, window: int,
+                     scale, softcap):
   """One device's attention (inside shard_map): out BxCxHxK and its block count (1,)."""
   s_, axis = spec.size, spec.axis
   b, cq, h, kk = q.shape
@@ -189,7 +195,8 @@ def _local_attention(q, k, v, seg, *, spec: SequenceSpec, causal: bool, window: 
   d = jax.lax.axis_index(axis)
   idx = lambda e: jnp.concatenate([e * c + jnp.arange(c), (2 * s_ - 1 - e) * c + jnp.arange(c)])  # noqa: E731
   q_idx = idx(d)
-  block = jax.checkpoint(lambda *a: _block(*a, causal=causal, window=window))
+  block = jax.checkpoint(lambda *a: _block(*a, local, causal=causal, window=window, scale=scale,
+                                           softcap=softcap))
   if spec.impl == "allgather":
     gather = lambda a: jax.lax.all_gather(a, axis, axis=1, tiled=True)  # noqa: E731
     k_all, v_all = gather(k), gather(v)
@@ -249,23 +256,29 @@ def _ring(q5, k, v, seg, block, idx, d, spec: SequenceSpec, causal: bool):
 
 
 def sequence_attention(q_BxTxHxK, k_BxTxNxK, v_BxTxNxK, spec: SequenceSpec, *,
-                       segment_ids=None, causal: bool = True, window: int = 0,
-                       count_blocks: bool = False):
+                       segment_ids=None, causal: bool = True, window: int = 0, local=None,
+                       scale=None, softcap: float = 0.0, count_blocks: bool = False):
   """softmax(Q K^T / sqrt(K) + mask) V over a sequence in the layout, split over spec.axis
   (module docstring): out BxTxHxK, and with `count_blocks` also the c x c blocks each device
-  computed, (S,) int32. `segment_ids` (B, T) keep packed documents apart."""
+  computed, (S,) int32. `segment_ids` (B, T) keep packed documents apart; `local` (a traced
+  bool, None: always) says whether the window applies; `scale` replaces 1 / sqrt(K), `softcap`
+  c > 0 caps the scaled logits at c tanh(z / c)."""
   b = q_BxTxHxK.shape[0]
   rows = spec.batch_spec(b)
   qkv = P(rows, spec.axis, spec.head_axis, None)
   seg_spec = P(rows, spec.axis)
 
-  packed = segment_ids is not None
+  packed, windowed = segment_ids is not None, local is not None and window > 0
+  args, specs = ((segment_ids,), (seg_spec,)) if packed else ((), ())
+  if windowed:  # a traced bool, the same on every device
+    args, specs = args + (jnp.asarray(local, bool),), specs + (P(),)
 
-  def local(q, k, v, *seg):
-    return _local_attention(q, k, v, seg[0] if packed else None, spec=spec, causal=causal,
-                            window=window)
+  def per_device(q, k, v, *more):
+    seg = more[0] if packed else None
+    return _local_attention(q, k, v, seg, more[-1] if windowed else None, spec=spec,
+                            causal=causal, window=window, scale=scale, softcap=softcap)
 
-  fn = jax.shard_map(local, mesh=spec.mesh, in_specs=(qkv, qkv, qkv) + (seg_spec,) * packed,
+  fn = jax.shard_map(per_device, mesh=spec.mesh, in_specs=(qkv, qkv, qkv) + specs,
                      out_specs=(qkv, P(spec.axis)), check_vma=False)
-  out, count = fn(q_BxTxHxK, k_BxTxNxK, v_BxTxNxK, *((segment_ids,) if packed else ()))
+  out, count = fn(q_BxTxHxK, k_BxTxNxK, v_BxTxNxK, *args)
   return (out, count) if count_blocks else out

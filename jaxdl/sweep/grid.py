@@ -133,11 +133,15 @@ def _lookup(config, key: str):
   return node
 
 
-def check_config(config) -> None:
+def check_config(config, overrides: Sequence[str] = ()) -> None:
   """Parses the sections the engine's setup parses (`jaxdl.train.assembly.build`) without
-  building data or compiling: a value out of range in data, model or optim is refused here."""
+  building data or compiling: a value out of range in data, model or optim is refused here, and
+  an architecture key among `overrides` (the run's `--set` items) that a fine-tuning run's base
+  decides (`jaxdl.train.init_from.check_overrides`, as the run itself would refuse it)."""
   if config.get("train") is None:
     return  # a custom-run experiment owns its keys; with_overrides checked what it could
+  from jaxdl.train import init_from
+  init_from.check_overrides(config, overrides)
   # As in `jaxdl train`: experiment files may name the generative models and tasks (the course's
   # planted-bug ones are registered by `jaxdl sweep`, a layer above this package).
   import jaxdl.generative  # noqa: F401
@@ -190,7 +194,7 @@ def plan(experiment: str, base, grid_flags: Sequence[str], shared: Sequence[str]
     overrides = tuple(f"{k}={v}" for k, v in values.items())
     try:
       config = with_overrides(base, [*overrides, f"{seed_key}={s0}"])
-      check_config(config)
+      check_config(config, [*shared, *overrides])
     except ConfigError as e:
       where = f" (point {point_name(values)})" if values else ""
       raise ConfigError(f"{str(e).splitlines()[0]}{where}") from None

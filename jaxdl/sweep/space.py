@@ -132,18 +132,18 @@ def parse_pruner(text: str) -> tuple | None:
   return percentile, startup, warmup
 
 
-def _typed(base, key: str, text: str):
+def _typed(base, key: str, text: str, shared: Sequence[str] = ()):
   config = with_overrides(base, [f"{key}={text}"])
   try:
-    grid.check_config(config)
+    grid.check_config(config, [*shared, f"{key}={text}"])
   except ConfigError as e:
     raise ConfigError(f"{str(e).splitlines()[0]} (--space {key})") from None
   return grid._lookup(config, key)
 
 
-def parse_dist(base, key: str, text: str) -> Dist:
+def parse_dist(base, key: str, text: str, shared: Sequence[str] = ()) -> Dist:
   """One `--space` value, its bounds or choices typed and checked against the config `base`
-  (the experiment's, with the shared `--set` overrides applied)."""
+  (the experiment's, with the shared `--set` overrides, `shared`, applied)."""
   kind, has_args, args = text.partition(":")
   if kind not in KINDS or not has_args:
     raise ConfigError(f"--space {key}={text}: expected KIND:ARGS, KIND one of "
@@ -154,14 +154,14 @@ def parse_dist(base, key: str, text: str) -> Dist:
       raise ConfigError(f"--space {key}: an empty value in {args!r}; expected choice:V1,V2,...")
     canonical = []
     for v in values:
-      typed = grid.value_text(_typed(base, key, v))
+      typed = grid.value_text(_typed(base, key, v, shared))
       if typed not in canonical:
         canonical.append(typed)
     return Dist(kind, choices=tuple(canonical))
   bounds = args.split(":")
   if len(bounds) != 2 or not all(b.strip() for b in bounds):
     raise ConfigError(f"--space {key}={text}: expected {kind}:LOW:HIGH ({_EXAMPLE})")
-  low, high = (_typed(base, key, b.strip()) for b in bounds)
+  low, high = (_typed(base, key, b.strip(), shared) for b in bounds)
   if kind in ("int", "logint"):
     ints = _ints([b.strip() for b in bounds], f"--space {key}", "LOW:HIGH")
     if not isinstance(low, (int, float)) or isinstance(low, bool):
@@ -196,7 +196,7 @@ def parse_space(base, flags: Sequence[str], shared: Sequence[str] = (),
                         f"config's {key})")
     if key in fixed:
       raise ConfigError(f"--space {key}: also fixed by --set; give it in one place")
-    space[key] = parse_dist(base, key, text.strip())
+    space[key] = parse_dist(base, key, text.strip(), shared)
   if not space:
     raise ConfigError("--search: give the searched keys with --space KEY=KIND:ARGS "
                       f"({_EXAMPLE})")

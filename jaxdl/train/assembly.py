@@ -91,18 +91,22 @@ class Run:
 
   def init_state(self, shardings=None) -> TrainState:
     """The seeded initial state, created where `shardings` put it (default device otherwise);
-    with the config's `init_from`, its parameters are the base's (`jaxdl.train.init_from`).
+    with the config's `init_from`, its parameters are the base's, read into place without a
+    random init of them (`jaxdl.train.init_from.init_state`: the adapters as this init draws
+    them).
 
     Compiled from `abstract_state`'s trace, not a second one: the shardings depend on the
     shapes, and jax reuses the trace of the same function (`init_fn`) jitted with other
     shardings, where tracing the model's and the optimizer's init again through flax would cost
     as much as the first time."""
+    base = parse_root(self.config).init_from
+    if base:  # the base's leaves read into place, never drawn at random first
+      return init_from.init_state(self.init_fn(), self.init_key, self.abstract_state(),
+                                  shardings, self.tx, base, self.model)
     self._init_traced()
     init = (jax.jit(self.init_fn()) if shardings is None
             else jax.jit(self.init_fn(), out_shardings=shardings))
-    state = init(self.init_key)
-    base = parse_root(self.config).init_from
-    return init_from.apply(state, self.tx, base) if base else state
+    return init(self.init_key)
 
   def with_optim(self, optim: joptim.OptimConfig, config) -> Run:
     """This run under another parsed `optim` section (`config`: the config recording it): the
@@ -132,11 +136,13 @@ def apply_precision(model, policy: precision.Policy, overrides: dict):
   return model.clone(**{k: v for k, v in overrides.items() if k in fields})
 
 
-def build(config) -> Run:
+def build(config, overrides=()) -> Run:
   """Parses every section once, then builds data, task, strategy, optimizer, precision policy
-  and model from the parsed objects; raises on bad config."""
+  and model from the parsed objects; raises on bad config. `overrides`: the `key=value` items
+  `config` was loaded with (`jaxdl.config.load_config`), for the checks of what they may set
+  (`jaxdl.train.init_from.check_overrides`)."""
   train, parallel = parse_train(config), parse_parallel(config)
-  config = init_from.resolve(config)  # the base's architecture and checks, before anything
+  config = init_from.resolve(config, overrides)  # the base's architecture and checks first
   data = jdata.parse_data(config.data)
   ds = jdata.make_dataset(config, data)
   task = tasks.make_task(config, train)

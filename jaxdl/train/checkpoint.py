@@ -269,6 +269,28 @@ def load_state(workdir, step: int | None = None) -> tuple[int, dict]:
   return step, restored["state"]
 
 
+def load_params(workdir, where) -> dict:
+  """The params alone of a run's latest checkpoint (not its optimizer state), each leaf read
+  straight into `where(path 'a/b/c', shape) -> Sharding` (a fine-tuning run's shardings:
+  `jaxdl.train.init_from`), in its saved dtype. FileNotFoundError when there is none."""
+  directory = pathlib.Path(workdir).absolute() / "checkpoints"
+  handlers = {"state": ocp.PyTreeCheckpointHandler(), "data": ocp.JsonCheckpointHandler(),
+              "config": ocp.JsonCheckpointHandler(), "manifest": ocp.JsonCheckpointHandler()}
+  manager = ocp.CheckpointManager(directory, item_handlers=handlers)
+  step = manager.latest_step()
+  if step is None:
+    raise FileNotFoundError(f"no checkpoint in {directory}")
+  meta = manager.item_metadata(step)["state"]["params"]
+  abstract = {"params": jax.tree_util.tree_map_with_path(
+      lambda p, m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=where(
+          "/".join(str(getattr(k, "key", k)) for k in p), m.shape)), meta)}
+  restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
+      abstract, restore_args=ocp.checkpoint_utils.construct_restore_args(abstract),
+      partial_restore=True)))  # the params only: the optimizer state stays on disk
+  manager.close()
+  return restored["state"]["params"]
+
+
 def load_run(workdir, config=None, *, ema: bool = True):
   """(config, model, variables, step) of a trained run of any task, from its latest checkpoint:
   the model built from the config (the run's config.json unless `config` is given) and its

@@ -34,11 +34,13 @@ import optax
 
 
 def chunked_token_stats(h_BxTxD: jax.Array, w_DxV: jax.Array, y_BxT: jax.Array, chunk: int,
-                        groups: int = 1):
+                        softcap: float = 0.0, groups: int = 1):
   """(CE_BxT, correct_BxT, log Z_BxT) of the logits h W (fp32) computed C = `chunk` positions
   at a time (module docstring), within each of `groups` G contiguous groups of T / G positions.
   `h_BxTxD` and `w_DxV` come in the model's compute dtype; the matmul runs in it and its result
-  is cast to fp32, as the model's own head does."""
+  is cast to fp32, as the model's own head does. A `softcap` c > 0 (Gemma 2's
+  final_logit_softcapping, `GPT.logit_softcap`) makes the logits c tanh(hW / c), as the model's
+  head does."""
   b, t, d = h_BxTxD.shape
   g = groups if groups > 1 and t % groups == 0 else 1
   tg = t // g
@@ -54,6 +56,8 @@ def chunked_token_stats(h_BxTxD: jax.Array, w_DxV: jax.Array, y_BxT: jax.Array, 
   @jax.checkpoint
   def one_chunk(h_BxGxCxD, y_BxGxC, w_DxV):
     z_BxGxCxV = (h_BxGxCxD @ w_DxV).astype(jnp.float32)
+    if softcap:
+      z_BxGxCxV = softcap * jnp.tanh(z_BxGxCxV / softcap)
     ce_BxGxC = optax.softmax_cross_entropy_with_integer_labels(z_BxGxCxV, y_BxGxC)
     correct_BxGxC = (jnp.argmax(z_BxGxCxV, -1) == y_BxGxC).astype(jnp.float32)
     return ce_BxGxC, correct_BxGxC, jax.nn.logsumexp(z_BxGxCxV, axis=-1)

@@ -50,7 +50,8 @@ def every(step: int, n: int) -> bool:
 
 
 def run(config, workdir, *, force: bool = False, progress: bool = True,
-        hooks: Sequence[Hook] = (), preempt: stop_signals.Preemption | None = None) -> dict:
+        hooks: Sequence[Hook] = (), preempt: stop_signals.Preemption | None = None,
+        overrides: Sequence[str] = ()) -> dict:
   """Trains `config` in `workdir`, resuming from its latest checkpoint; returns a summary.
 
   The workdir is locked for the run (a second run there raises `WorkdirLockedError`); a run
@@ -70,22 +71,25 @@ def run(config, workdir, *, force: bool = False, progress: bool = True,
       stops the run cleanly: during training the current step is saved; during setup or compile
       nothing new exists to save and the run returns at the next milestone. Either way the
       summary says `preempted` and the lock is released.
+    overrides: the `key=value` items `config` was loaded with, checked against what they may set
+      (`jaxdl.train.init_from.check_overrides`: the base decides the architecture).
   """
   if preempt is None:
     with stop_signals.Preemption() as preempt:
-      return run(config, workdir, force=force, progress=progress, hooks=hooks, preempt=preempt)
+      return run(config, workdir, force=force, progress=progress, hooks=hooks, preempt=preempt,
+                 overrides=overrides)
   with preempt.polled():
-    return _setup(config, workdir, force, progress, hooks, preempt)
+    return _setup(config, workdir, force, progress, hooks, preempt, overrides)
 
 
 def _setup(config, workdir, force: bool, progress: bool, hooks: Sequence[Hook],
-           preempt: stop_signals.Preemption) -> dict:
+           preempt: stop_signals.Preemption, overrides: Sequence[str] = ()) -> dict:
   """Step 1 of the module docstring, then `_train` with the workdir locked."""
   # 1. setup
   workdir = pathlib.Path(workdir)
   jworkdir.check_unlocked(workdir)  # name a run in progress before building anything
   previous = resume.read_previous(workdir)
-  r = resume.pin_wsd_warmup(build(config), previous)
+  r = resume.pin_wsd_warmup(build(config, overrides), previous)
   config_json = json.loads(r.config.to_json_best_effort())
   differs = resume.check_same_run(workdir, previous, config_json, force, optim=r.optim)
   hooks = Hooks(hooks)
