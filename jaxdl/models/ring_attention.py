@@ -49,6 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+
 @dataclasses.dataclass(frozen=True)
 class SequenceSpec:
   """How a GPT's sequence is split (built by the mesh strategy, a model's runtime field): the
