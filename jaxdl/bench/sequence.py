@@ -28,8 +28,9 @@ devices, jax 0.10.2; bytes compiled, so exact; seconds medians of 3):
   ring attention at S = 4, T = 4096: causal 9 blocks a device vs 16 non-causal (9/16 = (2S+1)/4S),
   0.379 vs 0.974 s forward (0.389x)
 
-The S > 1 steps are slower here (1.69x, 1.52x): S emulated devices share the same two cores, so
-the numbers are what the collectives and the split cost on one CPU, not a speedup. The chunked
+The S > 1 steps are slower here (1.69x, 1.52x; a second run 1.90x, 0.89x, the same bytes): S
+emulated devices share the same two cores, so the numbers are what the collectives and the split
+cost on one CPU, noisy on a shared machine, not a speedup. The chunked
 loss saves 597 MB at S = 1 (1.11x the logits) but 148 MB and 75 MB at S = 2 and 4 (0.55x and
 0.56x a device's logits): with the logits gone, other buffers of the step set its peak.
 """
