@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdl.models import lora as lora_lib
+from jaxdl.models import ring_attention
 from jaxdl.models.layers import RMSNorm
 from jaxdl.models.rope import RopeSpec, apply_rope, frequencies_at, rotate
 
@@ -231,6 +232,11 @@ class MultiHeadAttention(nn.Module):
   differ (`jaxdl.models.transformer`): the window applies only where it is true, and such a
   layer's RoPE is `local_rope` (None: `rope_spec`) where true and `rope_spec` elsewhere.
 
+  `sequence` (a `ring_attention.SequenceSpec`, set under parallel.sequence > 1): the input is
+  in its layout, split over the devices of its axis, and self-attention without a cache runs
+  as `ring_attention.sequence_attention` (a ring or all-gathered keys and values), the causal
+  mask, the window and the packed documents' `segment_ids` (B, T) applied by original position.
+
   Call: `y = mha(x, context=None, *, train, mask=None)`; `positions` (B, T) replaces
   pos .. pos + T - 1 as the RoPE positions (packed documents restart theirs). With
   `return_weights=True` or a `cache` it returns `(y, aux)` with
@@ -261,10 +267,11 @@ class MultiHeadAttention(nn.Module):
   lora: lora_lib.LoraSpec | None = None
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
+  sequence: ring_attention.SequenceSpec | None = None
 
   @nn.compact
   def __call__(self, x_BxTxD, context=None, *, train: bool, mask=None, cache=None, pos=0,
-               positions=None, return_weights=False, local=None):
+               positions=None, return_weights=False, local=None, segment_ids=None):
     b, t, d = x_BxTxD.shape
     if d % self.n_head and not self.head_dim:
       raise ValueError(f"{self.name}: width {d} is not divisible by n_head {self.n_head}")
@@ -286,6 +293,12 @@ class MultiHeadAttention(nn.Module):
       k_, v = jnp.split(dense(2 * n * k, "kv_proj", self.kernel_init, qkv_bias)(context), 2,
                         axis=-1)
       kv_in = context
+    def project(out_BxTxHxK):  # W_O (and its adapter) on the heads' outputs
+      out_BxTxD = out_BxTxHxK.reshape(b, t, h * k)
+      y_BxTxD = dense(d, "c_proj", self.out_init)(out_BxTxD)
+      delta = adapter("attn/o", d)
+      return y_BxTxD if delta is None else y_BxTxD + delta(out_BxTxD)
+
     s, src = kv_in.shape[1], {"q": x_BxTxD, "k": kv_in, "v": kv_in}
     qkv = {"q": q, "k": k_, "v": v}
     for part, a in qkv.items():
@@ -313,6 +326,23 @@ class MultiHeadAttention(nn.Module):
         q, k_ = rotate(q, positions, inv_K2, cs), rotate(k_, positions, inv_K2, cs)
 
     scale = self.scale_dim ** -0.5 if self.scale_dim else None
+    seq = self.sequence
+    if seq is not None and cache is None and not self.is_initializing():
+      if mask is not None or return_weights or context is not None:
+        raise ValueError(f"{self.name}: the sequence split over devices runs causal "
+                         "self-attention without an explicit mask or returned weights")
+      if self.is_mutable_collection("watch"):  # the probe's T x T logits, in position order
+        q_n, k_n = (ring_attention.from_layout(a, seq.size) for a in (q, k_))
+        m = causal_mask(t, window=self.window, local=local)[None, None] if self.window else None
+        if segment_ids is not None:
+          seg = ring_attention.from_layout(segment_ids, seq.size)
+          m = jnp.logical_and(True if m is None else m, (seg[:, :, None] == seg[:, None])[:, None])
+        self.sow("watch", "attn_max_logit", max_attention_logit(
+            q_n, k_n, m, causal=self.causal and not self.window, scale=scale))
+      out = ring_attention.sequence_attention(
+          q, k_, v, seq, segment_ids=segment_ids, causal=self.causal, window=self.window,
+          local=local, scale=scale, softcap=self.softcap)
+      return ring_attention.constrain(project(out), seq)
     causal = self.causal
     if self.window and cache is None:
       # The band is an explicit mask (the chunked and cuDNN causal paths know no window).
@@ -340,11 +370,7 @@ class MultiHeadAttention(nn.Module):
                                 return_weights=return_weights, dropout_rate=self.attn_dropout,
                                 dropout_rng=rng, scale=scale, softcap=self.softcap)
     out, w = res if return_weights else (res, None)
-    out_BxTxD = out.reshape(b, t, h * k)
-    y_BxTxD = dense(d, "c_proj", self.out_init)(out_BxTxD)
-    delta = adapter("attn/o", d)
-    if delta is not None:
-      y_BxTxD = y_BxTxD + delta(out_BxTxD)
+    y_BxTxD = project(out)
     if return_weights or cache is not None:
       return y_BxTxD, {"weights": w, "cache": new_cache}
     return y_BxTxD

@@ -36,8 +36,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
+from jax.sharding import PartitionSpec as P
 
-from jaxdl.models import layers, lora, moe, register_model, ssm, transformer
+from jaxdl.models import layers, lora, moe, register_model, ring_attention, ssm, transformer
 from jaxdl.models import rope as rope_lib
 from jaxdl.schema import (NONNEG, OPEN_FRACTION, POSITIVE, Check, ConfigError, each, fail,
                           one_of, setting)
@@ -276,6 +277,13 @@ class GPT(transformer.TransformerModel):
     if segment_ids is not None and positions is None:
       raise ValueError(f"GPT: segment_ids without positions (model.pos={self.pos!r}): packed "
                        "documents need both, from jaxdl.data.packing.segment_positions")
+    # Split over devices along the sequence (`ring_attention`): the layout in, and back out below.
+    seq = self.sequence if cache is None and not self.is_initializing() else None
+    if seq is not None:
+      if mask is not None:
+        raise ValueError("GPT: start (left padding) is for decoding, not a sequence split over "
+                         "devices")
+      x, positions, segment_ids = ring_attention.enter(seq, x, positions, segment_ids, pos)
     emb = functools.partial(nn.Embed, features=self.d_model, dtype=self.dtype,
                             param_dtype=self.param_dtype,
                             embedding_init=nn.initializers.normal(0.02))
@@ -291,6 +299,8 @@ class GPT(transformer.TransformerModel):
     x_BxTxD, new_cache = transformer.apply_blocks(self, x_BxTxD, train=train, cache=cache,
                                                   pos=pos, mask=mask, positions=positions,
                                                   segment_ids=segment_ids)
+    if seq is not None:
+      x_BxTxD = ring_attention.leave(seq, x_BxTxD)
     if hidden and cache is not None:
       raise ValueError("GPT: hidden=True is for a training loss; cached decoding returns logits")
     if self.tie_embeddings:
@@ -309,6 +319,8 @@ class GPT(transformer.TransformerModel):
     logits_BxTxV = logits_BxTxV.astype(jnp.float32)
     if self.logit_softcap:
       logits_BxTxV = self.logit_softcap * jnp.tanh(logits_BxTxV / self.logit_softcap)
+    if seq is not None:
+      logits_BxTxV = ring_attention.constrain(logits_BxTxV, seq, P.UNCONSTRAINED)
     return logits_BxTxV if cache is None else (logits_BxTxV, new_cache)
 
 
@@ -374,7 +386,7 @@ def gpt_config(preset: str = "", **overrides) -> ml_collections.ConfigDict:
   """A complete `model` section (name='gpt'): every `GPT` field at its default, the preset's
   sizes, then `overrides`; dtypes by name so the section stays JSON-serialisable."""
   fields = {f.name: f.default for f in dataclasses.fields(GPT)
-            if f.init and f.name not in ("parent", "name")}
+            if f.init and f.name not in ("parent", "name") and not f.metadata.get("runtime")}
   fields.update({k: jnp.dtype(fields[k]).name for k in ("dtype", "param_dtype")})
   fields.update(_check_preset(preset, "gpt preset"))
   unknown = sorted(set(overrides) - set(fields))

@@ -44,9 +44,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jaxdl.models import attention, layers, lora, moe, ssm
+from jaxdl.models import attention, layers, lora, moe, ring_attention, ssm
 from jaxdl.models import rope as rope_lib
-from jaxdl.schema import NONNEG, POSITIVE, UNIT, Check, fail, one_of, setting
+from jaxdl.schema import NONNEG, POSITIVE, UNIT, Check, fail, one_of, runtime, setting
 
 Dtype = Any
 
@@ -108,6 +108,7 @@ class TransformerModel(layers.Model):
   epsilon: float = setting(1e-5, POSITIVE)
   dtype: Dtype = setting(jnp.float32, run_choice=True)
   param_dtype: Dtype = setting(jnp.float32, run_choice=True)
+  sequence: ring_attention.SequenceSpec | None = runtime()  # set under parallel.sequence > 1
 
   # The variants a subclass may switch on (`BlockSpec`): off here.
   rope: ClassVar[bool] = False
@@ -198,6 +199,7 @@ class BlockSpec:
   moe_spec: moe.MoeSpec | None  # the MLP is a mixture of experts (`jaxdl.models.moe`)
   ssm_spec: ssm.SsmSpec | None  # the token mixer is a selective SSM (`jaxdl.models.ssm`)
   lora_spec: lora.LoraSpec | None  # low-rank adapters (`jaxdl.models.lora`)
+  sequence: ring_attention.SequenceSpec | None  # the sequence split over devices
   dtype: Dtype
   param_dtype: Dtype
 
@@ -281,7 +283,7 @@ class Block(nn.Module):
     if cfg.ssm_spec is not None and mask is not None:
       raise ValueError("Block: model.mixer='ssm' cannot apply an attention mask; packed documents "
                        "pass segment_ids")
-    if segment_ids is not None and cfg.ssm_spec is None:
+    if segment_ids is not None and cfg.ssm_spec is None and cfg.sequence is None:
       seg_Bx1xTxT = (segment_ids[:, :, None] == segment_ids[:, None, :])[:, None]
       mask = seg_Bx1xTxT if mask is None else jnp.logical_and(mask, seg_Bx1xTxT)
     dropout = nn.Dropout(cfg.dropout, deterministic=not train)
@@ -308,10 +310,10 @@ class Block(nn.Module):
           use_bias=cfg.use_bias, qkv_bias=cfg.qkv_bias, attn_bias=cfg.attn_bias,
           attn_dropout=cfg.attn_dropout, impl=cfg.attn_impl, kernel_init=cfg.kernel_init,
           out_init=cfg.out_init, lora=cfg.lora_spec, dtype=cfg.dtype,
-          param_dtype=cfg.param_dtype, name="attn")
+          param_dtype=cfg.param_dtype, sequence=cfg.sequence, name="attn")
       if cache is None:
         return attn(h_BxTxD, train=train, pos=pos, mask=mask, positions=positions,
-                    local=local), None
+                    local=local, segment_ids=segment_ids if cfg.sequence else None), None
       y_BxTxD, aux = attn(h_BxTxD, train=train, cache=cache, pos=pos, mask=mask,
                           positions=positions, local=local)
       return y_BxTxD, aux["cache"]

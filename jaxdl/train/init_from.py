@@ -359,7 +359,7 @@ def model_section_of_hf(path: str) -> dict:
   section = {"name": "gpt"}
   for f in dataclasses.fields(model):
     value = getattr(model, f.name)
-    if f.name not in ("parent", "name") and (value is None or isinstance(
-        value, (bool, int, float, str, tuple))):
+    if f.name not in ("parent", "name") and not f.metadata.get("runtime") and (
+        value is None or isinstance(value, (bool, int, float, str, tuple))):
       section[f.name] = value
   return section
