@@ -86,7 +86,7 @@ def test_every_bad_parallel_setting_is_a_config_error(args, key):
   assert "\n" not in str(e.value)
 
 
-def test_one_mesh_names_all_four_axes():
+def test_one_mesh_names_all_five_axes():
   """jit and fsdp are the same class over one ('data', 'fsdp', 'expert', 'tensor') mesh; the
   axes of one device split nothing, so plain jit replicates every leaf."""
   from jax.sharding import PartitionSpec as P
