@@ -355,6 +355,12 @@ class ParallelSettings(Settings):
   # size of the tensor mesh axis (attention heads, MLP hidden and vocabulary split over it,
   # `jaxdl.train.sharding_rules`; 1 = none)
   tensor: int = setting(1, at_least(1, "1 = none"))
+  # size of the sequence mesh axis (a GPT's positions split over it, attention over the whole
+  # sequence by `sequence_attention`, `jaxdl.models.ring_attention`; 1 = none)
+  sequence: int = setting(1, at_least(1, "1 = none"))
+  # how attention reads the other devices' keys and values: passed round a 'ring' (ppermute,
+  # fully masked causal blocks skipped) or 'allgather'ed
+  sequence_attention: str = setting("ring", one_of("ring", "allgather"))
 
 
 def parse_root(config) -> RootSettings:

@@ -112,6 +112,12 @@ def run_choices(cls) -> tuple[str, ...]:
   return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("run_choice"))
 
 
+def runtime(default=None):
+  """A dataclass field the run sets, never a config key (`hints` leaves it out): e.g. how the
+  mesh strategy splits a model's sequence (`jaxdl.train.mesh`, through `apply_precision`)."""
+  return dataclasses.field(default=default, metadata={"runtime": True})
+
+
 def _check_of(cls, key: str) -> Check | None:
   """The nearest check declared for `key` along the class's bases (a subclass may redeclare a
   field only to change its default)."""
@@ -273,7 +279,7 @@ def hints(cls) -> collections.abc.Mapping:
   construction asks again (28 CPU-s of the test suite, sampled)."""
   if dataclasses.is_dataclass(cls):
     resolved = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
+    names = [f.name for f in dataclasses.fields(cls) if not f.metadata.get("runtime")]
     if "parent" in names:  # a Flax module
       names = [n for n in names if n not in ("parent", "name")]
     return types.MappingProxyType({n: resolved.get(n, Any) for n in names})

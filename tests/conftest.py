@@ -109,9 +109,9 @@ ALL_DEVICES = frozenset((
     "test_augment", "test_bench", "test_config", "test_distributed",
     "test_faults", "test_fsdp", "test_grad_accum", "test_layers", "test_loop", "test_mfu",
     "test_moe", "test_packing", "test_parallel", "test_permissions", "test_resume",
-    "test_signals", "test_slurm", "test_small_rows", "test_step", "test_studies", "test_sweep",
-    "test_tensor_parallel", "test_throughput", "test_trackers_real", "test_tree_reductions",
-    "test_watch"))
+    "test_sequence_parallel", "test_signals", "test_slurm", "test_small_rows", "test_step",
+    "test_studies", "test_sweep", "test_tensor_parallel", "test_throughput",
+    "test_trackers_real", "test_tree_reductions", "test_watch"))
 
 
 @pytest.fixture(autouse=True, scope="module")

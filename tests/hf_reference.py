@@ -7,7 +7,7 @@ transformers model; `logits`, `greedy` and `generate` are transformers' answers 
 compare jaxdl's import, decoding, evaluation and export against these, and reload jaxdl's exports
 with transformers (`load`).
 
-Weights are drawn wider than transformers' init (std 0.15, norm weights 1 + 0.1 noise, biases
+Weights are drawn wider than transformers' init (std 0.15, norm gains 1 + 0.1 noise, biases
 random) so the logits are far from uniform and every tensor, the biases and norm weights too,
 changes the output. Attention runs transformers' "eager" path: the plain softmax(QK^T)V in fp32.
 `conftest.hf_model` caches one saved directory per family, settings and worker.
@@ -63,6 +63,32 @@ FAMILIES = {
               dict(num_key_value_heads=2, head_dim=16, tie_word_embeddings=True,
                    rope_parameters={"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0,
                                     "original_max_position_embeddings": 16})),
+    # Qwen2's mix of windowed and full layers (window 8): layers 0 and 2 full, 1 windowed.
+    "qwen2_mixed": ("Qwen2Config", "Qwen2ForCausalLM",
+                    dict(num_hidden_layers=3, num_key_value_heads=2, tie_word_embeddings=False,
+                         use_sliding_window=True, sliding_window=8, layer_types=[
+                             "full_attention", "sliding_attention", "full_attention"])),
+    # Gemma 1: (1 + w) RMSNorm, tanh-GeGLU, embeddings times sqrt(32), multi-query heads of 16
+    # features (hidden / heads = 8), tied head.
+    "gemma": ("GemmaConfig", "GemmaForCausalLM",
+              dict(num_key_value_heads=1, head_dim=16, rope_parameters={
+                  "rope_type": "default", "rope_theta": 1e4})),
+    # Gemma 2: sandwich norms, queries scaled by 24^-1/2 (not 16's), attention logits capped at
+    # 4 and output logits at 6 (both act on these weights), local (window 8) / global layers.
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM",
+               dict(num_hidden_layers=3, num_key_value_heads=2, head_dim=16,
+                    query_pre_attn_scalar=24, attn_logit_softcapping=4.0,
+                    final_logit_softcapping=6.0, sliding_window=8)),
+    # Gemma 3 text: q/k norms with (1 + w), local layers (window 8, RoPE base 1e4) twice per
+    # global one (RoPE base 1e6, linear scaling 4).
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM",
+               dict(num_hidden_layers=3, num_key_value_heads=2, head_dim=16,
+                    query_pre_attn_scalar=12, sliding_window=8, layer_types=[
+                        "sliding_attention", "sliding_attention", "full_attention"],
+                    rope_parameters={
+                        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                        "full_attention": {"rope_type": "linear", "rope_theta": 1e6,
+                                           "factor": 4.0}})),
     # Phi-3: fused qkv_proj and gate_up_proj, LongRoPE over a pretraining context of 16 of 64
     # positions (factor 4: attention factor sqrt(1 + ln 4 / ln 16)); short factors up to 16
     # tokens, long past them: a 24-token batch and a 4 + 16-token generation cross it.
@@ -127,10 +153,12 @@ def build(name: str, seed: int = 0, **fields):
   config = getattr(transformers, config_cls)(**{**SIZES, **extra, **fields})
   config._attn_implementation = "eager"
   model = getattr(transformers, model_cls)(config).eval()
+  # Gemma's norms scale by (1 + w): their w is drawn around 0, so every family's gain is ~1.
+  unit = 0.0 if config.model_type.startswith("gemma") else 1.0
   with torch.no_grad():
     for pname, p in model.named_parameters():
       if "norm" in pname:
-        p.copy_(1.0 + 0.1 * torch.randn_like(p))
+        p.copy_(unit + 0.1 * torch.randn_like(p))
       else:
         p.copy_(0.15 * torch.randn_like(p))
   return model

@@ -1,7 +1,8 @@
 """The chunked `lm` loss (`train.loss_chunk`, `jaxdl.train.chunked_loss`): the same loss,
 metrics and parameter gradient as the plain loss over the full B x T x V logits, computed the
 other way (per chunk of positions, logits recomputed in the backward), in fp32 to 1e-6; tied and
-untied heads, a loss mask, the z-loss, packed documents and a T the chunk does not divide."""
+untied heads, a loss mask, the z-loss, packed documents, a T the chunk does not divide and a
+logit soft-cap (Gemma 2's)."""
 
 import jax
 import jax.numpy as jnp
@@ -16,13 +17,14 @@ from jaxdl.train.tasks import make_task
 B, T = 2, 15
 
 
-def _task(chunk: int, model: str = "gpt", task: str = "lm", z_loss: float = 1e-3):
+def _task(chunk: int, model: str = "gpt", task: str = "lm", z_loss: float = 1e-3, **fields):
   return make_task(ml_collections.ConfigDict(
-      {"task": task, "model": {"name": model}, "train": {"loss_chunk": chunk, "z_loss": z_loss}}))
+      {"task": task, "model": {"name": model, **fields},
+       "train": {"loss_chunk": chunk, "z_loss": z_loss}}))
 
 
-def _loss_and_grad(tie: bool, chunk: int, batch: dict):
-  model = models.build_model(models.gpt_config("tiny", tie_embeddings=tie))
+def _loss_and_grad(tie: bool, chunk: int, batch: dict, softcap: float = 0.0):
+  model = models.build_model(models.gpt_config("tiny", tie_embeddings=tie, logit_softcap=softcap))
   params = model.init(jax.random.key(0), batch["x"], train=False)["params"]
   rngs = {"dropout": jax.random.key(1)}
 
@@ -32,7 +34,8 @@ def _loss_and_grad(tie: bool, chunk: int, batch: dict):
       return value, metrics
     return jax.value_and_grad(loss, has_aux=True)(params)
 
-  return jax.jit(lambda: (value_and_grad(_task(0)), value_and_grad(_task(chunk))))()
+  cap = {"logit_softcap": softcap}
+  return jax.jit(lambda: (value_and_grad(_task(0, **cap)), value_and_grad(_task(chunk, **cap))))()
 
 
 def _batch(packed: bool) -> dict:
@@ -47,9 +50,12 @@ def _batch(packed: bool) -> dict:
   return batch
 
 
-@pytest.mark.parametrize("tie,chunk,packed", [(True, 4, False), (False, 5, True)])
-def test_chunked_loss_equals_plain_loss_and_gradient(tie, chunk, packed):
-  ((l0, m0), g0), ((l1, m1), g1) = _loss_and_grad(tie, chunk, _batch(packed))
+@pytest.mark.parametrize("tie,chunk,packed,softcap", [(True, 4, False, 0.0), (False, 5, True, 0.0),
+                                                      (False, 4, False, 0.02)])
+def test_chunked_loss_equals_plain_loss_and_gradient(tie, chunk, packed, softcap):
+  ((l0, m0), g0), ((l1, m1), g1) = _loss_and_grad(tie, chunk, _batch(packed), softcap)
+  if softcap:  # the cap acts: the loss differs from the uncapped model's
+    assert abs(float(l0) - float(_loss_and_grad(tie, 0, _batch(packed))[0][0][0])) > 1e-3
   assert np.isfinite(float(l0)) and float(l0) > 1.0  # a real CE of an untrained model (ln 64)
   np.testing.assert_allclose(l1, l0, rtol=0, atol=1e-6)
   for key in ("accuracy", "z_loss", "bits_per_byte"):

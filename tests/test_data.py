@@ -311,8 +311,9 @@ def test_sharding_and_path_errors(tmp_path):
 def test_sources_are_typed_and_check_themselves():
   assert data.DATASETS == ("moons", "digits", "toy2d", "text", "textfile", "npz",
                            "assoc_recall", "digit_strings", "digit_tokens", "karate", "graph_npz",
-                           "cycles_trees", "arrayrecord", "stdlib_bpe", "stdlib_instructions",
-                           "parquet", "hf_disk", "image_folder", "npz_images")
+                           "cycles_trees", "passkey", "arrayrecord", "stdlib_bpe",
+                           "stdlib_instructions", "parquet", "hf_disk", "image_folder",
+                           "npz_images")
   src = data.parse_data(make_config("toy2d", n=512).data)
   assert isinstance(src, data.sources.Toy2D) and (src.name, src.n, src.batch_size) == (
       "toy2d", 512, 256)

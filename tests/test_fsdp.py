@@ -110,7 +110,8 @@ def test_fsdp_axis_must_divide_devices():
     strategies.make_strategy("fsdp", 0, fsdp=3)
   strategy = strategies.make_strategy("fsdp", 0, fsdp=2)
   assert isinstance(strategy, MeshStrategy)
-  assert dict(strategy.mesh.shape) == {"data": 2, "fsdp": 2, "expert": 1, "tensor": 1}
+  assert dict(strategy.mesh.shape) == {"data": 2, "fsdp": 2, "expert": 1,
+      "sequence": 1, "tensor": 1}
   assert strategy.describe()["mesh"] == {"data": 2, "fsdp": 2}
 
 

@@ -51,9 +51,10 @@ def test_exact_parameter_counts(preset, n):
 
 def test_config_keys_are_the_model_fields():
   """The `model` section's keys are GPT's fields (one spelling, default from the class) plus
-  'name' and 'preset'; a key that is not a field is an error naming it."""
+  'name' and 'preset' (a runtime field, set by a strategy, is none); a key that is not a field
+  is an error naming it."""
   fields = {f.name: f.default for f in dataclasses.fields(gpt.GPT)
-            if f.init and f.name not in ("parent", "name")}
+            if f.init and f.name not in ("parent", "name") and not f.metadata.get("runtime")}
   cfg = models.gpt_config()
   assert set(cfg) == set(fields) | {"name", "preset"}
   built = models.build_model(cfg)

@@ -268,7 +268,8 @@ BAD_CONFIGS = [
     ("mistral", dict(mlp_bias=True), "mlp_bias=true"),
     ("phi3", dict(rope_parameters={"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0}),
      "rope_parameters.rope_type=\"dynamic\""),
-    ("llama_tied", dict(model_type="gemma"), "model_type=\"gemma\""),
+    ("llama_tied", dict(model_type="gemma3"), "model_type=\"gemma3\""),  # multimodal; *_text is
+    ("llama_tied", dict(model_type="gemma"), "hidden_act=\"silu\""),  # Gemma's GELU, not SiLU
     ("llama_tied", dict(hidden_size=None), "hidden_size is missing"),
 ]
 
@@ -294,19 +295,32 @@ QWEN2_WINDOWS = [  # (config changes, the GPT's sliding_window), as transformers
 @pytest.mark.parametrize("changes,window", QWEN2_WINDOWS)
 def test_qwen2_windows_every_layer_or_none(changes, window, hf_model):
   cfg = {k: v for k, v in {**_config(hf_model("qwen2")), **changes}.items() if v is not None}
-  assert hf_families.model_from_config(cfg).sliding_window == window
+  model = hf_families.model_from_config(cfg)
+  assert (model.sliding_window, model.attn_pattern) == (window, "")
 
 
-def test_per_layer_windows_are_refused_in_one_line(hf_model):
-  base = _config(hf_model("qwen2"))
+def test_qwen2_mixed_windows_are_a_layer_pattern(hf_model):
+  """A mix of windowed and full layers (max_window_layers, or layer_types) is the GPT's
+  attn_pattern, one letter per layer kind ('g' full, 'l' windowed); a kind that is neither is
+  one line. (tests/test_hf_roundtrip.py holds qwen2_mixed to transformers.)"""
+  base = _config(hf_model("qwen2"))  # 2 layers
   for changes in (dict(use_sliding_window=True, sliding_window=8, max_window_layers=1,
                        layer_types=None),
                   dict(use_sliding_window=True, sliding_window=8,
                        layer_types=["full_attention", "sliding_attention"])):
     cfg = {k: v for k, v in {**base, **changes}.items() if v is not None}
-    with pytest.raises(ConfigError, match=r'^config.json: layer_types=\["full_attention", '
-                                          r'"sliding_attention"\] cannot be imported[^\n]*$'):
-      hf_families.model_from_config(cfg)
+    model = hf_families.model_from_config(cfg)
+    assert (model.sliding_window, model.attn_pattern, model.local_layers) == (8, "gl",
+                                                                               (False, True))
+  # MistralForCausalLM windows every layer whatever layer_types says (transformers warns).
+  mistral = {**base, "model_type": "mistral", "sliding_window": 8,
+             "layer_types": ["full_attention", "sliding_attention"]}
+  assert hf_families.model_from_config(mistral).local_layers == (True, True)
+  cfg = {**base, "use_sliding_window": True, "sliding_window": 8,
+         "layer_types": ["full_attention", "chunked_attention"]}
+  with pytest.raises(ConfigError, match=r'^config.json: layer_types=\["full_attention", '
+                                        r'"chunked_attention"\] cannot be imported[^\n]*$'):
+    hf_families.model_from_config(cfg)
 
 
 def _config(directory):

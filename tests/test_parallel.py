@@ -86,15 +86,15 @@ def test_every_bad_parallel_setting_is_a_config_error(args, key):
   assert "\n" not in str(e.value)
 
 
-def test_one_mesh_names_all_four_axes():
+def test_one_mesh_names_all_five_axes():
   """jit and fsdp are the same class over one ('data', 'fsdp', 'expert', 'tensor') mesh; the
   axes of one device split nothing, so plain jit replicates every leaf."""
   from jax.sharding import PartitionSpec as P
   from jaxdl.train import strategies
   jit, fsdp = strategies.make_strategy("jit", 4), strategies.make_strategy("fsdp", 4, fsdp=2)
   assert type(jit) is type(fsdp)
-  assert dict(jit.mesh.shape) == {"data": 4, "fsdp": 1, "expert": 1, "tensor": 1}
-  assert dict(fsdp.mesh.shape) == {"data": 2, "fsdp": 2, "expert": 1, "tensor": 1}
+  assert dict(jit.mesh.shape) == {"data": 4, "fsdp": 1, "expert": 1, "sequence": 1, "tensor": 1}
+  assert dict(fsdp.mesh.shape) == {"data": 2, "fsdp": 2, "expert": 1, "sequence": 1, "tensor": 1}
   state = {"w": np.zeros((8, 6), np.float32)}
   assert jit.state_shardings(state)["w"].spec == P()
   assert fsdp.state_shardings(state)["w"].spec == P("fsdp", None)

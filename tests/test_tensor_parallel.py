@@ -3,84 +3,34 @@ same losses and parameters as one device (data x tensor, fsdp x tensor, tensor 4
 tensor), parameters that really split, checkpoints restoring across tensor sizes (2 -> 1 -> 4),
 and the bad inputs.
 
-Every run is a tiny Llama-shaped GPT through the real engine (`jaxdl.train.run` on
-char_gpt:smoke): 8 query and 4 key/value heads of width 4, SwiGLU of hidden width 64, RoPE, an
-untied head over the 256 bytes, one block; plain SGD, so the updates are linear in the
-gradients and sharding changes only the rounding.
+Every run is tests/mesh_runs.py's tiny Llama-shaped GPT through the real engine.
 """
 
 import json
 import os
 import pathlib
-import shutil
 import sys
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
 from jaxdl import cli
-from jaxdl.config import ConfigError, load_config
+from jaxdl.config import ConfigError
 from jaxdl.models import build_model, model_config
-from jaxdl.train import build, run, strategies
-from jaxdl.train.checkpoint import load_state
+from jaxdl.train import build, strategies
 from jaxdl.train.sharding_rules import param_spec
-from jaxdl.train.writers import read_metrics
 
 import warm_python
+from mesh_runs import FINAL_ONLY, STEPS, TINY
+from mesh_runs import config as _config
+from mesh_runs import resume as _resume
+from mesh_runs import result as _result
+from mesh_runs import same_as_one_device as _same_as_one_device
+from mesh_runs import train as _train
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-STEPS, EVERY = 6, 2
-# One unrolled block: a scanned stack costs about 1 CPU-s more per compiled run here (its leading
-# layer axis is covered by the rules test).
-TINY = ["model.d_model=32", "model.n_head=8", "model.n_kv_head=4", "model.n_layer=1",
-        "model.scan_layers=False", "model.mlp='swiglu'", "model.mlp_hidden=64",
-        "model.pos='rope'", "model.tie_embeddings=False", "model.block_size=16",
-        "data.context_length=16", "data.batch_size=8", "data.max_eval_windows=8",
-        "optim.name='sgd'", "optim.lr=0.5", f"train.steps={STEPS}", "train.eval_every=0",
-        f"train.ckpt_every={EVERY}", "train.log_every=1", "train.plot=False",
-        "train.count_flops=False"]
-FINAL_ONLY = [f"train.ckpt_every={STEPS}"]  # for runs no other run resumes from
-
-
-def _config(*sets):
-  config, _ = load_config("char_gpt:smoke", [*TINY, *sets])
-  return config
-
-
-def _result(workdir):
-  """(losses of steps 1.., the newest record of each step, final parameters)."""
-  _, state = load_state(workdir)
-  loss = {r["step"]: r["loss"] for r in read_metrics(workdir, "train")}
-  return np.array([loss[s] for s in sorted(loss)]), state["params"]
-
-
-def _train(workdir, *sets):
-  run(_config(*sets), workdir, progress=False)
-  return _result(workdir)
-
-
-def _resume(source, step, workdir, *sets):
-  """`workdir` resumed from `source`'s checkpoint at `step` under `sets`: the steps after it."""
-  shutil.copytree(source, workdir)
-  for later in range(step + EVERY, STEPS + 1, EVERY):
-    shutil.rmtree(workdir / "checkpoints" / str(later))
-  assert run(_config(*sets), workdir, progress=False)["start_step"] == step
-  return _result(workdir)
-
-
-def _close(a, b):  # tests/test_fsdp.py's tolerance
-  np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=2e-6)
-
-
-def _same_as_one_device(result, one, last=None):
-  (losses, params), (losses_1, params_1) = result, one
-  last = last or STEPS
-  assert len(losses_1) == STEPS
-  np.testing.assert_allclose(losses[-last:], losses_1[-last:], rtol=1e-5, atol=1e-6)
-  jax.tree.map(_close, params, params_1)
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +75,8 @@ def test_parameters_split_over_the_tensor_axis(runs):
   _, r = runs
   strategy = build(_config("parallel.strategy='fsdp'", "parallel.fsdp=2",
                            "parallel.tensor=2")).strategy
-  assert dict(strategy.mesh.shape) == {"data": 1, "fsdp": 2, "expert": 1, "tensor": 2}
+  assert dict(strategy.mesh.shape) == {"data": 1, "fsdp": 2, "expert": 1,
+      "sequence": 1, "tensor": 2}
   params = strategy.place_state(r["fsdp_tensor"][1])
   h = params["h_0"]
   qkv = h["attn"]["c_attn"]["kernel"]  # (D, (H + 2N) K) = (32, 64)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from jaxdl import models
-from jaxdl.models import transformer
+from jaxdl.models import patches
 
 X = jax.random.normal(jax.random.key(0), (2, 8, 8, 1))
 
@@ -42,14 +42,14 @@ def test_vit_attention_is_not_causal_and_bad_patches():
 
 
 def test_patch_embedding_is_the_p_by_p_convolution_of_stride_p():
-  """`transformer.patch_embed` (ViT's and DiT's) is flattened patches times a (P P C, D) kernel:
+  """`patches.patch_embed` (ViT's and DiT's) is flattened patches times a (P P C, D) kernel:
   the same numbers as a P x P convolution of stride P whose HWIO kernel is that one reshaped."""
   x = jax.random.normal(jax.random.key(2), (2, 8, 8, 3))
   w = jax.random.normal(jax.random.key(3), (4 * 4 * 3, 16))
   b = jax.random.normal(jax.random.key(4), (16,))
   conv = nn.Conv(16, (4, 4), strides=(4, 4), padding="VALID")
   want = conv.apply({"params": {"kernel": w.reshape(4, 4, 3, 16), "bias": b}}, x)
-  np.testing.assert_allclose(transformer.patchify(x, 4) @ w + b, want.reshape(2, 4, 16),
+  np.testing.assert_allclose(patches.patchify(x, 4) @ w + b, want.reshape(2, 4, 16),
                              atol=1e-5)
   m = _model(pool="mean", patch_size=4)
   v = jax.eval_shape(lambda: m.init(jax.random.key(1), X, train=False))

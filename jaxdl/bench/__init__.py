@@ -48,6 +48,11 @@ be shared and noisy; absolute numbers are printed but only ratios are judged):
               the chunked lm loss (`train.loss_chunk`; the B x T x V logits gone: the saving
               >= the logits' bytes) and with each `model.remat` policy, vs the plain step
               (each < 1; `jaxdl.bench.memory`; offload only on an accelerator).
+  sequence    one row of T = 4096 tokens split over S = 1, 2, 4 emulated CPU devices
+              (`parallel.sequence`): the compiled GPT step's per-device temporary bytes (< 1 of
+              S = 1's), its step seconds (on one CPU not a speedup), the chunked loss's saving
+              against the logits' bytes, and the causal ring's blocks and time vs non-causal
+              (`jaxdl.bench.sequence`).
   startup     a whole `jaxdl train EXP:smoke` process's CPU seconds with the library's heap
               frozen after its imports (`jaxdl.cli.load_library_frozen`) vs without (< 1;
               `jaxdl.bench.startup`).
@@ -402,6 +407,40 @@ def _memory(ctx):
   rows.append(_row("memory", f"bytes the chunked loss saves vs the B x T x V fp32 logits "
                    f"(chunk {r['chunk']})", saved, logits, saved / logits, ">= 1",
                    saved >= logits, "B"))
+  return r, rows
+
+
+@register_bench("sequence")
+def _sequence(ctx):
+  from jaxdl.bench import sequence
+  del ctx
+  r = sequence.bench_sequence()
+  by, rows = r["by_sequence"], []
+  one = by[1]
+  where = f"GPT T {r['seq']}, V {r['model']['vocab_size']}, {r['devices']} CPU devices"
+  for s, m in by.items():
+    if s != 1:
+      ratio = m["temp"] / one["temp"]
+      rows.append(_row("sequence", f"per-device temporary bytes, sequence {s} vs 1 ({where})",
+                       m["temp"], one["temp"], ratio, "< 1", ratio < 1, "B"))
+      ratio = m["step_s"] / one["step_s"]
+      rows.append(_row("sequence", f"step seconds, sequence {s} vs 1 (emulated devices on one "
+                       f"CPU: not a speedup)", m["step_s"], one["step_s"], ratio, "-", True,
+                       "s"))
+    ratio = m["temp_chunk"] / m["temp"]
+    rows.append(_row("sequence", f"per-device temporary bytes, train.loss_chunk={r['chunk']} vs "
+                     f"full logits ({r['logits_bytes'] / s / 2**20:.0f} MiB a device), sequence "
+                     f"{s}", m["temp_chunk"], m["temp"], ratio, "< 1", ratio < 1, "B"))
+  ring = r["ring"]
+  if "causal" in ring:
+    c, n = ring["causal"], ring["non_causal"]
+    rows.append(_row("sequence", f"ring attention blocks per device, causal vs non-causal "
+                     f"(sequence {ring['seq']})", c["blocks_per_device"],
+                     n["blocks_per_device"], c["blocks_per_device"] / n["blocks_per_device"],
+                     "(2S+1)/4S", c["blocks_per_device"] * 4 * ring["seq"]
+                     == n["blocks_per_device"] * (2 * ring["seq"] + 1)))
+    rows.append(_row("sequence", "ring attention forward seconds, causal vs non-causal",
+                     c["s"], n["s"], c["s"] / n["s"], "< 1", c["s"] < n["s"], "s"))
   return r, rows
 
 

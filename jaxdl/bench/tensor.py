@@ -23,9 +23,8 @@ and 0.257x at T = 4 of T = 1's; temporaries 0.57x and 0.35x.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
+
+from jaxdl.bench.emulated import on_cpu_devices
 
 TENSORS = (1, 2, 4)
 DEVICES = 4
@@ -79,18 +78,8 @@ def _axes(spec) -> list[str]:
 
 def bench_tensor_memory() -> dict:
   """`measure()` here when there are 4 CPU devices, else in a subprocess that has them."""
-  import jax
-  if jax.default_backend() == "cpu" and jax.device_count() >= DEVICES:
-    result = measure()
-  else:
-    flags = os.environ.get("XLA_FLAGS", "")
-    env = {**os.environ, "JAX_PLATFORMS": "cpu",
-           "XLA_FLAGS": f"{flags} --xla_force_host_platform_device_count={DEVICES}".strip()}
-    proc = subprocess.run([sys.executable, "-m", "jaxdl.bench.tensor"], env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
-    if proc.returncode:
-      raise RuntimeError(f"tensor bench subprocess failed: {proc.stderr[-2000:]}")
-    result = {int(k): v for k, v in json.loads(proc.stdout.strip().splitlines()[-1]).items()}
+  result = {int(k): v for k, v in
+            on_cpu_devices(measure, "jaxdl.bench.tensor", DEVICES, timeout=600).items()}
   return {"model": MODEL, "rows_per_shard": ROWS, "devices": DEVICES, "by_tensor": result}
 
 

@@ -132,7 +132,7 @@ def main(args) -> None:
   import jax
   import numpy as np
   from jaxdl.cli.generate import read_model_config, run_tokenizer
-  from jaxdl.models import build_model, hf, hf_families
+  from jaxdl.models import build_model, hf
   from jaxdl.schema import ConfigError
   from jaxdl.train import scoring
   if args.batch_size < 1:
@@ -144,7 +144,7 @@ def main(args) -> None:
   try:
     if kind == "hf":
       from jaxdl.data.tokenize import load_hf_tokenizer
-      model = hf_families.model_from_config(cfg, args.model)
+      model = hf.model_from_config(cfg, args.model)
       tok = load_hf_tokenizer(args.model, model.vocab_size, key=args.model)
       tok_spec = args.model
     else:

@@ -7,9 +7,9 @@ The run's latest parameters (its moving average when it kept one, unless `--no-e
 LoRA adapters folded into the base weights first, W' = W + (alpha / r) A B
 (`jaxdl.models.lora.merge`), written by `jaxdl.models.hf.save_hf`: config.json and safetensors
 weights (sharded past `--max-shard-bytes`) that `transformers` loads, in the layout
-`--model-type` names (default: gpt2 for learned positions, qwen3 with q/k norms, qwen2 with
-q/k/v biases, phi3 with LongRoPE or partial rotary, mistral with a sliding window, llama
-otherwise).
+`--model-type` names (default: gpt2 for learned positions, Gemma's for norm='rms1p', qwen3 with
+q/k norms, qwen2 with q/k/v biases, phi3 with LongRoPE or partial rotary, mistral with a sliding
+window, llama otherwise).
 
 Tokenizer and special tokens, so transformers' `AutoTokenizer` and `generate` stop where the
 source did: the bos / eos / pad ids go to config.json and generation_config.json, taken from the
@@ -43,9 +43,9 @@ HELP = "write a trained GPT run (LoRA adapters merged) as a Hugging Face directo
 def add_arguments(parser) -> None:
   parser.add_argument("workdir", help="the run's workdir (config.json + checkpoints/)")
   parser.add_argument("--out", required=True, help="the Hugging Face directory to create")
-  # hf_families.MODEL_TYPES, spelled out: parsing imports no jax (test_hf_phi checks they agree)
-  parser.add_argument("--model-type", default=None,
-                      choices=("llama", "mistral", "qwen2", "qwen3", "phi3", "gpt2"),
+  # hf_config.MODEL_TYPES, spelled out: parsing imports no jax (test_hf_phi checks they agree)
+  parser.add_argument("--model-type", default=None, choices=(
+      "llama", "mistral", "qwen2", "qwen3", "phi3", "gpt2", "gemma", "gemma2", "gemma3_text"),
                       help="the layout to write (default: from the model's settings)")
   parser.add_argument("--max-shard-bytes", type=int, default=None,
                       help="split the weights into shards of at most this many bytes")
@@ -131,7 +131,7 @@ def main(args) -> None:
   problem = disk_errors.unwritable_dir(str(out), "--out")
   if problem:
     raise ConfigError(problem)
-  from jaxdl.models import hf, hf_families, lora
+  from jaxdl.models import hf, lora
   from jaxdl.models.gpt import GPT
   from jaxdl.train import load_run
   config, model, variables, step = load_run(workdir, ema=args.ema)
@@ -139,7 +139,7 @@ def main(args) -> None:
     raise ConfigError(f"{workdir}: model {config.model.get('name')!r} is not the GPT; only a "
                       f"GPT run exports to a Hugging Face directory")
   model, params = lora.merge(model, variables["params"])
-  hf_families.export_type(model, args.model_type)  # refused before anything is written
+  hf.export_type(model, args.model_type)  # refused before anything is written
   tokenizer = pathlib.Path(str(config.data.get("path") or ""), "tokenizer.json")
   if not (config.data.get("path") and tokenizer.is_file()):
     tokenizer = None

@@ -4,7 +4,7 @@
   jaxdl generate runs/char_gpt --prompt "ROMEO:" --prompt "JULIET:" --temperature 0.8 --top-k 20
   jaxdl generate path/to/chat_model --chat --prompt "Name a prime." --temperature 0
 
-DIR is a Hugging Face directory of a family `jaxdl.models.hf` imports (with the
+DIR is a Hugging Face Llama, Mistral, Qwen, Gemma or GPT-2 directory (`jaxdl.models.hf`, with the
 tokenizer.json beside its weights) or the workdir of a jaxdl 'lm' run (its latest checkpoint, the
 parameter average when it kept one; the tokenizer its data was prepared with, or bytes for a
 256-token byte model). Every prompt is continued `--num` times (default 1), all in one batch:
@@ -140,13 +140,13 @@ def prompt_ids(args, tok, template, eos: list) -> tuple[list, list]:
 def load(args):
   """(model, params, tokenizer, prompt id rows, eos ids, pad id) for `args`, every option checked
   before the weights are read (module docstring)."""
-  from jaxdl.models import build_model, decoding, hf, hf_families
+  from jaxdl.models import build_model, decoding, hf
   from jaxdl.schema import ConfigError
   for flag, value in (("--num", args.num), ("--max-new-tokens", args.max_new_tokens)):
     if value < 1:
       raise ConfigError(f"{flag}: must be >= 1, got {value}")
   kind, cfg = read_model_config(args.model)
-  model = (hf_families.model_from_config(cfg, args.model) if kind == "hf" else
+  model = (hf.model_from_config(cfg, args.model) if kind == "hf" else
            build_model(cfg.model))
   decoding.check_sampling(model.vocab_size, temperature=args.temperature, top_k=args.top_k,
                           top_p=args.top_p, names=("--temperature", "--top-k", "--top-p"))

@@ -42,7 +42,7 @@ from jaxdl.data.pipeline import Dataset, EvalBatches, TrainIterator
 from jaxdl.schema import NONNEG, OPEN_UNIT, POSITIVE, one_of, setting
 from jaxdl.data.registry import (SOURCES, DataSource, Source, Split, default_data_config,
                                  parse_data, register_source)
-from jaxdl.data import assoc_recall, digit_strings, digit_tokens, graphs  # noqa: F401
+from jaxdl.data import assoc_recall, digit_strings, digit_tokens, graphs, passkey  # noqa: F401
 from jaxdl.data import disk, images  # noqa: F401  (register the on-disk datasets)
 from jaxdl.data.sources import KINDS, TOY2D, arrays_source, decode, digits_split, sample_toy2d
 

@@ -17,7 +17,7 @@ initialization every gate g is 0, every block is exactly the identity on the tok
 the output is exactly 0 whatever x, t and y. Attention and MLP are the shared
 `attention.MultiHeadAttention` (non-causal) and `transformer.MlpBlock`, configured by the
 `TransformerModel` settings through a `BlockSpec`, the patch embedding and the stack of L blocks
-(scanned or unrolled, remat) the shared `transformer.patch_embed` and `transformer.stack_blocks`;
+(scanned or unrolled, remat) the shared `patches.patch_embed` and `transformer.stack_blocks`;
 the position embedding is the paper's fixed 2-D sin-cos.
 
 Shapes: B batch, H/W/C image height/width/channels, P patch size, T tokens, Q = P P C features
@@ -34,8 +34,8 @@ import numpy as np
 
 from jaxdl.models import attention, register_model
 from jaxdl.models.denoiser import Denoiser
-from jaxdl.models.transformer import (BlockSpec, MlpBlock, TransformerModel, patch_embed,
-                                      stack_blocks, unpatchify)
+from jaxdl.models.patches import patch_embed, unpatchify
+from jaxdl.models.transformer import BlockSpec, MlpBlock, TransformerModel, stack_blocks
 from jaxdl.schema import POSITIVE, each, fail, setting
 
 _ZEROS = nn.initializers.zeros

@@ -22,7 +22,8 @@ Parameter names follow GPT-2 (wte, wpe, h.ln_1, h.attn.c_attn, ...), so GPT-2's 
 renaming; `hf.py` reads and writes Hugging Face directories of GPT-2 and of Llama / Mistral /
 Qwen2 / Qwen3 / Phi-3 (pos='rope', norm='rms', mlp='swiglu' with rope_theta, the rope_scaling
 settings, rope_partial, head_dim, qkv_bias, attn_bias, mlp_bias and qk_norm), their tables in
-`hf_families.py` (Phi-3's in `hf_phi.py`). Decoding (KV cache,
+`hf_families.py` (Phi-3's in `hf_phi.py`), and of Gemma 1-3 (norm='rms1p', mlp='geglu',
+embed_scale, ln='sandwich', the soft-caps, attn_pattern: `hf_gemma.py`). Decoding (KV cache,
 sampling, generate) is in `jaxdl.models.decoding`.
 """
 
@@ -35,11 +36,12 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
+from jax.sharding import PartitionSpec as P
 
-from jaxdl.models import layers, lora, moe, register_model, ssm, transformer
+from jaxdl.models import layers, lora, moe, register_model, ring_attention, ssm, transformer
 from jaxdl.models import rope as rope_lib
-from jaxdl.schema import (NONNEG, OPEN_FRACTION, POSITIVE, ConfigError, each, fail, one_of,
-                          setting)
+from jaxdl.schema import (NONNEG, OPEN_FRACTION, POSITIVE, Check, ConfigError, each, fail,
+                          one_of, setting)
 
 
 class GPT(transformer.TransformerModel):
@@ -54,7 +56,8 @@ class GPT(transformer.TransformerModel):
   pos + i - start[b] and no token attends to an index before start[b] (cached or not; the
   padding's own outputs are meaningless). With `hidden=True` it returns `(h, w)` instead of
   the logits: the final hidden states h (B, T, D) and the unembedding w (D, V), both in the
-  compute dtype, logits = h w (cast to fp32), for a loss that never holds all B x T x V of them
+  compute dtype, logits = h w (cast to fp32; then soft-capped by `logit_softcap` if set: the
+  caller applies it), for a loss that never holds all B x T x V of them
   (`jaxdl.train.chunked_loss`). The defaults are GPT-2's architecture choices.
   """
 
@@ -97,6 +100,21 @@ class GPT(transformer.TransformerModel):
   # Sliding-window attention (Mistral, Qwen2): W > 0 lets token i see only tokens i - W < j <= i,
   # in the full forward and in cached decoding alike, so a sequence may run past W; 0: none.
   sliding_window: int = setting(0, NONNEG)
+  # Per-layer attention kinds (`local_layers`): attn_pattern's letters, cycled over the layers,
+  # make layer i local ('l': the sliding window, and RoPE of base rope_local_theta, unscaled,
+  # when that is set) or global ('g': full causal attention, the model's RoPE); '': every layer
+  # local iff sliding_window > 0. Gemma 2: 'lg'; Gemma 3: 'lllllg'; Qwen2's max_window_layers k
+  # of L: k 'g' then L - k 'l' (one letter per layer: no shorter period).
+  attn_pattern: str = setting("", Check(lambda v: isinstance(v, str) and set(v) <= {"l", "g"},
+                                        "must be letters 'l' (local) and 'g' (global)"))
+  rope_local_theta: float = setting(0.0, NONNEG)
+  # Gemma: attention logits Q K^T / sqrt(attn_scale_dim) (0: the head width K) soft-capped
+  # c tanh(z / c) with c = attn_softcap (0: none); the output logits likewise by logit_softcap;
+  # embed_scale multiplies the token embeddings by sqrt(d_model) (rounded to the compute dtype).
+  attn_scale_dim: float = setting(0.0, NONNEG)
+  attn_softcap: float = setting(0.0, NONNEG)
+  logit_softcap: float = setting(0.0, NONNEG)
+  embed_scale: bool = False
   tie_embeddings: bool = True
   # Mixture of experts (`jaxdl.models.moe`): moe_experts = E > 0 replaces every block's MLP by E
   # GELU experts, each token routed to moe_top_k of them; capacity factor and aux-loss weights.
@@ -125,6 +143,12 @@ class GPT(transformer.TransformerModel):
     if self.moe_experts and self.moe_top_k > self.moe_experts:
       fail("model.", "moe_top_k", f"must be in [1, {self.moe_experts}] (moe_experts), got "
            f"{self.moe_top_k}")
+    if "l" in self.attn_pattern and not self.sliding_window:
+      fail("model.", "attn_pattern", f"has local layers ('l'), which need sliding_window > 0, "
+           f"got {self.attn_pattern!r} with sliding_window=0")
+    if self.rope_local_theta and not self.rope:
+      fail("model.", "rope_local_theta", f"sets the local layers' RoPE; pos={self.pos!r} has "
+           f"none, got {self.rope_local_theta} (expected 0)")
     if self.sliding_window and self.mixer != "attention":
       fail("model.", "sliding_window", f"windows attention; mixer={self.mixer!r} has none, got "
            f"{self.sliding_window} (expected 0)")
@@ -152,6 +176,22 @@ class GPT(transformer.TransformerModel):
            "expected 'gelu'")
 
   @property
+  def local_layers(self) -> tuple[bool, ...]:
+    """Per layer, whether it is local (windowed): attn_pattern's letters cycled over the L
+    layers ('l'); with no pattern every layer is local iff sliding_window > 0.
+
+    A stack that mixes both stays one `nn.scan` of one compiled block, the kind passed in as a
+    scanned (L,) bool (`transformer.apply_blocks`) that selects the mask band and the RoPE
+    frequencies inside the block. Splitting the stack into runs of equal kinds instead would
+    make Gemma 3's 5-local-1-global pattern ten scans over 26 layers (compile time growing
+    with depth again) and the parameter layout depend on the pattern; the select costs a T x S
+    compare and a K/2 choice per layer. A stack of one kind keeps the static path."""
+    if not self.sliding_window:
+      return (False,) * self.n_layer
+    p = self.attn_pattern or "l"
+    return tuple(p[i % len(p)] == "l" for i in range(self.n_layer))
+
+  @property
   def rope(self) -> bool:
     return self.pos == "rope"
 
@@ -164,6 +204,14 @@ class GPT(transformer.TransformerModel):
         self.rope_high_freq_factor, self.rope_beta_fast, self.rope_beta_slow,
         self.rope_attn_factor, self.rope_partial, tuple(self.rope_short_factor),
         tuple(self.rope_long_factor))
+
+  @property
+  def local_rope(self) -> rope_lib.RopeSpec | None:
+    """The local layers' own RoPE: plain RoPE of base rope_local_theta (rotating the features
+    the model's RoPE rotates), or None (they use rope_spec) when it is 0 or no layer is local."""
+    if not self.rope_local_theta or not any(self.local_layers):
+      return None
+    return rope_lib.RopeSpec(theta=self.rope_local_theta, partial=self.rope_spec.partial)
 
   @property
   def moe_spec(self) -> moe.MoeSpec | None:
@@ -229,11 +277,20 @@ class GPT(transformer.TransformerModel):
     if segment_ids is not None and positions is None:
       raise ValueError(f"GPT: segment_ids without positions (model.pos={self.pos!r}): packed "
                        "documents need both, from jaxdl.data.packing.segment_positions")
+    # Split over devices along the sequence (`ring_attention`): the layout in, and back out below.
+    seq = self.sequence if cache is None and not self.is_initializing() else None
+    if seq is not None:
+      if mask is not None:
+        raise ValueError("GPT: start (left padding) is for decoding, not a sequence split over "
+                         "devices")
+      x, positions, segment_ids = ring_attention.enter(seq, x, positions, segment_ids, pos)
     emb = functools.partial(nn.Embed, features=self.d_model, dtype=self.dtype,
                             param_dtype=self.param_dtype,
                             embedding_init=nn.initializers.normal(0.02))
     wte = emb(self.vocab_size, name="wte")
     x_BxTxD = wte(x)
+    if self.embed_scale:  # transformers casts sqrt(D) to the embeddings' dtype first
+      x_BxTxD = x_BxTxD * jnp.asarray(self.d_model ** 0.5, x_BxTxD.dtype)
     if self.pos == "learned":
       wpe = emb(self.block_size, name="wpe")
       x_BxTxD = x_BxTxD + (wpe(pos + jnp.arange(t))[None] if positions is None
@@ -242,6 +299,8 @@ class GPT(transformer.TransformerModel):
     x_BxTxD, new_cache = transformer.apply_blocks(self, x_BxTxD, train=train, cache=cache,
                                                   pos=pos, mask=mask, positions=positions,
                                                   segment_ids=segment_ids)
+    if seq is not None:
+      x_BxTxD = ring_attention.leave(seq, x_BxTxD)
     if hidden and cache is not None:
       raise ValueError("GPT: hidden=True is for a training loss; cached decoding returns logits")
     if self.tie_embeddings:
@@ -258,6 +317,10 @@ class GPT(transformer.TransformerModel):
                 jnp.asarray(head.variables["params"]["kernel"], self.dtype))
       logits_BxTxV = head(x_BxTxD)
     logits_BxTxV = logits_BxTxV.astype(jnp.float32)
+    if self.logit_softcap:
+      logits_BxTxV = self.logit_softcap * jnp.tanh(logits_BxTxV / self.logit_softcap)
+    if seq is not None:
+      logits_BxTxV = ring_attention.constrain(logits_BxTxV, seq, P.UNCONSTRAINED)
     return logits_BxTxV if cache is None else (logits_BxTxV, new_cache)
 
 
@@ -323,7 +386,7 @@ def gpt_config(preset: str = "", **overrides) -> ml_collections.ConfigDict:
   """A complete `model` section (name='gpt'): every `GPT` field at its default, the preset's
   sizes, then `overrides`; dtypes by name so the section stays JSON-serialisable."""
   fields = {f.name: f.default for f in dataclasses.fields(GPT)
-            if f.init and f.name not in ("parent", "name")}
+            if f.init and f.name not in ("parent", "name") and not f.metadata.get("runtime")}
   fields.update({k: jnp.dtype(fields[k]).name for k in ("dtype", "param_dtype")})
   fields.update(_check_preset(preset, "gpt preset"))
   unknown = sorted(set(overrides) - set(fields))

@@ -1,5 +1,5 @@
-"""Hugging Face model directories <-> jaxdl GPT: GPT-2, Llama, Mistral, Qwen2, Qwen3 and Phi-3, one
-way in and one way out.
+"""Hugging Face model directories <-> jaxdl GPT: GPT-2, Llama, Mistral, Qwen2, Qwen3, Phi-3 and
+Gemma 1-3, one way in and one way out.
 
 `load_hf(dir) -> (model, params)` and `save_hf(dir, model, params)`; `special_ids(dir)` the
 bos / eos / pad ids generation stops and pads with, `save_tokenizer` the tokenizer files of an
@@ -8,7 +8,9 @@ export (tokenizer.json, tokenizer_config.json with the special tokens and chat t
 A directory holds config.json and the weights, one model.safetensors or the shards that
 model.safetensors.index.json names ({"weight_map": {tensor: file}}); the tokenizer.json beside
 them is `jaxdl.data.tokenize.load_hf_tokenizer`'s. What each family's config fields and tensors
-mean as a GPT (the conversion tables, and what is refused) is `jaxdl.models.hf_families`'.
+mean as a GPT (the conversion tables, and what is refused) is `jaxdl.models.hf_families`' (Gemma's
+config.json: `jaxdl.models.hf_gemma`'s), chosen by model_type in `jaxdl.models.hf_config`
+(`model_from_config`, `export_type`, used here and by the commands as `hf.`'s).
 
 safetensors file: 8-byte little-endian header length N, then N bytes of JSON
 {name: {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}, "__metadata__": {...}},
@@ -28,9 +30,10 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
-from jaxdl.models import hf_families, hf_tensors
+from jaxdl.models import hf_tensors
 from jaxdl.models.gpt import GPT
-from jaxdl.models.hf_families import MODEL_TYPES, refuse
+from jaxdl.models.hf_config import MODEL_TYPES, export_type, hf_config, model_from_config
+from jaxdl.models.hf_families import refuse
 from jaxdl.schema import ConfigError
 
 INDEX = "model.safetensors.index.json"
@@ -41,8 +44,6 @@ _ST_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16,
               "BF16": ml_dtypes.bfloat16, "I64": np.int64, "I32": np.int32, "I16": np.int16,
               "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
 _ST_NAMES = {np.dtype(v): k for k, v in _ST_DTYPES.items()}
-
-
 def read_config(directory: str) -> dict:
   """config.json of a Hugging Face model directory, refusing a missing or unreadable one."""
   path = os.path.join(directory, "config.json")
@@ -282,10 +283,10 @@ def load_hf(path: str, *, scan_layers: bool = True, dtype=jnp.float32, param_dty
 
 def read_model(path: str, tensors=None, **fields) -> GPT:
   """The GPT (with `fields` on top) a directory's config.json describes
-  (`hf_families.model_from_config`); a config that leaves tie_word_embeddings out is untied when
+  (`model_from_config`); a config that leaves tie_word_embeddings out is untied when
   the weights hold lm_head.weight (`tensors`, else the shards' headers alone)."""
   cfg = read_config(path)
-  model = hf_families.model_from_config(cfg, os.path.join(path, "config.json"), **fields)
+  model = model_from_config(cfg, os.path.join(path, "config.json"), **fields)
   if "tie_word_embeddings" not in cfg and cfg["model_type"] != "gpt2":
     # Its default moved (transformers 4: tied, 5: untied): a head in the weights says untied.
     tensors = index_weights(path) if tensors is None else tensors
@@ -337,18 +338,18 @@ def save_hf(out_dir: str, model: GPT, params: dict, *, model_type: str | None = 
   """Writes config.json, generation_config.json and the weights (sharded past
   `max_shard_bytes`) for `transformers`.
 
-  model_type: 'llama' / 'mistral' / 'qwen2' / 'qwen3' / 'phi3' / 'gpt2'; default gpt2 for
-  learned positions, else qwen3 with qk_norm, qwen2 with qkv_bias, phi3 with longrope or partial
-  rotary, mistral with a sliding window, llama otherwise
-  (`hf_families.export_type`, which refuses a model the layout cannot hold). specials:
+  model_type: 'llama' / 'mistral' / 'qwen2' / 'qwen3' / 'phi3' / 'gpt2' / 'gemma' / 'gemma2' /
+  'gemma3_text'; default gpt2 for learned positions, Gemma's for norm='rms1p', else qwen3 with
+  qk_norm, qwen2 with qkv_bias, phi3 with longrope or partial rotary, mistral with a sliding
+  window, llama otherwise (`export_type`, which refuses a model the layout cannot hold). specials:
   `special_ids`' {'bos', 'eos', 'pad'}, written as bos/eos/pad_token_id to config.json and
   generation_config.json (eos one id or a list, as transformers reads it). Returns the weight
   files written."""
-  model_type = hf_families.export_type(model, model_type)
+  model_type = export_type(model, model_type)
   tensors = hf_tensors.to_tensors(params, model, model_type, dtype)
   os.makedirs(out_dir, exist_ok=True)
   files = write_weights(out_dir, tensors, max_shard_bytes)
-  cfg = hf_families.hf_config(model, model_type)
+  cfg = hf_config(model, model_type)
   cfg["torch_dtype"] = np.dtype(dtype).name
   ids = {}
   for key, value in (specials or {}).items():

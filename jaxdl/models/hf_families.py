@@ -59,10 +59,12 @@ an activation other than the tanh GELU or n_inner other than 4 n_embd.
 A sliding window W (Mistral's and Phi-3's sliding_window; Qwen2's with use_sliding_window) lets
 position i see j only when i - j < W: it is the GPT's sliding_window, applied in the full forward
 and in cached decoding, so a sequence runs past W as transformers computes it. Qwen2 windows the
-layers i >= max_window_layers (or those layer_types calls 'sliding_attention'); every layer or
-none is imported, a mix is refused in one line (per-layer windows are not a GPT setting); Qwen3
-reads its window the same way. An export writes the window back (Mistral: sliding_window;
-Qwen2, Qwen3: use_sliding_window, every layer).
+layers i >= max_window_layers (or those layer_types calls 'sliding_attention'), Qwen3 the same
+way: a mix of windowed and full layers is the GPT's attn_pattern (`layer_pattern`, the shortest
+period of layer_types: 'l' windowed, 'g' full). An export writes the window back (Mistral:
+sliding_window, every layer; Qwen2, Qwen3: use_sliding_window, layer_types and
+max_window_layers). Gemma's configs are `jaxdl.models.hf_gemma`'s; `jaxdl.models.hf` dispatches
+on model_type.
 Special-token ids (bos_token_id, eos_token_id, pad_token_id) are not the model's: `special_ids`
 reads them from generation_config.json / config.json, and an export writes them to both.
 """
@@ -204,29 +206,46 @@ def _rope_config(model: GPT) -> dict:
   return {"rope_theta": model.rope_theta, "rope_scaling": scaling}
 
 
-def _window(cfg: dict, where: str) -> int:
-  """The GPT's sliding_window (0: none) of a Mistral or Qwen2 config (module docstring)."""
+def layer_pattern(kinds, n_layer: int, where: str) -> str:
+  """GPT's attn_pattern of config.json's layer_types ('sliding_attention' 'l', 'full_attention'
+  'g'): its shortest period p (kinds[i] = kinds[i mod p]), so Gemma 2's is 'lg' and Gemma 3's
+  'lllllg' however deep; another kind, or not one per layer, is refused."""
+  names = {"sliding_attention": "l", "full_attention": "g"}
+  if not isinstance(kinds, list) or len(kinds) != n_layer or any(k not in names for k in kinds):
+    refuse(where, "layer_types", kinds, f"{n_layer} (num_hidden_layers) of 'sliding_attention' "
+           "/ 'full_attention'")
+  letters = "".join(names[k] for k in kinds)
+  return next(letters[:p] for p in range(1, len(letters) + 1)
+              if all(c == letters[i % p] for i, c in enumerate(letters)))
+
+
+def layer_types(model: GPT) -> list[str]:
+  """config.json's layer_types of `model` (`GPT.local_layers`): the inverse of `layer_pattern`."""
+  return ["sliding_attention" if local else "full_attention" for local in model.local_layers]
+
+
+def _window(cfg: dict, where: str) -> dict:
+  """The GPT's sliding_window and attn_pattern of a Mistral, Qwen2 or Phi-3 config (docstring)."""
   if cfg["model_type"] not in ("mistral", "qwen2", "qwen3", "phi3"):
-    return 0
+    return {}
   qwen = cfg["model_type"] in ("qwen2", "qwen3")
   window = cfg.get("sliding_window")
   if qwen and not cfg.get("use_sliding_window"):
     window = None  # transformers' Qwen2Config drops the window unless use_sliding_window
   if not window:
-    return 0
+    return {}
   if not isinstance(window, int) or window < 0:
     refuse(where, "sliding_window", window, "a positive number of tokens or null")
-  kinds = cfg.get("layer_types")
+  # MistralForCausalLM windows every layer whatever layer_types says (transformers warns).
+  kinds = cfg.get("layer_types") if qwen else None
+  n = cfg.get("num_hidden_layers") or 0
   if qwen and not kinds:
-    n, first = cfg.get("num_hidden_layers") or 0, cfg.get("max_window_layers", 0) or 0
+    first = cfg.get("max_window_layers", 0) or 0
     kinds = ["sliding_attention" if i >= first else "full_attention" for i in range(n)]
-  kinds = set(kinds or ("sliding_attention",))
-  if kinds == {"full_attention"}:
-    return 0
-  if kinds != {"sliding_attention"}:
-    refuse(where, "layer_types", sorted(kinds), "every layer 'sliding_attention' or every layer "
-           "'full_attention' (per-layer windows are not implemented; see max_window_layers)")
-  return window
+  pattern = layer_pattern(kinds, n, where) if kinds else "l"
+  if "l" not in pattern:
+    return {}
+  return {"sliding_window": window, "attn_pattern": "" if pattern == "l" else pattern}
 
 
 def model_from_config(cfg: dict, where: str = "config.json", **overrides) -> GPT:
@@ -270,7 +289,7 @@ def model_from_config(cfg: dict, where: str = "config.json", **overrides) -> GPT
   if head_dim is not None and (not isinstance(head_dim, int) or head_dim <= 0 or head_dim % 2):
     refuse(where, "head_dim", head_dim, "an even positive number of features (RoPE pairs them)")
   fields = dict(vocab_size=need("vocab_size"), block_size=need("max_position_embeddings"),
-                sliding_window=_window(cfg, where),
+                **_window(cfg, where),
                 n_layer=need("num_hidden_layers"), n_head=h,
                 head_dim=0 if head_dim in (None, d // h) and not d % h else head_dim,
                 n_kv_head=cfg.get("num_key_value_heads") or h, d_model=d,
@@ -291,7 +310,8 @@ def export_type(model: GPT, model_type: str | None) -> str:
   if model.lora_rank:
     raise ConfigError("model.lora_rank: the adapters must be merged first (lora.merge), got "
                       f"{model.lora_rank}")
-  common = dict(ln="pre", moe_experts=0, mixer="attention")
+  common = dict(ln="pre", moe_experts=0, mixer="attention", embed_scale=False,
+                attn_softcap=0.0, logit_softcap=0.0, attn_scale_dim=0.0, rope_local_theta=0.0)
   gpt2 = model_type == "gpt2" or (model_type is None and model.pos == "learned")
   if gpt2:
     want = dict(common, pos="learned", norm="layer", mlp="gelu", use_bias=True,
@@ -327,6 +347,9 @@ def export_type(model: GPT, model_type: str | None) -> str:
   if model.sliding_window and model_type == "llama":
     raise ConfigError(f"model.sliding_window: a llama checkpoint has no window (export as "
                       f"mistral or qwen2), got {model.sliding_window}")
+  if len(set(model.local_layers)) > 1 and model_type == "mistral":
+    raise ConfigError(f"model.attn_pattern: a mistral checkpoint windows every layer (export as "
+                      f"qwen2), got {model.attn_pattern!r}")
   if model.qk_norm != (model_type == "qwen3"):
     raise ConfigError(f"model.qk_norm: {model_type} checkpoints have "
                       f"{'' if model_type == 'qwen3' else 'no '}per-head query/key RMSNorms, got "
@@ -357,11 +380,12 @@ def hf_config(model: GPT, model_type: str) -> dict:
          "rms_norm_eps": model.epsilon, **_rope_config(model),
          "head_dim": model.head_width, "tie_word_embeddings": model.tie_embeddings,
          "torch_dtype": "float32"}
-  window = model.sliding_window or None
+  window = model.sliding_window if any(model.local_layers) else None
   if model_type in ("qwen2", "qwen3"):
+    # max_window_layers for readers without layer_types: the full layers before the first local.
     cfg.update(use_sliding_window=bool(window), sliding_window=window,
-               max_window_layers=0 if window else model.n_layer, layer_types=[
-                   "sliding_attention" if window else "full_attention"] * model.n_layer)
+               max_window_layers=(model.local_layers + (True,)).index(True),
+               layer_types=layer_types(model))
   if model_type not in ("qwen2", "phi3"):
     cfg["attention_bias"] = model.attn_bias
   if model_type in ("llama", "mistral"):

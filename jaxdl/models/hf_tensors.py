@@ -32,6 +32,12 @@ _LLAMA_LAYER = (
     (("mlp", "c_fc", "bias"), ("mlp.gate_proj.bias", "mlp.up_proj.bias"), False),
     (("mlp", "c_proj", "kernel"), ("mlp.down_proj.weight",), True),
     (("mlp", "c_proj", "bias"), ("mlp.down_proj.bias",), False))
+# Gemma 2, 3 (ln='sandwich'): post_attention_layernorm closes the attention branch, and the MLP
+# has its input and output norms; these replace _LLAMA_LAYER's ln_2 row.
+_SANDWICH_NORMS = (
+    (("ln_1_post", "scale"), ("post_attention_layernorm.weight",), False),
+    (("ln_2", "scale"), ("pre_feedforward_layernorm.weight",), False),
+    (("ln_2_post", "scale"), ("post_feedforward_layernorm.weight",), False))
 _GPT2_LAYER = (
     (("ln_1", "scale"), ("ln_1.weight",), False), (("ln_1", "bias"), ("ln_1.bias",), False),
     (("attn", "c_attn", "kernel"), ("attn.c_attn.weight",), False),
@@ -83,7 +89,12 @@ def _table(model: GPT, model_type: str):
                         "mlp.down_proj.bias": (d,)})
     if model.qk_norm:
       per_layer.update({"self_attn.q_norm.weight": (k,), "self_attn.k_norm.weight": (k,)})
-    layer = [row for row in _LLAMA_LAYER if row[1][0] in per_layer]
+    rows = _LLAMA_LAYER
+    if model.ln == "sandwich":
+      per_layer.update({"pre_feedforward_layernorm.weight": (d,),
+                        "post_feedforward_layernorm.weight": (d,)})
+      rows = tuple(r for r in rows if r[0] != ("ln_2", "scale")) + _SANDWICH_NORMS
+    layer = [row for row in rows if row[1][0] in per_layer]
     if model_type == "phi3":
       per_layer, layer = hf_phi.fuse(per_layer, layer)
     prefix = "model.layers.{i}."

@@ -112,22 +112,27 @@ def count_params(params) -> int:
 # ---------------------------------------------------------------------------------------------
 # Norms by name.
 
-NORM_NAMES = ("none", "batch", "layer", "rms", "group")
+NORM_NAMES = ("none", "batch", "layer", "rms", "rms1p", "group")
 
 
 class RMSNorm(nn.Module):
-  """y = gamma * x / sqrt(mean(x^2) + eps) over the last axis: no mean, no beta."""
+  """y = gamma * x / sqrt(mean(x^2) + eps) over the last axis: no mean, no beta. With
+  `plus_one` (norm 'rms1p', Gemma's) the stored scale w is zero-centred: gamma = 1 + w, w
+  initialised at 0, computed in fp32 (as transformers' GemmaRMSNorm: (1 + w.float()))."""
 
   epsilon: float = 1e-6
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
+  plus_one: bool = False
 
   @nn.compact
   def __call__(self, x):
-    scale = self.param("scale", nn.initializers.ones, (x.shape[-1],), self.param_dtype)
+    init = nn.initializers.zeros if self.plus_one else nn.initializers.ones
+    scale = self.param("scale", init, (x.shape[-1],), self.param_dtype)
     x32 = x.astype(jnp.float32)  # the mean of squares in fp32 even under bf16
     y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.epsilon)
-    return (y * scale.astype(jnp.float32)).astype(self.dtype)
+    gamma = scale.astype(jnp.float32) + 1.0 if self.plus_one else scale.astype(jnp.float32)
+    return (y * gamma).astype(self.dtype)
 
 
 def batch_stats_guard(bn: Callable) -> Callable:
@@ -149,7 +154,8 @@ def batch_stats_guard(bn: Callable) -> Callable:
 def make_norm(kind: str, *, train: bool, name: str | None = None, dtype: Dtype = jnp.float32,
               param_dtype: Dtype = jnp.float32, momentum: float = 0.9, epsilon: float = 1e-5,
               num_groups: int = 8, axis_name: str | None = None) -> Callable:
-  """A norm layer by name; call inside a compact method. 'none' gives the identity.
+  """A norm layer by name; call inside a compact method. 'none' gives the identity; 'rms1p' is
+  RMSNorm scaled by (1 + w) (`RMSNorm.plus_one`).
 
   'batch': batch statistics when `train`, running averages otherwise; running average
   r <- momentum r + (1 - momentum) batch (0.9 here is PyTorch's momentum 0.1). With `axis_name`
@@ -164,8 +170,9 @@ def make_norm(kind: str, *, train: bool, name: str | None = None, dtype: Dtype =
     return bn if not train or axis_name is not None else batch_stats_guard(bn)
   if kind == "layer":
     return nn.LayerNorm(epsilon=epsilon, dtype=dtype, param_dtype=param_dtype, name=name)
-  if kind == "rms":
-    return RMSNorm(epsilon=epsilon, dtype=dtype, param_dtype=param_dtype, name=name)
+  if kind in ("rms", "rms1p"):
+    return RMSNorm(epsilon=epsilon, dtype=dtype, param_dtype=param_dtype, name=name,
+                   plus_one=kind == "rms1p")
   if kind == "group":
     return nn.GroupNorm(num_groups=num_groups, epsilon=epsilon, dtype=dtype,
                         param_dtype=param_dtype, name=name)

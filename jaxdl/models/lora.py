@@ -89,11 +89,11 @@ def resolve_sites(patterns, sites) -> tuple[str, ...]:
 
 def site_widths(model) -> dict[str, tuple[int, int]]:
   """(D_in, D_out) of each adaptable site of a transformer `model` (D width, H K query features
-  (= D unless head_dim is set), N K key/value features, F = `mlp_width`; SwiGLU's c_fc is
-  [gate, up], 2 F wide)."""
+  (= D unless head_dim is set), N K key/value features, F = `mlp_width`; a gated MLP's c_fc
+  (SwiGLU, GeGLU) is [gate, up], 2 F wide)."""
   d, k = model.d_model, model.head_width
   f = model.mlp_width
-  f_in = 2 * f if model.mlp == "swiglu" else f
+  f_in = 2 * f if model.mlp in ("swiglu", "geglu") else f
   q = model.n_head * k
   return {"attn/q": (d, q), "attn/k": (d, model.kv_heads * k), "attn/v": (d, model.kv_heads * k),
           "attn/o": (q, d), "mlp/c_fc": (d, f_in), "mlp/c_proj": (f, d)}

@@ -1,16 +1,18 @@
-"""The transformer block, the stack of L blocks (scanned or unrolled) and the patch embedding that
-GPT, ViT and DiT share.
+"""The transformer block and the stack of L blocks (scanned or unrolled) that GPT, ViT and DiT
+share.
 
-Shapes: B batch, T sequence, D model width, F MLP hidden width, L layers; for images H, W, C
-height, width, channels, P patch size, Q = P P C features of a patch.
+Shapes: B batch, T sequence, D model width, F MLP hidden width, L layers.
 
 Block, pre-LN (GPT-2):  x <- x + Attn(LN(x));  x <- x + MLP(LN(x))   (the stack ends with LN_f)
 Block, post-LN:         x <- LN(x + Attn(x));  x <- LN(x + MLP(x))
+Block, sandwich (Gemma 2): x <- x + LN'(Attn(LN(x)));  x <- x + LN'(MLP(LN(x)))   (LN' ln_*_post)
 DropPath (stochastic depth, `drop_path` p): in training each residual branch of each example is
 dropped whole with probability p and kept ones are scaled by 1 / (1 - p), so E[branch] holds.
-MLP: c_proj(GELU(c_fc x)), or SwiGLU c_proj(silu(x W_g) * (x W_u)); F = mlp_hidden, whose 0
-means 4D (GELU) or 8D/3 (SwiGLU, the same parameter count as 4D with two input matrices):
-`TransformerModel.mlp_width`.
+MLP: c_proj(GELU(c_fc x)), or SwiGLU c_proj(silu(x W_g) * (x W_u)), or GeGLU (Gemma) with the
+tanh GELU in silu's place; F = mlp_hidden, whose 0 means 4D (GELU) or 8D/3 (gated, the same
+parameter count as 4D with two input matrices): `TransformerModel.mlp_width`.
+Per-layer attention kinds (`local_layers`, windowed or full; GPT's attn_pattern argues the one
+scan): a stack of both kinds scans each layer's kind as an (L,) value beside the KV cache.
 Attention: H = n_head query heads, N = n_kv_head key/value heads (grouped-query when N < H; 0
 means N = H: `TransformerModel.kv_heads`).
 LoRA (`lora_spec`, `jaxdl.models.lora`): low-rank adapters beside the sites it names.
@@ -29,9 +31,7 @@ elementwise ops, norms, softmax), 'dots_no_batch' the matmuls without batch dime
 projections and MLP, not attention's batched QK^T / AV, so no B x H x T x T is kept), 'offload'
 those same dots moved to host memory (an accelerator's pinned host; refused on the CPU backend,
 whose device memory is the host's).
-Patch embedding (`patch_embed`, ViT's and DiT's): x_BxTxD = patchify(x_BxHxWxC) W + b with W
-(Q, D), T = H W / P^2 patches row-major, each flattened as (P, P, C): a P x P convolution of
-stride P written as one matmul, whose layout `unpatchify` inverts.
+The patch embedding ViT and DiT put before the stack is `jaxdl.models.patches`'.
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jaxdl.models import attention, layers, lora, moe, ssm
+from jaxdl.models import attention, layers, lora, moe, ring_attention, ssm
 from jaxdl.models import rope as rope_lib
-from jaxdl.schema import NONNEG, POSITIVE, UNIT, Check, fail, one_of, setting
+from jaxdl.schema import NONNEG, POSITIVE, UNIT, Check, fail, one_of, runtime, setting
 
 Dtype = Any
 
@@ -81,10 +81,11 @@ class TransformerModel(layers.Model):
   # N must divide n_head (1: multi-query). The KV cache holds N heads.
   n_kv_head: int = setting(0, NONNEG)
   d_model: int = setting(128, POSITIVE)
-  mlp: str = setting("gelu", one_of("gelu", "swiglu"))
-  mlp_hidden: int = setting(0, NONNEG)  # F; 0: 4 D (gelu) or 8 D / 3 (swiglu)
-  norm: str = setting("layer", one_of("layer", "rms"))
-  ln: str = setting("pre", one_of("pre", "post"))
+  mlp: str = setting("gelu", one_of("gelu", "swiglu", "geglu"))
+  mlp_hidden: int = setting(0, NONNEG)  # F; 0: 4 D (gelu) or 8 D / 3 (swiglu, geglu)
+  # 'rms1p': RMSNorm scaled by (1 + w), w initialised at 0 (Gemma); q/k norms follow it.
+  norm: str = setting("layer", one_of("layer", "rms", "rms1p"))
+  ln: str = setting("pre", one_of("pre", "post", "sandwich"))
   dropout: float = setting(0.0, UNIT, run_choice=True)
   attn_dropout: float = setting(0.0, UNIT, run_choice=True)
   # Stochastic depth: in training each block's residual branches are dropped whole per example
@@ -107,11 +108,15 @@ class TransformerModel(layers.Model):
   epsilon: float = setting(1e-5, POSITIVE)
   dtype: Dtype = setting(jnp.float32, run_choice=True)
   param_dtype: Dtype = setting(jnp.float32, run_choice=True)
+  sequence: ring_attention.SequenceSpec | None = runtime()  # set under parallel.sequence > 1
 
   # The variants a subclass may switch on (`BlockSpec`): off here.
   rope: ClassVar[bool] = False
   rope_spec: ClassVar[rope_lib.RopeSpec] = rope_lib.RopeSpec()  # the RoPE frequencies
   sliding_window: ClassVar[int] = 0  # W > 0: causal attention sees only the W latest tokens
+  local_rope: ClassVar[rope_lib.RopeSpec | None] = None  # the windowed layers' own RoPE
+  attn_scale_dim: ClassVar[float] = 0.0  # logits / sqrt(attn_scale_dim), 0: K; then softcap
+  attn_softcap: ClassVar[float] = 0.0
   qkv_bias: ClassVar[bool] = False  # Q/K/V biases even with use_bias off (Qwen2)
   attn_bias: ClassVar[bool] = False  # Q/K/V/O biases even with use_bias off (Llama's)
   mlp_bias: ClassVar[bool] = False  # MLP biases even with use_bias off (Llama's)
@@ -147,7 +152,12 @@ class TransformerModel(layers.Model):
   def mlp_width(self) -> int:
     """F, the MLP hidden width: mlp_hidden, or when it is 0 4 D (GELU) or 8 D / 3 (SwiGLU: its
     three D x F matrices hold as many parameters as GELU's two D x 4D ones). The one place."""
-    return self.mlp_hidden or (8 * self.d_model // 3 if self.mlp == "swiglu" else 4 * self.d_model)
+    return self.mlp_hidden or (4 * self.d_model if self.mlp == "gelu" else 8 * self.d_model // 3)
+
+  @property
+  def local_layers(self) -> tuple[bool, ...]:
+    """Per layer, whether its attention is windowed (here: all iff sliding_window > 0)."""
+    return (bool(self.sliding_window),) * self.n_layer
 
   @property
   def block_spec(self) -> BlockSpec:
@@ -173,7 +183,11 @@ class BlockSpec:
   drop_path: float
   rope: bool
   rope_spec: rope_lib.RopeSpec
-  sliding_window: int
+  local_rope: rope_lib.RopeSpec | None  # the local layers' RoPE when it differs (None: rope_spec)
+  sliding_window: int  # W, resolved: 0 when no layer is local
+  mixed_layers: bool  # local and global layers both: the block takes its kind per layer
+  attn_scale_dim: float
+  attn_softcap: float
   qk_norm: bool
   use_bias: bool
   qkv_bias: bool
@@ -185,16 +199,20 @@ class BlockSpec:
   moe_spec: moe.MoeSpec | None  # the MLP is a mixture of experts (`jaxdl.models.moe`)
   ssm_spec: ssm.SsmSpec | None  # the token mixer is a selective SSM (`jaxdl.models.ssm`)
   lora_spec: lora.LoraSpec | None  # low-rank adapters (`jaxdl.models.lora`)
+  sequence: ring_attention.SequenceSpec | None  # the sequence split over devices
   dtype: Dtype
   param_dtype: Dtype
 
   @classmethod
   def of(cls, model: TransformerModel) -> BlockSpec:
     """`model`'s attributes of the same names, with N, K and F resolved (`kv_heads`,
-    `head_width`, `mlp_width`);
+    `head_width`, `mlp_width`), the layer kinds from `local_layers`;
     n_residual = 2 L (attention and MLP per block)."""
+    local = model.local_layers
     derived = dict(n_kv_head=model.kv_heads, head_dim=model.head_width,
-                   mlp_hidden=model.mlp_width, n_residual=2 * model.n_layer)
+                   mlp_hidden=model.mlp_width, n_residual=2 * model.n_layer,
+                   sliding_window=model.sliding_window if any(local) else 0,
+                   mixed_layers=any(local) and not all(local))
     return cls(**{f.name: getattr(model, f.name) for f in dataclasses.fields(cls)
                   if f.name not in derived}, **derived)
 
@@ -213,8 +231,9 @@ class BlockSpec:
 
 
 class MlpBlock(nn.Module):
-  """c_proj(GELU(c_fc x)); or SwiGLU: c_fc gives [gate, up], c_proj(silu(gate) * up). F is
-  `cfg.mlp_hidden` (resolved by `TransformerModel.mlp_width`).
+  """c_proj(GELU(c_fc x)); or SwiGLU: c_fc gives [gate, up], c_proj(silu(gate) * up); GeGLU
+  the same with the tanh GELU for silu (Gemma's gelu_pytorch_tanh). F is `cfg.mlp_hidden`
+  (resolved by `TransformerModel.mlp_width`).
 
   GELU is the tanh form, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as in GPT-2.
   """
@@ -235,33 +254,36 @@ class MlpBlock(nn.Module):
     if cfg.mlp == "gelu":
       h_BxTxF = nn.gelu(adapted(dense(f, kernel_init=cfg.kernel_init, name="c_fc"), "mlp/c_fc",
                                 x_BxTxD), approximate=True)
-    else:  # swiglu
+    else:  # swiglu, geglu
       gate, up = jnp.split(adapted(dense(2 * f, kernel_init=cfg.kernel_init, name="c_fc"),
                                    "mlp/c_fc", x_BxTxD), 2, axis=-1)
-      h_BxTxF = nn.silu(gate) * up
+      act = nn.silu if cfg.mlp == "swiglu" else functools.partial(nn.gelu, approximate=True)
+      h_BxTxF = act(gate) * up
     return adapted(dense(d, kernel_init=cfg.out_init, name="c_proj"), "mlp/c_proj", h_BxTxF)
 
 
 class Block(nn.Module):
-  """One transformer block; `__call__(x, cache, pos, mask, positions, segment_ids) ->
-  (x, new_cache)` (scan-friendly). `mask` (B, 1, T, S) bool narrows attention beyond causality;
-  `positions` (B, T) are the RoPE positions when given. `segment_ids` (B, T) keep packed
-  documents apart in either mixer: attention also needs segment_ids[s] = segment_ids[t], the SSM
-  restarts its state and convolution at each document's start (`jaxdl.models.ssm`). The MLP
-  (and an MoE's experts) act token by token, so they need nothing; an MoE's capacity is shared
-  by the batch, though (`jaxdl.models.moe`).
+  """One transformer block; `__call__(x, cache, pos, mask, positions, segment_ids, local) ->
+  (x, new_cache)` (scan-friendly). `local`: this layer's kind, a traced bool, in a stack of
+  both kinds (`cfg.mixed_layers`), else None. `mask` (B, 1, T, S) bool narrows attention
+  beyond causality; `positions` (B, T) are the RoPE positions when given. `segment_ids` (B, T)
+  keep packed documents apart in either mixer: attention also needs segment_ids[s] =
+  segment_ids[t], the SSM restarts its state and convolution at each document's start
+  (`jaxdl.models.ssm`). The MLP (and an MoE's experts) act token by token, so they need
+  nothing; an MoE's capacity is shared by the batch, though (`jaxdl.models.moe`).
   """
 
   cfg: BlockSpec
   train: bool = False
 
   @nn.compact
-  def __call__(self, x_BxTxD, cache=None, pos=0, mask=None, positions=None, segment_ids=None):
+  def __call__(self, x_BxTxD, cache=None, pos=0, mask=None, positions=None, segment_ids=None,
+               local=None):
     cfg, train = self.cfg, self.train
     if cfg.ssm_spec is not None and mask is not None:
       raise ValueError("Block: model.mixer='ssm' cannot apply an attention mask; packed documents "
                        "pass segment_ids")
-    if segment_ids is not None and cfg.ssm_spec is None:
+    if segment_ids is not None and cfg.ssm_spec is None and cfg.sequence is None:
       seg_Bx1xTxT = (segment_ids[:, :, None] == segment_ids[:, None, :])[:, None]
       mask = seg_Bx1xTxT if mask is None else jnp.logical_and(mask, seg_Bx1xTxT)
     dropout = nn.Dropout(cfg.dropout, deterministic=not train)
@@ -281,23 +303,28 @@ class Block(nn.Module):
         return y_BxTxD, {"h": h_BxExN, "conv": tail_BxKm1xE}
       attn = attention.MultiHeadAttention(
           n_head=cfg.n_head, n_kv_head=cfg.n_kv_head, causal=cfg.causal,
-          window=cfg.sliding_window, qk_norm=cfg.qk_norm, rope=cfg.rope,
-          rope_spec=cfg.rope_spec, head_dim=cfg.head_dim, qk_epsilon=cfg.epsilon,
+          window=cfg.sliding_window, qk_norm=cfg.qk_norm,
+          qk_norm_kind="rms1p" if cfg.norm == "rms1p" else "rms", rope=cfg.rope,
+          rope_spec=cfg.rope_spec, local_rope=cfg.local_rope, scale_dim=cfg.attn_scale_dim,
+          softcap=cfg.attn_softcap, head_dim=cfg.head_dim, qk_epsilon=cfg.epsilon,
           use_bias=cfg.use_bias, qkv_bias=cfg.qkv_bias, attn_bias=cfg.attn_bias,
           attn_dropout=cfg.attn_dropout, impl=cfg.attn_impl, kernel_init=cfg.kernel_init,
           out_init=cfg.out_init, lora=cfg.lora_spec, dtype=cfg.dtype,
-          param_dtype=cfg.param_dtype, name="attn")
+          param_dtype=cfg.param_dtype, sequence=cfg.sequence, name="attn")
       if cache is None:
-        return attn(h_BxTxD, train=train, pos=pos, mask=mask, positions=positions), None
+        return attn(h_BxTxD, train=train, pos=pos, mask=mask, positions=positions,
+                    local=local, segment_ids=segment_ids if cfg.sequence else None), None
       y_BxTxD, aux = attn(h_BxTxD, train=train, cache=cache, pos=pos, mask=mask,
-                          positions=positions)
+                          positions=positions, local=local)
       return y_BxTxD, aux["cache"]
 
     mlp = (MlpBlock if cfg.moe_spec is None else moe.MoeMlp)(cfg, name="mlp")
-    if cfg.ln == "pre":
+    if cfg.ln != "post":  # pre; sandwich also norms each branch's output before the sum
+      out = ((lambda name, h: cfg.make_norm(name, train)(h)) if cfg.ln == "sandwich"
+             else lambda name, h: h)
       a_BxTxD, new_cache = attend(cfg.make_norm("ln_1", train)(x_BxTxD))
-      x_BxTxD = x_BxTxD + drop(a_BxTxD)
-      x_BxTxD = x_BxTxD + drop(mlp(cfg.make_norm("ln_2", train)(x_BxTxD)))
+      x_BxTxD = x_BxTxD + drop(out("ln_1_post", a_BxTxD))
+      x_BxTxD = x_BxTxD + drop(out("ln_2_post", mlp(cfg.make_norm("ln_2", train)(x_BxTxD))))
     else:  # post
       a_BxTxD, new_cache = attend(x_BxTxD)
       x_BxTxD = cfg.make_norm("ln_1", train)(x_BxTxD + drop(a_BxTxD))
@@ -344,37 +371,17 @@ def stack_blocks(model: TransformerModel, block: type[nn.Module], x_BxTxD, *args
 def apply_blocks(model: TransformerModel, x_BxTxD, *, train: bool, cache=None, pos=0,
                  mask=None, positions=None, segment_ids=None):
   """GPT's and ViT's stack: L `Block`s (`stack_blocks`), then the final norm 'ln_f' under
-  pre-LN; returns (x, new_cache). `cache` (L, B, S, N, K) per key is split by layer; `mask`,
+  pre-LN and sandwich; returns (x, new_cache). `cache` (L, B, S, N, K) per key is split by
+  layer, and so are the layer kinds (L,) of a stack that mixes them (module docstring); `mask`,
   `positions` and `segment_ids` go to every block unchanged."""
+  local_L = jnp.asarray(model.local_layers) if model.block_spec.mixed_layers else None
   x_BxTxD, new_cache = stack_blocks(model, Block, x_BxTxD, cache, pos, mask, positions,
-                                    segment_ids, train=train,
-                                    layer_axes=(0, None, None, None, None))
-  if model.ln == "pre":
+                                    segment_ids, local_L, train=train,
+                                    layer_axes=(0, None, None, None, None,
+                                                None if local_L is None else 0))
+  if model.ln in ("pre", "sandwich"):
     x_BxTxD = model.block_spec.make_norm("ln_f", train)(x_BxTxD)
   return x_BxTxD, new_cache
-
-
-def patchify(x_BxHxWxC, p: int):
-  """(B, H, W, C) -> (B, H W / P^2, P P C), patches row-major, each patch (P, P, C) flattened."""
-  b, h, w, c = x_BxHxWxC.shape
-  x = x_BxHxWxC.reshape(b, h // p, p, w // p, p, c).transpose(0, 1, 3, 2, 4, 5)
-  return x.reshape(b, (h // p) * (w // p), p * p * c)
-
-
-def unpatchify(x_BxTxQ, p: int, h: int, w: int):
-  """The inverse of `patchify`: (B, T, P P C) -> (B, H, W, C)."""
-  b, _, q = x_BxTxQ.shape
-  c = q // (p * p)
-  x = x_BxTxQ.reshape(b, h // p, w // p, p, p, c).transpose(0, 1, 3, 2, 4, 5)
-  return x.reshape(b, h, w, c)
-
-
-def patch_embed(model: TransformerModel, x_BxHxWxC, p: int, kernel_init: Callable):
-  """x_BxTxD = patchify(x) W + b, W (P P C, D) named 'patch_embed' (module docstring); call
-  inside `model`'s compact method. H and W must be multiples of P (the caller says so first)."""
-  return nn.Dense(model.d_model, kernel_init=kernel_init, dtype=model.dtype,
-                  param_dtype=model.param_dtype, name="patch_embed")(
-                      patchify(x_BxHxWxC.astype(model.dtype), p))
 
 
 def unstack_layers(params: dict, n_layer: int) -> dict:

@@ -1,7 +1,8 @@
 """Vision transformer: P x P patches, a class token or mean pooling, the GPT block, non-causal.
 
-The patch embedding and the stack are `jaxdl.models.transformer`'s (`patch_embed`, shared with
-DiT: its kernel is (P P C, D), one matmul over the flattened patches; `apply_blocks`).
+The patch embedding is `jaxdl.models.patches`' (`patch_embed`, shared with DiT: its kernel is
+(P P C, D), one matmul over the flattened patches), the stack `jaxdl.models.transformer`'s
+(`apply_blocks`).
 
 Shapes: B batch, H height, W width, C channels, P patch size, T = H W / P^2 tokens (+1 with the
 class token), D model width, K classes.
@@ -16,7 +17,8 @@ import jax.numpy as jnp
 
 from jaxdl.models import layers, register_model
 from jaxdl.models.cnn import as_image
-from jaxdl.models.transformer import TransformerModel, apply_blocks, patch_embed
+from jaxdl.models.patches import patch_embed
+from jaxdl.models.transformer import TransformerModel, apply_blocks
 from jaxdl.schema import POSITIVE, each, one_of, setting
 
 

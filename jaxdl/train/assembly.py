@@ -149,9 +149,12 @@ def build(config, overrides=()) -> Run:
   model = jmodels.build_model(config.model)
   strategies.check_experts(model, parallel.expert)
   strategy = strategies.make_strategy(parallel.strategy, parallel.devices, fsdp=parallel.fsdp,
-                                      expert=parallel.expert, tensor=parallel.tensor)
+                                      expert=parallel.expert, tensor=parallel.tensor,
+                                      sequence=parallel.sequence,
+                                      sequence_attention=parallel.sequence_attention)
   strategies.check_tensor(model, parallel.tensor)
-  strategies.check_batch(data.batch_size, strategy.num_global_devices, parallel.tensor)
+  strategies.check_batch(data.batch_size, strategy.num_global_devices, parallel.tensor,
+                         parallel.sequence)
   accumulation.check_grad_accum(train.grad_accum, data.batch_size, strategy.batch_shards)
   optim = joptim.parse_optim(config.optim)
   if train.eval_ema and optim.ema_decay is None:
@@ -170,6 +173,10 @@ def build(config, overrides=()) -> Run:
             init_key=init_key, base_key=base_key)
   if parallel.tensor > 1:  # a model the rules do not split is refused, not run replicated
     strategies.check_layout(run.abstract_state().params, parallel.tensor, config.model.name)
+  if parallel.sequence > 1:
+    strategies.check_sequence(model, config.model.name, task.kind,
+                              lambda: run.task.init_input(run.example_batch()).shape[1],
+                              parallel.sequence)
   check_data_fits(run)
   check_best_metric(run)
   check_batch_statistics(run)

@@ -11,7 +11,7 @@ The config's top-level `init_from` (default '': off) names
 config the run trains, with every check done before the workdir is touched:
 
   model    the base's architecture: a run's config.json model section, or the GPT a Hugging
-           Face config.json describes (`jaxdl.models.hf_families.model_from_config`), with the
+           Face config.json describes (`jaxdl.models.hf.model_from_config`), with the
            run's own `run_fields` (LoRA, dropout, remat, dtypes, ...) on top; so an
            experiment's model section never has to describe the base by hand. With
            `model.param_dtype=bfloat16` and LoRA the frozen base is held (and saved) in bf16,
@@ -354,7 +354,7 @@ def init_state(init_fn, key, abstract, shardings, tx, path: str, model):
 
 def model_section_of_hf(path: str) -> dict:
   """The `model` section (name 'gpt' and its plain-valued fields) describing the Hugging Face
-  model at `path`, from its config.json (`hf_families.model_from_config`: a field the GPT cannot
+  model at `path`, from its config.json (`hf.model_from_config`: a field the GPT cannot
   represent is refused in one line; `hf.read_model`, which reads only the weights' headers)."""
   full = os.path.expanduser(path)
   model = hf.read_model(full)
@@ -362,7 +362,7 @@ def model_section_of_hf(path: str) -> dict:
   section = {"name": "gpt"}
   for f in dataclasses.fields(model):
     value = getattr(model, f.name)
-    if f.name not in ("parent", "name") and (value is None or isinstance(
-        value, (bool, int, float, str, tuple))):
+    if f.name not in ("parent", "name") and not f.metadata.get("runtime") and (
+        value is None or isinstance(value, (bool, int, float, str, tuple))):
       section[f.name] = value
   return section

@@ -1,13 +1,18 @@
-"""One named device mesh for every `jit` run: axes ('data', 'fsdp', 'expert', 'tensor').
+"""One named device mesh for every `jit` run: axes ('data', 'fsdp', 'expert', 'sequence',
+'tensor').
 
-Mesh: the N devices as a (N / (F X T)) x F x X x T grid, F = the fsdp axis (`parallel.fsdp`
-under the 'fsdp' strategy, 0 = all devices left; 1 under 'jit'), X = `parallel.expert`,
-T = `parallel.tensor` (innermost, so a tensor group is adjacent devices). An axis of size 1 is
-part of the mesh and splits nothing, so data parallelism, FSDP, expert and tensor parallelism
-and their combinations are one class with one set of shardings:
+Mesh: the N devices as a (N / (F X S T)) x F x X x S x T grid, F = the fsdp axis
+(`parallel.fsdp` under the 'fsdp' strategy, 0 = all devices left; 1 under 'jit'), X =
+`parallel.expert`, S = `parallel.sequence`, T = `parallel.tensor` (innermost, so a tensor group
+is adjacent devices). An axis of size 1 is part of the mesh and splits nothing, so data
+parallelism, FSDP, expert, sequence and tensor parallelism and their combinations are one class
+with one set of shardings:
 
   batch   `NamedSharding(mesh, P(('data', 'fsdp', 'expert')))`: split over every axis but
-          'tensor' (every device of a tensor group sees the same rows)
+          'sequence' and 'tensor' (every device of a sequence or tensor group sees the same rows;
+          the GPT splits their positions over 'sequence' itself: `model_overrides` gives it a
+          `jaxdl.models.ring_attention.SequenceSpec`, under which its activations, logits and
+          attention are split along the sequence)
   state   `NamedSharding(mesh, param_spec(path, shape, mesh sizes))` per leaf, by the logical-
           name rules of `jaxdl.train.sharding_rules` (named dimensions on 'tensor' / 'expert',
           then the fsdp shape rule on 'fsdp'); with every axis but 'data' of size 1 that is P()
@@ -41,11 +46,12 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from jaxdl.models.ring_attention import SequenceSpec
 from jaxdl.optim import tree_reductions
 from jaxdl.schema import ConfigError
 from jaxdl.train import sharding_rules
 from jaxdl.train.sharding_rules import (DATA_AXIS, EXPERT_AXIS, FSDP_AXIS, MESH_AXES,
-                                        TENSOR_AXIS)
+                                        SEQUENCE_AXIS, TENSOR_AXIS)
 
 log = logging.getLogger("jaxdl")
 
@@ -74,7 +80,8 @@ def host_buffers(state):
   return jax.tree.map(one, state)
 
 
-def mesh_sizes(n: int, fsdp: int = 1, expert: int = 1, tensor: int = 1) -> dict[str, int]:
+def mesh_sizes(n: int, fsdp: int = 1, expert: int = 1, tensor: int = 1,
+               sequence: int = 1) -> dict[str, int]:
   """The axis sizes of the mesh over `n` devices (`fsdp` 0: all devices left by the others);
   ConfigError, one line naming the setting, for a size that does not divide what is left."""
   if tensor < 1 or n % tensor:
@@ -86,16 +93,26 @@ def mesh_sizes(n: int, fsdp: int = 1, expert: int = 1, tensor: int = 1) -> dict[
                       f"{jax.local_device_count()} devices of one process; a tensor group "
                       f"must lie within a process")
   left = f" left by parallel.tensor={tensor}" if tensor > 1 else ""
-  if expert < 1 or (n // tensor) % expert:
-    raise ConfigError(f"parallel.expert: {expert} does not divide the {n // tensor} devices"
-                      f"{left}; use a divisor of {n // tensor} (1 = no expert parallelism)")
-  m = n // (expert * tensor)  # the ('data', 'fsdp') grid's devices
+  if sequence < 1 or (n // tensor) % sequence:
+    raise ConfigError(f"parallel.sequence: {sequence} does not divide the {n // tensor} devices"
+                      f"{left}; use a divisor of {n // tensor} (1 = no sequence parallelism)")
+  if sequence > 1 and jax.process_count() > 1 and jax.local_device_count() % (sequence * tensor):
+    raise ConfigError(f"parallel.sequence: {sequence} x parallel.tensor={tensor} does not "
+                      f"divide the {jax.local_device_count()} devices of one process; a "
+                      f"sequence group shares its rows and must lie within a process")
+  n_st = n // (sequence * tensor)
+  by = [f"parallel.{k}={v}" for k, v in (("sequence", sequence), ("tensor", tensor)) if v > 1]
+  left = f" left by {', '.join(by)}" if by else ""
+  if expert < 1 or n_st % expert:
+    raise ConfigError(f"parallel.expert: {expert} does not divide the {n_st} devices"
+                      f"{left}; use a divisor of {n_st} (1 = no expert parallelism)")
+  m = n_st // expert  # the ('data', 'fsdp') grid's devices
   f = fsdp or m
   if f < 1 or m % f:
     group = (" of an expert group" if expert > 1 else "") + left
     raise ConfigError(f"parallel.fsdp: {fsdp} does not divide the {m} devices{group}; use a "
                       f"divisor of {m} (0 = all devices)")
-  return dict(zip(MESH_AXES, (m // f, f, expert, tensor)))
+  return dict(zip(MESH_AXES, (m // f, f, expert, sequence, tensor)))
 
 
 def _per_leaf(train_step: Callable) -> Callable:
@@ -115,16 +132,22 @@ class MeshStrategy:
   state_shardings, describe, batch_shards) is all the loop sees, and the `pmap` strategy's too.
   """
   axis_name = None
-  model_overrides: dict = {}
 
   def __init__(self, name: str = "jit", devices=None, fsdp: int = 1, expert: int = 1,
-               tensor: int = 1):
+               tensor: int = 1, sequence: int = 1, sequence_attention: str = "ring"):
     self.name = name
     self.devices = list(devices if devices is not None else jax.devices())
-    sizes = mesh_sizes(len(self.devices), fsdp, expert, tensor)
+    sizes = mesh_sizes(len(self.devices), fsdp, expert, tensor, sequence)
     self.mesh = Mesh(np.array(self.devices).reshape(tuple(sizes.values())), MESH_AXES)
     self.fsdp_size, self.expert_size, self.tensor_size = (sizes[FSDP_AXIS], sizes[EXPERT_AXIS],
                                                            sizes[TENSOR_AXIS])
+    self.sequence_size = sizes[SEQUENCE_AXIS]
+    # The model's runtime fields this strategy sets (`assembly.apply_precision`).
+    self.model_overrides = {}
+    if self.sequence_size > 1:
+      self.model_overrides["sequence"] = SequenceSpec(
+          self.mesh, BATCH_AXES, SEQUENCE_AXIS, TENSOR_AXIS if self.tensor_size > 1 else None,
+          sequence_attention)
     self.replicated = NamedSharding(self.mesh, P())
     self.batch_sharding = NamedSharding(self.mesh, P(BATCH_AXES))
     self._reported = False
@@ -144,8 +167,9 @@ class MeshStrategy:
 
   @property
   def batch_shards(self) -> int:
-    """How many parts the global batch is split into: all devices but a tensor group's copies."""
-    return len(self.devices) // self.tensor_size
+    """How many parts the global batch is split into: all devices but the copies of a sequence
+    and tensor group."""
+    return len(self.devices) // (self.tensor_size * self.sequence_size)
 
   def describe(self) -> dict:
     """The manifest's record: the axes of > 1 device ('data' always)."""

@@ -37,7 +37,7 @@ RESUMABLE_KEYS = ("train.steps", "train.eval_every", "train.log_every", "train.c
                   "train.loggers",
                   "optim.schedule.warmup_steps",  # checked by value: see check_run_length
                   "parallel.strategy", "parallel.devices", "parallel.fsdp", "parallel.expert",
-                  "parallel.tensor",
+                  "parallel.tensor", "parallel.sequence", "parallel.sequence_attention",
                   "description")
 
 

@@ -50,8 +50,9 @@ log = logging.getLogger("jaxdl")
 DATA_AXIS = "data"
 FSDP_AXIS = "fsdp"
 EXPERT_AXIS = "expert"
+SEQUENCE_AXIS = "sequence"
 TENSOR_AXIS = "tensor"
-MESH_AXES = (DATA_AXIS, FSDP_AXIS, EXPERT_AXIS, TENSOR_AXIS)
+MESH_AXES = (DATA_AXIS, FSDP_AXIS, EXPERT_AXIS, SEQUENCE_AXIS, TENSOR_AXIS)
 
 # (regex searched in the '/'-joined path, logical names of the leaf's last dimensions).
 PARAM_AXES: tuple[tuple[str, tuple[str | None, ...]], ...] = (

@@ -65,14 +65,13 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxdl.config import TrainSettings, parse_train
-from jaxdl.models import moe
+from jaxdl.config import TrainSettings, parse_parallel, parse_train
+from jaxdl.models import build_model, moe
 from jaxdl.models.gnn import Graph
 from jaxdl.train.chunked_loss import chunked_token_stats
 from jaxdl.train.token_losses import (masked_mean, next_token_ce, scored_weight, smoothed_targets,
                                       weighted_ce)
 from jaxdl.schema import ConfigError
-
 
 
 class Family(enum.Enum):
@@ -277,8 +276,10 @@ def binary(config, train_settings: TrainSettings) -> Task:
 
 @register_task("lm", Family.LM)
 def language_model(config, train_settings: TrainSettings) -> Task:
-  del config
   z_coef, chunk = train_settings.z_loss, train_settings.loss_chunk
+  # The head's hidden states and W come without the model's logit soft-cap (Gemma 2).
+  softcap = build_model(config.model).logit_softcap if chunk else 0.0
+  groups = parse_parallel(config).sequence if chunk else 1  # chunks within a device's share
 
   def loss_fn(apply_fn, params, model_state, batch, rngs, train):
     # Packed batches (`jaxdl.data.packing`) also carry segment and position ids.
@@ -286,7 +287,8 @@ def language_model(config, train_settings: TrainSettings) -> Task:
     if chunk:
       (h_BxTxD, w_DxV), new_state, aux_loss, aux_metrics = apply_model_aux(
           apply_fn, params, model_state, batch["x"], rngs, train, hidden=True, **packed)
-      ce_BxT, correct_BxT, log_z_BxT = chunked_token_stats(h_BxTxD, w_DxV, batch["y"], chunk)
+      ce_BxT, correct_BxT, log_z_BxT = chunked_token_stats(h_BxTxD, w_DxV, batch["y"], chunk,
+                                                           softcap, groups)
       log_z_BxT = log_z_BxT if z_coef else None
     else:
       logits_BxTxV, new_state, aux_loss, aux_metrics = apply_model_aux(
