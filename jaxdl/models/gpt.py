@@ -38,7 +38,8 @@ import jax.numpy as jnp
 import ml_collections
 from jax.sharding import PartitionSpec as P
 
-from jaxdl.models import layers, lora, moe, register_model, ring_attention, ssm, transformer
+from jaxdl.models import (layers, lora, moe, register_model, ring_attention, ssm, stack,
+                          transformer)
 from jaxdl.models import rope as rope_lib
 from jaxdl.schema import (NONNEG, OPEN_FRACTION, POSITIVE, Check, ConfigError, each, fail,
                           one_of, setting)
@@ -181,7 +182,7 @@ class GPT(transformer.TransformerModel):
     layers ('l'); with no pattern every layer is local iff sliding_window > 0.
 
     A stack that mixes both stays one `nn.scan` of one compiled block, the kind passed in as a
-    scanned (L,) bool (`transformer.apply_blocks`) that selects the mask band and the RoPE
+    scanned (L,) bool (`stack.apply_blocks`) that selects the mask band and the RoPE
     frequencies inside the block. Splitting the stack into runs of equal kinds instead would
     make Gemma 3's 5-local-1-global pattern ten scans over 26 layers (compile time growing
     with depth again) and the parameter layout depend on the pattern; the select costs a T x S
@@ -296,7 +297,7 @@ class GPT(transformer.TransformerModel):
       x_BxTxD = x_BxTxD + (wpe(pos + jnp.arange(t))[None] if positions is None
                            else wpe(positions))
     x_BxTxD = nn.Dropout(self.dropout, deterministic=not train)(x_BxTxD)
-    x_BxTxD, new_cache = transformer.apply_blocks(self, x_BxTxD, train=train, cache=cache,
+    x_BxTxD, new_cache = stack.apply_blocks(self, x_BxTxD, train=train, cache=cache,
                                                   pos=pos, mask=mask, positions=positions,
                                                   segment_ids=segment_ids)
     if seq is not None:
