@@ -5,8 +5,8 @@ the DataLoader itself runs. Speed is measured in `jaxdl bench`, never here."""
 import numpy as np
 import pytest
 
-from jaxdl import bench, data
-from jaxdl.bench import loaders
+from jaxdl import data
+from jaxdl.bench import benches, loaders
 from jaxdl.config import base_config
 from jaxdl.data import prepare
 
@@ -48,7 +48,7 @@ def images(tmp_path_factory):
 def test_without_torch_one_row_says_how_to_enable_it(monkeypatch):
   monkeypatch.setattr(loaders, "torch_available", lambda: False)
   r = loaders.bench_dataloader()
-  rows = bench._dataloader_rows("data", r)
+  rows = benches._dataloader_rows("data", r)
   assert len(rows) == 1 and rows[0]["met"] is None and rows[0]["ratio"] is None
   assert 'pip install -e ".[bench]"' in rows[0]["measure"]
 

@@ -13,7 +13,7 @@ from jaxdl.models import build_model
 from jaxdl.models.denoiser import CondEmbedding
 from jaxdl.models.dit import DiTDenoiser, sincos_2d
 from jaxdl.models.patches import patchify, unpatchify
-from jaxdl.models.transformer import unstack_layers
+from jaxdl.models.stack import unstack_layers
 from jaxdl.schema import ConfigError
 
 ZERO_INIT = ("adaLN", "final_adaLN", "final")  # the Dense layers adaLN-Zero starts at 0

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from jaxdl import models
-from jaxdl.models import decoding, gpt, transformer
+from jaxdl.models import decoding, gpt, stack
 
 TOK = jax.random.randint(jax.random.key(1), (2, 12), 0, 64)
 
@@ -105,7 +105,7 @@ def test_causality_through_gradients(kw, tiny):
 def test_scan_vs_unrolled_and_remat_vs_plain(tiny):
   m, p = tiny
   unrolled, remat = _model(scan_layers=False), _model(remat="full")
-  p_unrolled = transformer.unstack_layers(p, m.n_layer)
+  p_unrolled = stack.unstack_layers(p, m.n_layer)
   shapes = jax.eval_shape(lambda: unrolled.init(jax.random.key(0), TOK, train=False))["params"]
   assert jax.tree.map(jnp.shape, shapes) == jax.tree.map(jnp.shape, p_unrolled)
 
@@ -118,7 +118,7 @@ def test_scan_vs_unrolled_and_remat_vs_plain(tiny):
   l2, g2 = jax.jit(jax.value_and_grad(lambda q: loss(remat, q)))(p)
   np.testing.assert_allclose(l1, l0, rtol=1e-6)
   np.testing.assert_allclose(l2, l0, rtol=1e-6)
-  chex.assert_trees_all_close(transformer.stack_layers(g1), g0, atol=1e-6)
+  chex.assert_trees_all_close(stack.stack_layers(g1), g0, atol=1e-6)
   chex.assert_trees_all_close(g2, g0, atol=1e-6)
 
 

@@ -23,7 +23,7 @@ import pytest
 
 from jaxdl import cli
 from jaxdl.data import tokenize
-from jaxdl.models import decoding, hf, hf_families, hf_tensors, lora, transformer
+from jaxdl.models import decoding, hf, hf_families, hf_tensors, lora, stack
 from jaxdl.models.gpt import GPT, PRESETS
 from jaxdl.schema import ConfigError
 
@@ -175,7 +175,7 @@ def test_config_fields_and_unrolled_layers(reference, hf_model, llama_dir):
   np.testing.assert_allclose(_logits(model, params, TOKENS), hf_reference.logits(ref, TOKENS),
                              atol=1e-5, rtol=0)
   scanned, p_scanned = hf.load_hf(llama_dir)
-  chex.assert_trees_all_equal(transformer.stack_layers(params), p_scanned)
+  chex.assert_trees_all_equal(stack.stack_layers(params), p_scanned)
   assert scanned.scan_layers and "h" in p_scanned
   # Mistral's window of 16 below its 64 positions: a setting, the context stays 64.
   mistral = hf.load_hf(hf_model("mistral"))[0]

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from jaxdl import models
-from jaxdl.models import hf, hf_families, hf_tensors, rope, transformer
+from jaxdl.models import hf, hf_families, hf_tensors, rope, stack
 from jaxdl.schema import ConfigError
 
 TOK = jax.random.randint(jax.random.key(1), (2, 8), 0, 64)
@@ -64,7 +64,7 @@ def test_gpt2_export_import_round_trip(tmp_path):
   # Import into an unrolled model (its config from config.json) computes the same logits.
   m2, p2 = hf.load_hf(str(tmp_path / "tiny"), scan_layers=False)
   assert (m2.n_head, m2.n_layer, m2.d_model, m2.vocab_size) == (4, 2, 32, 64)
-  chex.assert_trees_all_equal(transformer.stack_layers(p2), p)
+  chex.assert_trees_all_equal(stack.stack_layers(p2), p)
   f = jax.jit(lambda: (m.apply({"params": p}, TOK, train=False),
                        m2.apply({"params": p2}, TOK, train=False)))
   y, y2 = f()

@@ -14,7 +14,8 @@ from jax.sharding import PartitionSpec as P
 
 from jaxdl import cli
 from jaxdl.models import build_model, gpt_config, moe
-from jaxdl.models.gpt import GPT, gpt_costs
+from jaxdl.models.costs import gpt_costs
+from jaxdl.models.gpt import GPT
 from jaxdl.train import step, strategies, tasks
 from jaxdl.train.step import create_train_state
 

@@ -165,7 +165,7 @@ def test_attention_maps_are_causal_rows_and_leave_the_model_unchanged():
     assert np.all(np.triu(w, k=1) == 0.0)
   # Unstacking the scanned params gives the same function (what attention_maps relies on).
   unrolled = models.build_model(models.gpt_config("tiny", scan_layers=False))
-  from jaxdl.models.transformer import unstack_layers
+  from jaxdl.models.stack import unstack_layers
   apply = jax.jit(lambda m, p: m.apply({"params": p}, tokens, train=False), static_argnums=0)
   np.testing.assert_allclose(apply(unrolled, unstack_layers(params, cfg.n_layer)),
                              apply(model, params), atol=1e-5)

@@ -3,7 +3,7 @@ compute, and the state-space mixer against attention as T grows.
 
   moe  train-step seconds of a GPT whose MLPs are E = 8 experts of width F = 4D with top-2
        routing (capacity 1.25) vs the same GPT with one dense MLP of width 2F = 8D (the FLOPs of
-       two experts per token, `jaxdl.models.gpt.gpt_costs`); target <= 1.5x.
+       two experts per token, `jaxdl.models.costs.gpt_costs`); target <= 1.5x.
   moe_dispatch  forward + backward seconds of one MoE layer's routing, dispatch, experts and
        combine at N = B T tokens: the index dispatch `jaxdl.models.moe` uses (scatter to an
        (E, C, D) buffer, gather back: O(N K D) movement) vs a one-hot (N, E, C) dispatch einsum
@@ -27,7 +27,7 @@ import optax
 from jaxdl.bench.timing import Clock, interleaved
 from jaxdl.models import build_model, gpt_config
 from jaxdl.models import moe
-from jaxdl.models.gpt import gpt_costs
+from jaxdl.models.costs import gpt_costs
 from jaxdl.train import step as jstep
 from jaxdl.train import tasks
 from jaxdl.train.step import create_train_state

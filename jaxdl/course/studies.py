@@ -207,7 +207,7 @@ def recall_sweep(config, workdir: str, summary: dict) -> dict:
   `config.mixers` (<workdir>/P<P>_<mixer>; block size P + queries): eval accuracy at the
   queries, eval loss and parameter count."""
   from jaxdl.models import build_model
-  from jaxdl.models.gpt import gpt_costs
+  from jaxdl.models.costs import gpt_costs
 
   def measure(c, directory, s):
     return {"eval_accuracy": s["eval"]["accuracy"], "eval_loss": s["eval"]["loss"],

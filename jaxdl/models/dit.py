@@ -17,7 +17,7 @@ initialization every gate g is 0, every block is exactly the identity on the tok
 the output is exactly 0 whatever x, t and y. Attention and MLP are the shared
 `attention.MultiHeadAttention` (non-causal) and `transformer.MlpBlock`, configured by the
 `TransformerModel` settings through a `BlockSpec`, the patch embedding and the stack of L blocks
-(scanned or unrolled, remat) the shared `patches.patch_embed` and `transformer.stack_blocks`;
+(scanned or unrolled, remat) the shared `patches.patch_embed` and `stack.stack_blocks`;
 the position embedding is the paper's fixed 2-D sin-cos.
 
 Shapes: B batch, H/W/C image height/width/channels, P patch size, T tokens, Q = P P C features
@@ -35,7 +35,8 @@ import numpy as np
 from jaxdl.models import attention, register_model
 from jaxdl.models.denoiser import Denoiser
 from jaxdl.models.patches import patch_embed, unpatchify
-from jaxdl.models.transformer import BlockSpec, MlpBlock, TransformerModel, stack_blocks
+from jaxdl.models.stack import stack_blocks
+from jaxdl.models.transformer import BlockSpec, MlpBlock, TransformerModel
 from jaxdl.schema import POSITIVE, each, fail, setting
 
 _ZEROS = nn.initializers.zeros
@@ -68,7 +69,7 @@ def plain_norm(cfg: BlockSpec, name: str):
 
 class DiTBlock(nn.Module):
   """x <- x + g_1 Attn(mod(LN x)); x <- x + g_2 MLP(mod(LN x)); `__call__(x, c) -> (x, None)`
-  (`transformer.stack_blocks`' block). Dropout (`cfg.dropout`) and stochastic depth
+  (`stack.stack_blocks`' block). Dropout (`cfg.dropout`) and stochastic depth
   (`cfg.drop_path`) act on each gated branch as in `transformer.Block`."""
 
   cfg: BlockSpec

@@ -33,12 +33,12 @@ import dataclasses
 import functools
 import chex
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 import ml_collections
 from jax.sharding import PartitionSpec as P
 
-from jaxdl.models import layers, lora, moe, register_model, ring_attention, ssm, transformer
+from jaxdl.models import (layers, lora, moe, register_model, ring_attention, ssm, stack,
+                          transformer)
 from jaxdl.models import rope as rope_lib
 from jaxdl.schema import (NONNEG, OPEN_FRACTION, POSITIVE, Check, ConfigError, each, fail,
                           one_of, setting)
@@ -181,7 +181,7 @@ class GPT(transformer.TransformerModel):
     layers ('l'); with no pattern every layer is local iff sliding_window > 0.
 
     A stack that mixes both stays one `nn.scan` of one compiled block, the kind passed in as a
-    scanned (L,) bool (`transformer.apply_blocks`) that selects the mask band and the RoPE
+    scanned (L,) bool (`stack.apply_blocks`) that selects the mask band and the RoPE
     frequencies inside the block. Splitting the stack into runs of equal kinds instead would
     make Gemma 3's 5-local-1-global pattern ten scans over 26 layers (compile time growing
     with depth again) and the parameter layout depend on the pattern; the select costs a T x S
@@ -296,7 +296,7 @@ class GPT(transformer.TransformerModel):
       x_BxTxD = x_BxTxD + (wpe(pos + jnp.arange(t))[None] if positions is None
                            else wpe(positions))
     x_BxTxD = nn.Dropout(self.dropout, deterministic=not train)(x_BxTxD)
-    x_BxTxD, new_cache = transformer.apply_blocks(self, x_BxTxD, train=train, cache=cache,
+    x_BxTxD, new_cache = stack.apply_blocks(self, x_BxTxD, train=train, cache=cache,
                                                   pos=pos, mask=mask, positions=positions,
                                                   segment_ids=segment_ids)
     if seq is not None:
@@ -322,37 +322,6 @@ class GPT(transformer.TransformerModel):
     if seq is not None:
       logits_BxTxV = ring_attention.constrain(logits_BxTxV, seq, P.UNCONSTRAINED)
     return logits_BxTxV if cache is None else (logits_BxTxV, new_cache)
-
-
-# ---------------------------------------------------------------------------------------------
-# Size and compute.
-
-
-def gpt_costs(model: GPT, seq_len: int | None = None) -> dict:
-  """Parameters and forward FLOPs per token of `model` (a multiply-add is 2 FLOPs):
-
-    params           every scalar `init` creates (counted from shapes, nothing allocated)
-    active_params    the scalars one token uses: an expert weight counts K / E of its size
-    flops_per_token  2 M + 4 T D L: M = the matrix weights a token multiplies (kernels, the
-                     router, K / E of the experts, the head), and per layer Q K^T and the weighted
-                     sum of V over T = seq_len keys (default block_size)
-  An MoE's params grow with E while its FLOPs grow with K (and the E-wide router).
-  """
-  t = seq_len or model.block_size
-  shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), jnp.zeros((1, 1), jnp.int32),
-                                             train=False))["params"]
-  spec = model.moe_spec
-  params = active = matmul = 0.0
-  for path, leaf in jax.tree_util.tree_leaves_with_path(shapes):
-    name = jax.tree_util.keystr(path)
-    used = leaf.size * moe.active_fraction(name, spec)
-    params, active = params + leaf.size, active + used
-    if name.endswith(("['kernel']", "['router']", "['expert_fc']", "['expert_proj']")):
-      matmul += used
-  if model.tie_embeddings:
-    matmul += model.vocab_size * model.d_model  # the head reuses wte
-  return {"params": int(params), "active_params": int(round(active)),
-          "flops_per_token": int(round(2 * matmul + 4 * t * model.d_model * model.n_layer))}
 
 
 # ---------------------------------------------------------------------------------------------

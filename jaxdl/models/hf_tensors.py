@@ -13,7 +13,7 @@ import numpy as np
 from jaxdl.models import hf_phi
 from jaxdl.models.gpt import GPT
 from jaxdl.models.hf_families import GPT2_PREFIX
-from jaxdl.models.transformer import unstack_layers
+from jaxdl.models.stack import unstack_layers
 from jaxdl.schema import ConfigError
 
 # Per layer: (jaxdl path under h_i, HF names concatenated along the output axis, transposed?).

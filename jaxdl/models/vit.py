@@ -18,7 +18,8 @@ import jax.numpy as jnp
 from jaxdl.models import layers, register_model
 from jaxdl.models.cnn import as_image
 from jaxdl.models.patches import patch_embed
-from jaxdl.models.transformer import TransformerModel, apply_blocks
+from jaxdl.models.stack import apply_blocks
+from jaxdl.models.transformer import TransformerModel
 from jaxdl.schema import POSITIVE, each, one_of, setting
 
 

@@ -58,7 +58,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdl import cache
-from jaxdl.models.gpt import gpt_costs
+from jaxdl.models.costs import gpt_costs
 
 log = logging.getLogger("jaxdl")
 

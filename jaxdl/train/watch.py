@@ -46,7 +46,7 @@ from jaxdl.train.tasks import Family
 
 log = logging.getLogger("jaxdl")
 
-STACKED = "h"          # the scanned transformer stack (`jaxdl.models.transformer.apply_blocks`)
+STACKED = "h"          # the scanned transformer stack (`jaxdl.models.stack.apply_blocks`)
 COLLECTION = "watch"   # what the attention module sows into, only when it is mutable
 PROBED = (Family.CLASSIFICATION, Family.BINARY, Family.LM)  # the families with logits
 

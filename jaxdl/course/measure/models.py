@@ -109,16 +109,16 @@ def attention_maps(model_cfg, params, tokens_BxT) -> list[np.ndarray]:
   """The attention weights (B, H, T, T) of every attention layer of a GPT, in call order.
 
   Builds the model of `model_cfg` with unrolled blocks (scanned params are unstacked with
-  `transformer.unstack_layers`) and runs it with each `MultiHeadAttention` call intercepted to
+  `stack.unstack_layers`) and runs it with each `MultiHeadAttention` call intercepted to
   ask for its weights (the reference path); the model's own code is unchanged.
   """
-  from jaxdl.models import transformer
+  from jaxdl.models import stack
   cfg = ml_collections.ConfigDict(model_cfg.to_dict() if hasattr(model_cfg, "to_dict")
                                   else dict(model_cfg))
   cfg.scan_layers = False
   model = build_model(cfg)
   if "h" in params:
-    params = transformer.unstack_layers(params, model.n_layer)
+    params = stack.unstack_layers(params, model.n_layer)
 
   @jax.jit  # one program, not one per operation
   def maps(params, tokens_BxT):
