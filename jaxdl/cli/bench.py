@@ -43,7 +43,7 @@ def _fmt(x) -> str:
 
 
 def format_table(rows: list[dict]) -> str:
-  """The rows (`jaxdl.bench._row`) as aligned columns under a header, one line each."""
+  """The rows (`jaxdl.bench.registry._row`) as aligned columns under a header, one line each."""
   cols = ("bench", "measure", "jaxdl", "baseline", "ratio", "target", "met")
   cells = [cols] + [tuple(_fmt(r[c]) for c in cols) for r in rows]
   widths = [max(len(row[i]) for row in cells) for i in range(len(cols))]
