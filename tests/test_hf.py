@@ -394,3 +394,17 @@ def test_live_round_trip_through_transformers(tmp_path):
     with torch.no_grad():
       np.testing.assert_allclose(back(torch.as_tensor(tokens)).logits.numpy(), want, atol=1e-5,
                                  rtol=0)
+
+
+def test_a_bf16_export_declares_its_dtype_and_transformers_loads_it_so(hf_model, tmp_path):
+  """config.json names the weights' dtype (`dtype`, transformers 5; `torch_dtype`, 4.x), so
+  `from_pretrained(out)` without a dtype argument loads the bf16 export as bf16, as saved."""
+  import ml_dtypes
+  import transformers
+  model, params = hf.load_hf(hf_model("llama"))
+  hf.save_hf(str(tmp_path), model, params, dtype=ml_dtypes.bfloat16)
+  with open(tmp_path / "config.json", encoding="utf-8") as f:
+    cfg = json.load(f)
+  assert (cfg["dtype"], cfg["torch_dtype"]) == ("bfloat16", "bfloat16")
+  back = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path))
+  assert str(back.dtype) == "torch.bfloat16"

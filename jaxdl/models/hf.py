@@ -350,7 +350,8 @@ def save_hf(out_dir: str, model: GPT, params: dict, *, model_type: str | None = 
   os.makedirs(out_dir, exist_ok=True)
   files = write_weights(out_dir, tensors, max_shard_bytes)
   cfg = hf_config(model, model_type)
-  cfg["torch_dtype"] = np.dtype(dtype).name
+  # The weights' dtype under both names: transformers 5 reads `dtype`, 4.x `torch_dtype`.
+  cfg["dtype"] = cfg["torch_dtype"] = np.dtype(dtype).name
   ids = {}
   for key, value in (specials or {}).items():
     if key == "eos" and value is not None:
