@@ -115,6 +115,10 @@ FAMILIES = {
                       dict(num_key_value_heads=2, tie_word_embeddings=False,
                            max_position_embeddings=16, rope_parameters={
                                "rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0})),
+    # Linear RoPE scaling (positions / 4), multi-head.
+    "llama_linear": ("LlamaConfig", "LlamaForCausalLM",
+                     dict(num_key_value_heads=4, tie_word_embeddings=False, rope_parameters={
+                         "rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0})),
     # SmolLM's many-group GQA: 9 query heads of 8 features over 3 key/value heads, tied head.
     "smollm": ("LlamaConfig", "LlamaForCausalLM",
                dict(hidden_size=72, num_attention_heads=9, num_key_value_heads=3,
