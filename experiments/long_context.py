@@ -23,8 +23,9 @@ batch 8): at C = 2048 0.611 GB plain, 0.636 GB with `train.loss_chunk=512`, 0.61
 `model.remat='dots_no_batch'`, 0.898 GB with 'full'; at C = 4096 2.30 GB plain and with both.
 Neither helps at this size, so neither is on: one layer leaves nothing to drop between blocks,
 the B x H x T x T attention buffers remain, and the logits are 8 x 2048 x 267 floats (17.5 MB).
-Contexts past one device's memory are where the `parallel.sequence` mesh axis (ring attention,
-issue 51, on its way) applies: it splits these T x T buffers across devices.
+Contexts past one device's memory are where the `parallel.sequence` mesh axis (ring attention)
+applies: it splits these T x T buffers across devices (`--set parallel.sequence=S` on S or more
+devices; the smoke run trains so on 2 emulated CPU devices).
 
 Pilots (the same model, one-digit key at 1,024-1,792 tokens, C = 2048): eval accuracy 0.078 at
 step 100, 0.625 at step 200. A four-digit key (each digit its own ten tokens) learned one digit
