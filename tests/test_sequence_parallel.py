@@ -11,6 +11,7 @@ of width 4, SwiGLU, RoPE, one block, T = 16) through `jaxdl.train.run`, with its
 import json
 import os
 import pathlib
+import shutil
 import sys
 
 import jax
@@ -23,11 +24,12 @@ from jaxdl.data import packing
 from jaxdl.models.attention import attention_reference, causal_mask
 from jaxdl.models.gpt import GPT
 from jaxdl.models.ring_attention import from_layout, sequence_attention, to_layout
-from jaxdl.train import strategies
+from jaxdl.train import run, strategies
 from jaxdl.train.chunked_loss import chunked_token_stats
 
 import warm_python
 from mesh_runs import FINAL_ONLY, STEPS, TINY
+from mesh_runs import config as _config
 from mesh_runs import resume as _resume
 from mesh_runs import result as _result
 from mesh_runs import same_as_one_device as _same_as_one_device
@@ -146,16 +148,23 @@ def test_same_losses_and_parameters_as_one_device(runs, name):
 
 
 def test_checkpoint_restores_across_sequence_sizes(runs):
-  """sequence 2's checkpoint at step 4 resumed on one device and at sequence 4 (alone on the
-  4 devices): the parameters and losses of the uninterrupted one-device run."""
+  """2 -> 1 -> 4: sequence 2's checkpoint at step 4 resumed on one device, which saves step 5;
+  that checkpoint resumed at sequence 4 (alone on the 4 devices) to the last step: the losses and
+  parameters of the uninterrupted one-device run, each checkpoint naming the mesh it was saved
+  from."""
   tmp, r = runs
-  for sequence, sets in ((1, ["parallel.devices=1"]), (4, ["parallel.sequence=4"])):
-    workdir = tmp / f"sequence_2_to_{sequence}"
-    _same_as_one_device(_resume(tmp / "data_sequence", 4, workdir, *sets, *FINAL_ONLY),
-                        r["one"])
-    manifest = json.loads((workdir / "checkpoints" / str(STEPS) / "manifest" / "metadata")
+  one_leg, four_leg = tmp / "sequence_2_to_1", tmp / "sequence_1_to_4"
+  _resume(tmp / "data_sequence", 4, one_leg, "parallel.devices=1", "train.ckpt_every=1")
+  shutil.copytree(one_leg, four_leg)
+  shutil.rmtree(four_leg / "checkpoints" / str(STEPS))
+  assert run(_config("parallel.sequence=4", *FINAL_ONLY), four_leg,
+             progress=False)["start_step"] == STEPS - 1
+  _same_as_one_device(_result(four_leg), r["one"])
+  for workdir, step, sequence in ((tmp / "data_sequence", 4, 2), (one_leg, STEPS - 1, 1),
+                                  (four_leg, STEPS, 4)):
+    manifest = json.loads((workdir / "checkpoints" / str(step) / "manifest" / "metadata")
                           .read_text())
-    assert manifest["mesh"].get("sequence", 1) == sequence
+    assert manifest["mesh"].get("sequence", 1) == sequence, (workdir.name, step)
 
 
 EIGHT = """
