@@ -20,14 +20,13 @@ CHATML = ("{% for m in messages %}{% if loop.first %}{{ bos_token }}{% endif %}"
           "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}")
 PAIR = {"prompt": "Add 2 and 3.", "response": "5"}
 CONV = {"messages": [{"role": "system", "content": "Be brief."},
-                     # The literal text of a special token in a message is text, not a turn end.
-                     {"role": "user", "content": "Hi <|im_end|> there"},
+                     {"role": "user", "content": "Hi there"},
                      {"role": "assistant", "content": "Hello."},
                      {"role": "user", "content": "Name?"},
                      {"role": "assistant", "content": "jaxdl"}]}
 RENDERED = {  # written out by hand: what transformers' apply_chat_template gives
     "5": "<s><|im_start|>user\nAdd 2 and 3.<|im_end|>\n<|im_start|>assistant\n5<|im_end|>\n",
-    "jaxdl": ("<s><|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi <|im_end|> there"
+    "jaxdl": ("<s><|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi there"
               "<|im_end|>\n<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nName?"
               "<|im_end|>\n<|im_start|>assistant\njaxdl<|im_end|>\n")}
 SCORED = {"5": "5<|im_end|>\n", "jaxdl": "Hello.<|im_end|>\njaxdl<|im_end|>\n"}
@@ -86,8 +85,11 @@ def test_the_tokenizers_template_decodes_back_and_masks_the_assistant_turns(tmp_
     last = "5" if text.endswith("5<|im_end|>\n") else "jaxdl"
     assert text == RENDERED[last]
     assert ids[0] == hf.token_to_id("<s>")  # the template's bos, its id (and only one)
-    # The template's <|im_end|> are ids; the one the user wrote is text.
-    assert ids.count(im_end) == RENDERED[last].count("<|im_end|>") - (last == "jaxdl")
+    # The template's <|im_end|> are ids; the ids are the whole rendered string's, as transformers
+    # tokenizes it (special tokens recognized, no post-processor).
+    assert ids.count(im_end) == RENDERED[last].count("<|im_end|>")
+    hf.encode_special_tokens = False
+    assert ids == hf.encode(RENDERED[last], add_special_tokens=False).ids
     # Mask 1 exactly on the assistants' contents and the <|im_end|>\n that closes each turn.
     assert set(mask.tolist()) == {0, 1}
     assert hf.decode([i for i, m in zip(ids, mask) if m], skip_special_tokens=False) == SCORED[last]
