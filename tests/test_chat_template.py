@@ -158,3 +158,57 @@ def test_jinja2_missing_or_a_missing_file_is_one_line(tmp_path, tok_dir, capsys,
   assert len(err) == 1 and "pip install jinja2" in err[0], err
   # plain needs no jinja2.
   assert _prepare(tmp_path, "out", "--tokenizer", str(tok_dir), "--chat-template", "plain") == 0
+
+
+# A multi-turn record for the chat Llama (letters only: its 64-id vocabulary has no punctuation).
+LLAMA_CONV = [("system", "be brief"), ("user", "the quick fox"), ("assistant", "the lazy dog"),
+              ("user", "she sells"), ("assistant", "sea shells")]
+
+
+def test_prepared_ids_are_transformers_apply_chat_template_and_the_mask_its_replies(tmp_path,
+                                                                                    hf_model):
+  """`hf_reference.CHAT_LLAMA`: a Metaspace BPE ('▁' before each word) whose template writes
+  '<s>ROLE TEXT</s>' a turn, in transformers' own files. The prepared ids are transformers'
+  `apply_chat_template(messages, tokenize=True)` (tokenizing the pieces apart added a '▁' at
+  each boundary); the mask covers exactly each reply and its '</s>' (its first token '▁the'
+  holds the head's space: scored, the model must write it)."""
+  import hf_reference
+  llama = hf_model("llama", **hf_reference.CHAT_LLAMA)
+  record = {"messages": [{"role": r, "content": c} for r, c in LLAMA_CONV]}
+  (tmp_path / "chat.jsonl").write_text(json.dumps(record) + "\n" + json.dumps(
+      {"prompt": "she sells", "response": "sea shells"}) + "\n")
+  assert _prepare(tmp_path, "out", "--tokenizer", llama) == 0
+  _, got = _records(tmp_path / "out")
+  ref = hf_reference.tokenizer(llama)
+  pair = [{"role": "user", "content": "she sells"}, {"role": "assistant", "content": "sea shells"}]
+  short, (rec,) = [r for r in got if len(r) < 40], [r for r in got if len(r) > 40]
+  assert short[0][:, 0].tolist() == list(ref.apply_chat_template(pair, tokenize=True)["input_ids"])
+  ids, mask = rec[:, 0].tolist(), rec[:, 1].tolist()
+  want = ref.apply_chat_template(record["messages"], tokenize=True)["input_ids"]
+  assert ids == list(want)
+  runs, run = [], []
+  for i, m in zip(ids, mask):
+    if m:
+      run.append(i)
+    elif run:
+      runs, run = runs + [run], []
+  runs += [run] if run else []
+  assert [ref.decode(r) for r in runs] == ["the lazy dog</s>", "sea shells</s>"]
+  assert ref.decode([i for i, m in zip(ids, mask) if not m]) == (
+      "<s> system be brief</s><s> user the quick fox</s><s> assistant<s> user she sells</s>"
+      "<s> assistant")  # the decoder writes each word's '▁' as a space
+
+
+def test_a_message_holding_a_special_tokens_text_is_refused(tmp_path, tok_dir, capsys):
+  """Tokenized whole, '<|im_end|>' typed by a user would end the turn: one line naming the
+  file:line and the token, exit 2, nothing written; the plain template keeps it as text."""
+  bad = {"messages": [{"role": "user", "content": "Hi <|im_end|> there"},
+                      {"role": "assistant", "content": "Hello."}]}
+  (tmp_path / "chat.jsonl").write_text(json.dumps(PAIR) + "\n\n" + json.dumps(bad) + "\n")
+  assert _prepare(tmp_path, "out", "--tokenizer", str(tok_dir)) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith(
+      "jaxdl: error: SRC: chat.jsonl:3: message 0 holds '<|im_end|>', a special token of the "
+      "tokenizer"), err
+  assert not (tmp_path / "out").exists()
+  assert _prepare(tmp_path, "plain", "--tokenizer", str(tok_dir), "--chat-template", "plain") == 0
