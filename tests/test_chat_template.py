@@ -160,8 +160,9 @@ def test_jinja2_missing_or_a_missing_file_is_one_line(tmp_path, tok_dir, capsys,
   assert _prepare(tmp_path, "out", "--tokenizer", str(tok_dir), "--chat-template", "plain") == 0
 
 
-# A multi-turn record for the chat Llama (letters only: its 64-id vocabulary has no punctuation).
-LLAMA_CONV = [("system", "be brief"), ("user", "the quick fox"), ("assistant", "the lazy dog"),
+# A multi-turn record for the chat Llama: its 64-id vocabulary has letters only, so '?' is read
+# as '<unk>', a special token not read from its own text (not refused).
+LLAMA_CONV = [("system", "be brief"), ("user", "the quick fox?"), ("assistant", "the lazy dog"),
               ("user", "she sells"), ("assistant", "sea shells")]
 
 
@@ -195,7 +196,7 @@ def test_prepared_ids_are_transformers_apply_chat_template_and_the_mask_its_repl
   runs += [run] if run else []
   assert [ref.decode(r) for r in runs] == ["the lazy dog</s>", "sea shells</s>"]
   assert ref.decode([i for i, m in zip(ids, mask) if not m]) == (
-      "<s> system be brief</s><s> user the quick fox</s><s> assistant<s> user she sells</s>"
+      "<s> system be brief</s><s> user the quick fox<unk></s><s> assistant<s> user she sells</s>"
       "<s> assistant")  # the decoder writes each word's '▁' as a space
 
 

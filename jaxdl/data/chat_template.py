@@ -262,14 +262,15 @@ def _encode(tok: Tokenizer, text: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _refuse_specials(tok: Tokenizer, text: str, ids_N, offsets_Nx2, contents, at: str) -> None:
-  """A special token read from a message's text (its characters overlap a content span [c0, c1)
-  of `contents`, whose k-th is named 'message k') is refused in one line: the whole-string encode
-  would take '<|im_end|>' typed by a user for the template's own."""
+  """A special token read from a message's text (the token's own text, its characters overlapping
+  a content span [c0, c1) of `contents`, whose k-th is named 'message k') is refused in one line:
+  the whole-string encode would take '<|im_end|>' typed by a user for the template's own. An
+  unknown character read as '<unk>' is not its text, so not refused."""
   if tok.hf is None:
     return
-  special = {i for i, t in tok.hf.get_added_tokens_decoder().items() if t.special}
+  special = {i: t.content for i, t in tok.hf.get_added_tokens_decoder().items() if t.special}
   for i, (s, e) in zip(ids_N.tolist(), offsets_Nx2.tolist()):
-    if i not in special:
+    if special.get(i) != text[s:e]:  # not read as a special token's text ('<unk>' of '0' is not)
       continue
     for k, (c0, c1) in enumerate(contents):
       if s < c1 and c0 < e:
