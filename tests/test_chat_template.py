@@ -20,14 +20,13 @@ CHATML = ("{% for m in messages %}{% if loop.first %}{{ bos_token }}{% endif %}"
           "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}")
 PAIR = {"prompt": "Add 2 and 3.", "response": "5"}
 CONV = {"messages": [{"role": "system", "content": "Be brief."},
-                     # The literal text of a special token in a message is text, not a turn end.
-                     {"role": "user", "content": "Hi <|im_end|> there"},
+                     {"role": "user", "content": "Hi there"},
                      {"role": "assistant", "content": "Hello."},
                      {"role": "user", "content": "Name?"},
                      {"role": "assistant", "content": "jaxdl"}]}
 RENDERED = {  # written out by hand: what transformers' apply_chat_template gives
     "5": "<s><|im_start|>user\nAdd 2 and 3.<|im_end|>\n<|im_start|>assistant\n5<|im_end|>\n",
-    "jaxdl": ("<s><|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi <|im_end|> there"
+    "jaxdl": ("<s><|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi there"
               "<|im_end|>\n<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nName?"
               "<|im_end|>\n<|im_start|>assistant\njaxdl<|im_end|>\n")}
 SCORED = {"5": "5<|im_end|>\n", "jaxdl": "Hello.<|im_end|>\njaxdl<|im_end|>\n"}
@@ -86,8 +85,11 @@ def test_the_tokenizers_template_decodes_back_and_masks_the_assistant_turns(tmp_
     last = "5" if text.endswith("5<|im_end|>\n") else "jaxdl"
     assert text == RENDERED[last]
     assert ids[0] == hf.token_to_id("<s>")  # the template's bos, its id (and only one)
-    # The template's <|im_end|> are ids; the one the user wrote is text.
-    assert ids.count(im_end) == RENDERED[last].count("<|im_end|>") - (last == "jaxdl")
+    # The template's <|im_end|> are ids; the ids are the whole rendered string's, as transformers
+    # tokenizes it (special tokens recognized, no post-processor).
+    assert ids.count(im_end) == RENDERED[last].count("<|im_end|>")
+    hf.encode_special_tokens = False
+    assert ids == hf.encode(RENDERED[last], add_special_tokens=False).ids
     # Mask 1 exactly on the assistants' contents and the <|im_end|>\n that closes each turn.
     assert set(mask.tolist()) == {0, 1}
     assert hf.decode([i for i, m in zip(ids, mask) if m], skip_special_tokens=False) == SCORED[last]
@@ -156,3 +158,58 @@ def test_jinja2_missing_or_a_missing_file_is_one_line(tmp_path, tok_dir, capsys,
   assert len(err) == 1 and "pip install jinja2" in err[0], err
   # plain needs no jinja2.
   assert _prepare(tmp_path, "out", "--tokenizer", str(tok_dir), "--chat-template", "plain") == 0
+
+
+# A multi-turn record for the chat Llama: its 64-id vocabulary has letters only, so '?' is read
+# as '<unk>', a special token not read from its own text (not refused).
+LLAMA_CONV = [("system", "be brief"), ("user", "the quick fox?"), ("assistant", "the lazy dog"),
+              ("user", "she sells"), ("assistant", "sea shells")]
+
+
+def test_prepared_ids_are_transformers_apply_chat_template_and_the_mask_its_replies(tmp_path,
+                                                                                    hf_model):
+  """`hf_reference.CHAT_LLAMA`: a Metaspace BPE ('▁' before each word) whose template writes
+  '<s>ROLE TEXT</s>' a turn, in transformers' own files. The prepared ids are transformers'
+  `apply_chat_template(messages, tokenize=True)` (tokenizing the pieces apart added a '▁' at
+  each boundary); the mask covers exactly each reply and its '</s>' (its first token '▁the'
+  holds the head's space: scored, the model must write it)."""
+  import hf_reference
+  llama = hf_model("llama", **hf_reference.CHAT_LLAMA)
+  record = {"messages": [{"role": r, "content": c} for r, c in LLAMA_CONV]}
+  (tmp_path / "chat.jsonl").write_text(json.dumps(record) + "\n" + json.dumps(
+      {"prompt": "she sells", "response": "sea shells"}) + "\n")
+  assert _prepare(tmp_path, "out", "--tokenizer", llama) == 0
+  _, got = _records(tmp_path / "out")
+  ref = hf_reference.tokenizer(llama)
+  pair = [{"role": "user", "content": "she sells"}, {"role": "assistant", "content": "sea shells"}]
+  short, (rec,) = [r for r in got if len(r) < 40], [r for r in got if len(r) > 40]
+  assert short[0][:, 0].tolist() == list(ref.apply_chat_template(pair, tokenize=True)["input_ids"])
+  ids, mask = rec[:, 0].tolist(), rec[:, 1].tolist()
+  want = ref.apply_chat_template(record["messages"], tokenize=True)["input_ids"]
+  assert ids == list(want)
+  runs, run = [], []
+  for i, m in zip(ids, mask):
+    if m:
+      run.append(i)
+    elif run:
+      runs, run = runs + [run], []
+  runs += [run] if run else []
+  assert [ref.decode(r) for r in runs] == ["the lazy dog</s>", "sea shells</s>"]
+  assert ref.decode([i for i, m in zip(ids, mask) if not m]) == (
+      "<s> system be brief</s><s> user the quick fox<unk></s><s> assistant<s> user she sells</s>"
+      "<s> assistant")  # the decoder writes each word's '▁' as a space
+
+
+def test_a_message_holding_a_special_tokens_text_is_refused(tmp_path, tok_dir, capsys):
+  """Tokenized whole, '<|im_end|>' typed by a user would end the turn: one line naming the
+  file:line and the token, exit 2, nothing written; the plain template keeps it as text."""
+  bad = {"messages": [{"role": "user", "content": "Hi <|im_end|> there"},
+                      {"role": "assistant", "content": "Hello."}]}
+  (tmp_path / "chat.jsonl").write_text(json.dumps(PAIR) + "\n\n" + json.dumps(bad) + "\n")
+  assert _prepare(tmp_path, "out", "--tokenizer", str(tok_dir)) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith(
+      "jaxdl: error: SRC: chat.jsonl:3: message 0 holds '<|im_end|>', a special token of the "
+      "tokenizer"), err
+  assert not (tmp_path / "out").exists()
+  assert _prepare(tmp_path, "plain", "--tokenizer", str(tok_dir), "--chat-template", "plain") == 0

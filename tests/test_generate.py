@@ -52,9 +52,12 @@ def test_left_pad_and_the_chat_prompt_ids(llama_dir):
   template = chat_template.ChatTemplate("t", "t", "{% for m in messages %}<s>{{ m.content }}</s>"
                                         "{% endfor %}{% if add_generation_prompt %}<s>{% endif %}")
   # The template's '<s>' / '</s>' are their ids (1, 2); the message's text is text.
-  ids = chat_template.encode_prompt(template, "the fox </s>", tok)
-  text_ids = tok.encode("the fox </s>").tolist()
-  assert ids.tolist() == [1, *text_ids, 2, 1] and 2 not in text_ids
+  ids = chat_template.encode_prompt(template, "the fox", tok)
+  assert ids.tolist() == [1, *tok.encode("the fox").tolist(), 2, 1]
+  # The whole rendering is tokenized at once, so '</s>' typed in the message would be read as the
+  # turn's end: refused, naming the prompt and the token.
+  with pytest.raises(ValueError, match="^--prompt: message 0 holds '</s>', a special token"):
+    chat_template.encode_prompt(template, "the fox </s>", tok)
   # The turn ends with '</s>', a special token: generation stops there too; a plain-text end
   # of turn is no stop id.
   assert chat_template.end_of_turn_id(template, tok) == 2
@@ -101,3 +104,36 @@ def test_generate_refuses_what_is_not_a_language_model(tmp_path, capsys):
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
   assert generate.HELP  # listed by `jaxdl --help`
+
+
+def test_chat_prompt_ids_and_greedy_reply_are_transformers(hf_model, monkeypatch, capsys):
+  """`jaxdl generate DIR --chat` on `hf_reference.CHAT_LLAMA` (a Metaspace BPE, its template in
+  transformers' files): the prompt ids are transformers' `apply_chat_template([user],
+  add_generation_prompt=True, tokenize=True)` and the greedy tokens its `generate`'s on them
+  (stopping at '</s>', the eos and the end of turn). A prompt holding '</s>' is one line, exit 2."""
+  llama = hf_model("llama", **hf_reference.CHAT_LLAMA)
+  seen = {}
+  real = decoding.generate
+
+  def recording_generate(model, params, prompt_BxP, *a, **kw):
+    seen["prompt"] = np.asarray(prompt_BxP)
+    seen["out"] = np.asarray(real(model, params, prompt_BxP, *a, **kw))
+    return seen["out"]
+
+  monkeypatch.setattr(decoding, "generate", recording_generate)
+  assert cli.main(["generate", llama, "--chat", "--prompt", "the quick fox", "--temperature", "0",
+                   "--max-new-tokens", "8"]) == 0
+  ref_tok = hf_reference.tokenizer(llama)
+  want = ref_tok.apply_chat_template([{"role": "user", "content": "the quick fox"}],
+                                     add_generation_prompt=True, tokenize=True)["input_ids"]
+  assert seen["prompt"].tolist() == [list(want)]
+  ref, p = hf_reference.load(llama), len(want)
+  greedy, margin = hf_reference.greedy(ref, seen["prompt"], 8, eos=2, pad=2)
+  assert margin > 1e-3  # decided well above the port's 1e-5
+  new, ref_new = seen["out"][0, p:].tolist(), greedy[0, p:].tolist()
+  n = ref_new.index(2) + 1 if 2 in ref_new else len(ref_new)
+  assert new[:n] == ref_new[:n]
+  assert capsys.readouterr().out == ref_tok.decode(ref_new[:n], skip_special_tokens=True) + "\n"
+  assert cli.main(["generate", llama, "--chat", "--prompt", "the </s> fox"]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "--prompt: prompt 1: message 0 holds '</s>'" in err[0], err

@@ -19,7 +19,9 @@ of its tokenizer, and with --chat also the template's end of turn (`<|im_end|>`,
 prompt's text and its continuation (end of sequence and padding dropped).
 
 `--chat` wraps each prompt as one user message in the tokenizer's chat template with the
-assistant's turn opened (`jaxdl.data.chat_template.encode_prompt`): the template of a Hugging Face
+assistant's turn opened and the whole text tokenized as transformers' apply_chat_template(...,
+add_generation_prompt=True) tokenizes it, a prompt holding a special token's text refused
+(`jaxdl.data.chat_template.encode_prompt`): the template of a Hugging Face
 directory (chat_template.jinja or tokenizer_config.json's chat_template); of a run, the one its
 chats were rendered with (from its prepared data folder or its Hugging Face base, `init_from`:
 what its export carries); where there is none it is refused in one line. With --chat only the
@@ -127,7 +129,8 @@ def prompt_ids(args, tok, template, eos: list) -> tuple[list, list]:
       raise ConfigError(f"--chat: {args.model} has no chat template (no chat_template.jinja or "
                         f"tokenizer_config.json chat_template beside its tokenizer, nor in a "
                         f"run's base; a run's data in jaxdl's plain template has none)")
-    rows = [chat_template.encode_prompt(template, text, tok) for text in args.prompt]
+    rows = [chat_template.encode_prompt(template, text, tok, at=f"--prompt: prompt {i + 1}")
+            for i, text in enumerate(args.prompt)]
     turn_end = chat_template.end_of_turn_id(template, tok)
     if turn_end is not None:
       eos = [*eos, turn_end]

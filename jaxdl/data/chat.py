@@ -13,8 +13,9 @@ number (`jaxdl data` exits 2).
 Template (`--chat-template`): a tokenizer directory's Jinja `chat_template` when it has one
 (`auto`, the default) or a template FILE is rendered as transformers' `apply_chat_template`
 renders it, with the mask 1 on each assistant turn's content and the text that ends the turn,
-the template's own special tokens as their ids (`jaxdl.data.chat_template`); otherwise, and
-with `--chat-template plain`, the plain default applies: the segments
+the whole rendered text tokenized as transformers tokenizes it (a record whose message holds a
+special token's text, '<|im_end|>', is refused naming its line: `jaxdl.data.chat_template`);
+otherwise, and with `--chat-template plain`, the plain default applies: the segments
 
   system     "### System:\\n{content}\\n\\n"                           mask 0
   user       "### Instruction:\\n{content}\\n\\n### Response:\\n"       mask 0
@@ -122,21 +123,23 @@ def prompt_text(prompt: str) -> str:
 
 
 def encode(messages: list[tuple[str, str]], tok: Tokenizer,
-           template: templates.ChatTemplate | None = None,
-           record: int = 0) -> tuple[np.ndarray, np.ndarray]:
-  """(ids_N int32, mask_N uint8): each segment tokenized on its own, concatenated. `template`:
-  a Jinja template (`jaxdl.data.chat_template`; `record`, 1-based, names the record in its
-  errors) or None, the plain one."""
+           template: templates.ChatTemplate | None = None, record: int = 0,
+           at: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+  """(ids_N int32, mask_N uint8). `template`: a Jinja template, the rendered text tokenized whole
+  (`jaxdl.data.chat_template.encode`; `record`, 1-based, names the record in its errors, `at`
+  ('SRC: chat.jsonl:LINE') in the refusal of a special token in a message), or None: the plain
+  one, each segment tokenized on its own and concatenated."""
   if template is not None:
-    return templates.encode(template, messages, tok, record)
+    return templates.encode(template, messages, tok, record, at)
   segments = render(messages)
   ids = tok.encode_batch([s for s, _ in segments])
   mask_N = np.concatenate([np.full(len(i), m, np.uint8) for i, (_, m) in zip(ids, segments)])
   return np.concatenate(ids).astype(np.int32), mask_N
 
 
-def read_jsonl(path: str) -> list[tuple[str, list[tuple[str, str]]]]:
-  """[(split key, messages), ...] of a JSONL file, in order; bad lines are one-line errors."""
+def read_jsonl(path: str) -> list[tuple[str, list[tuple[str, str]], int]]:
+  """[(split key, messages, line number), ...] of a JSONL file, in order; bad lines are one-line
+  errors."""
   where = os.path.basename(path)
   out = []
   try:
@@ -153,7 +156,7 @@ def read_jsonl(path: str) -> list[tuple[str, list[tuple[str, str]]]]:
       _fail(where, n, f"not JSON ({e.msg} at column {e.colno})")
     messages = record_messages(obj, where, n)
     key = obj.get("split_key") if isinstance(obj.get("split_key"), str) else str(len(out))
-    out.append((key, messages))
+    out.append((key, messages, n))
   if not out:
     raise ValueError(f"SRC: {path!r} holds no records")
   return out
@@ -177,14 +180,15 @@ def prepare_chat(src: str, out_dir: str, *, tokenizer: str = "bytes", val_frac: 
   if not force:
     staging.check_out(out_dir, src, tok, tokenizer)
   template = templates.resolve(chat_template, tokenizer, out_dir)
-  recs = read_jsonl(src) if records_ is None else records_
-  problem = prepare.split_error(sorted({k for k, _ in recs}), val_frac, src, "records")
+  recs = read_jsonl(src) if records_ is None else [(k, m, None) for k, m in records_]
+  problem = prepare.split_error(sorted({k for k, _, _ in recs}), val_frac, src, "records")
   if problem:
     raise ValueError(problem.replace("its relative path", "its split key: its index among the "
                                      "records unless it has a 'split_key'"))
   encoded = {"train": [], "val": []}
-  for n, (k, m) in enumerate(recs, 1):
-    encoded[split_of(k, val_frac)].append(encode(m, tok, template, n))
+  for n, (k, m, line) in enumerate(recs, 1):
+    at = f"SRC: {os.path.basename(src)}:{line}" if line else f"SRC: record {n}"
+    encoded[split_of(k, val_frac)].append(encode(m, tok, template, n, at))
   dtype = "uint16" if tok.vocab_size <= 2**16 else "int32"
   fields = {FIELD: {"shape": [-1, 2], "dtype": dtype}}
   splits = {}

@@ -19,26 +19,32 @@ tokenizer_config.json (a string or an {"content": ...} token; left undefined whe
 fallback), so prepared data does not depend on the day it was made; `{% generation %}` blocks
 are not supported (the mask comes from the rule below instead).
 
-The mask: with r_i the rendering of messages[:i] (r_0 = ""), turn i's text is r_{i+1} minus its
-prefix r_i; a template for which r_i is not a prefix of r_{i+1} (one that rewrites earlier turns
-when a later one arrives: a system prompt moved into the last user turn, a turn closed
-differently when it is the last) is refused in one line naming it, as no token could then be
-assigned to one turn. Within a turn, the template's own text is told apart from the message's
-content by rendering messages[:i] + [turn i with its content replaced by a marker]: the text
-before the marker is the turn's head (e.g. '<|im_start|>assistant\\n'), the text after it the
-foot ('<|im_end|>\\n'), and turn i's text must be head + C + foot, C being the content as the
-template writes it (trimmed, say) — else refused. m = 1 on an assistant turn's C and foot (the
-foot ends the turn: a model fine-tuned without it never learns to stop), 0 on everything else
-(heads, bos, system and user turns).
+Tokens: the whole rendered text is tokenized at once, as transformers' `apply_chat_template(...,
+tokenize=True)` tokenizes it: the `tokenizers` Tokenizer's encode of the full string with the
+special tokens of the template recognized ('<|im_start|>' becomes its id) and no post-processor
+(add_special_tokens=False: no BOS added but the template's own), so the ids are transformers'
+(also with sentencepiece-style Metaspace tokenizers, whose '▁' would otherwise be added again at
+each boundary of separately tokenized pieces).
 
-Tokens: the rendered text is cut at those boundaries and each piece tokenized on its own,
-without the tokenizer's post-processor (no BOS added: the template writes its own, as
-transformers tokenizes a rendered chat), so ids and mask align exactly and the ids decode back
-to the rendered text. The template's text is tokenized with special tokens recognized
-('<|im_start|>' becomes its id), a message's content with them as plain text (a user who
-writes '<|im_end|>' cannot end a turn). The consequence: BPE merges never cross a piece
-boundary, so the ids can differ from tokenizing the whole rendered string at a boundary
-(e.g. '\\n' + 'Hello' as two pieces rather than one merge); the text is the same.
+The mask comes from the encoding's character offsets. With r_i the rendering of messages[:i]
+(r_0 = ""), turn i's text is r_{i+1} minus its prefix r_i; a template for which r_i is not a
+prefix of r_{i+1} (one that rewrites earlier turns when a later one arrives: a system prompt
+moved into the last user turn, a turn closed differently when it is the last) is refused in one
+line naming it, as no token could then be assigned to one turn. Within a turn, the template's own
+text is told apart from the message's content by rendering messages[:i] + [turn i with its
+content replaced by a marker]: the text before the marker is the turn's head (e.g.
+'<|im_start|>assistant\\n'), the text after it the foot ('<|im_end|>\\n'), and turn i's text
+must be head + C + foot, C being the content as the template writes it (trimmed, say) — else
+refused. A character has m = 1 on an assistant turn's C and foot (the foot ends the turn: a
+model fine-tuned without it never learns to stop), 0 on everything else (heads, bos, system and
+user turns); a token has m = 1 iff one of the characters it was read from has m = 1 (a token
+that a BPE merged across a boundary, Metaspace's '▁Hello' holding the space of the head
+'assistant ' and the reply's first word, is scored: the model must write it to give the reply;
+a zero-width token takes its position's character's m).
+
+A special token read from a message's text ('<|im_end|>' typed by a user: its characters overlap
+a content C) would end a turn the template did not end: the record is refused in one line naming
+its file:line and the token, rather than silently parsed.
 """
 
 from __future__ import annotations
@@ -201,11 +207,13 @@ def manifest_entry(template: ChatTemplate | None) -> dict:
   return {"template": template.name, "template_sha256": template.sha256}
 
 
-def pieces(template: ChatTemplate, messages: list[tuple[str, str]],
-           record: int) -> list[tuple[str, int, bool]]:
-  """[(text, mask, is content), ...] whose texts join to the rendered conversation (module
-  docstring); adjacent pieces of one kind are merged. `record` (1-based) names it in errors."""
-  out: list[tuple[str, int, bool]] = []
+def turns(template: ChatTemplate, messages: list[tuple[str, str]],
+          record: int) -> tuple[str, list[tuple[int, int, int]]]:
+  """(the rendered conversation, [(c0, c1, f1), ...] one a message): message i's content as the
+  template writes it is text[c0:c1], the text that ends its turn (its foot) text[c1:f1], its head
+  the text before c0 since the previous turn's f1 (module docstring). `record` (1-based) names
+  it in errors."""
+  out: list[tuple[int, int, int]] = []
   prev = ""
   for i, (role, content) in enumerate(messages):
     full = template.render(messages[:i + 1], record)
@@ -227,57 +235,81 @@ def pieces(template: ChatTemplate, messages: list[tuple[str, str]],
       raise ValueError(f"--chat-template: {template.where} writes the text around message {i}'s "
                        f"content differently for different contents (record {record}), so the "
                        f"content cannot be told apart from the template's text")
-    m = int(role == "assistant")
-    out += [(head, 0, False), (turn[len(head):len(turn) - len(foot)], m, True), (foot, m, False)]
+    out.append((len(prev) + len(head), len(full) - len(foot), len(full)))
     prev = full
-  merged: list[tuple[str, int, bool]] = []
-  for text, m, is_content in out:
-    if not text:
-      continue
-    if merged and merged[-1][1:] == (m, is_content):
-      merged[-1] = (merged[-1][0] + text, m, is_content)
-    else:
-      merged.append((text, m, is_content))
-  return merged
+  return prev, out
 
 
-def _encode(tok: Tokenizer, texts: list[str], specials: bool) -> list[np.ndarray]:
-  """Each text's ids, without the post-processor; special tokens recognized iff `specials`."""
-  if tok.hf is None or not texts:
-    return tok.encode_batch(texts)
-  for t in texts:  # the one-line error Tokenizer.encode_batch gives for a lone surrogate
-    try:
-      t.encode("utf-8")
-    except UnicodeEncodeError as e:
-      raise ValueError(f"text: not UTF-8 text ({e.reason} at character {e.start}, "
-                       f"{t[e.start]!r})") from None
-  tok.hf.encode_special_tokens = not specials
+def _encode(tok: Tokenizer, text: str) -> tuple[np.ndarray, np.ndarray]:
+  """(ids_N, offsets_Nx2) of the whole `text` as transformers tokenizes a rendered chat: special
+  tokens recognized, no post-processor (add_special_tokens=False); offsets are the characters
+  [start, end) each token came from. Bytes: one token a byte, each of its character's."""
   try:
-    return [np.asarray(e.ids, np.int32) for e in tok.hf.encode_batch(texts,
-                                                                      add_special_tokens=False)]
+    text.encode("utf-8")
+  except UnicodeEncodeError as e:  # the one-line error Tokenizer.encode_batch gives
+    raise ValueError(f"text: not UTF-8 text ({e.reason} at character {e.start}, "
+                     f"{text[e.start]!r})") from None
+  if tok.hf is None:
+    ids = tok.encode(text)
+    char_N = np.repeat(np.arange(len(text)), [len(c.encode("utf-8")) for c in text])
+    return ids, np.stack([char_N, char_N + 1], 1).reshape(-1, 2)
+  tok.hf.encode_special_tokens = False
+  try:
+    enc = tok.hf.encode(text, add_special_tokens=False)
   finally:
     tok.hf.encode_special_tokens = True  # the pipeline's setting (jaxdl.data.tokenize._wrap)
+  return np.asarray(enc.ids, np.int32), np.asarray(enc.offsets, np.int64).reshape(-1, 2)
+
+
+def _refuse_specials(tok: Tokenizer, text: str, ids_N, offsets_Nx2, contents, at: str) -> None:
+  """A special token read from a message's text (the token's own text, its characters overlapping
+  a content span [c0, c1) of `contents`, whose k-th is named 'message k') is refused in one line:
+  the whole-string encode would take '<|im_end|>' typed by a user for the template's own. An
+  unknown character read as '<unk>' is not its text, so not refused."""
+  if tok.hf is None:
+    return
+  special = {i: t.content for i, t in tok.hf.get_added_tokens_decoder().items() if t.special}
+  for i, (s, e) in zip(ids_N.tolist(), offsets_Nx2.tolist()):
+    if special.get(i) != text[s:e]:  # not read as a special token's text ('<unk>' of '0' is not)
+      continue
+    for k, (c0, c1) in enumerate(contents):
+      if s < c1 and c0 < e:
+        raise ValueError(f"{at}: message {k} holds {text[s:e]!r}, a special token of the "
+                         f"tokenizer: the rendered chat is tokenized whole, as transformers does, "
+                         f"so it would be read as that token, not as text; remove it")
+
+
+def _token_mask(offsets_Nx2, mask_C) -> np.ndarray:
+  """m_N of tokens from m_C of characters: 1 iff the token's characters [s, e) hold one of mask
+  1 (a zero-width token: the character at s)."""
+  cum = np.concatenate([[0], np.cumsum(mask_C, dtype=np.int64)])
+  s, e = offsets_Nx2[:, 0], offsets_Nx2[:, 1]
+  e = np.minimum(np.maximum(e, s + 1), len(mask_C))
+  return (cum[e] - cum[np.minimum(s, e)] > 0).astype(np.uint8)
 
 
 def encode(template: ChatTemplate, messages: list[tuple[str, str]], tok: Tokenizer,
-           record: int) -> tuple[np.ndarray, np.ndarray]:
-  """(ids_N int32, mask_N uint8) of one conversation rendered by `template`: each piece
-  tokenized on its own (template text with special tokens, content without), concatenated."""
-  parts = pieces(template, messages, record)
-  ids = [None] * len(parts)
-  for is_content in (False, True):
-    idx = [k for k, p in enumerate(parts) if p[2] == is_content]
-    for k, e in zip(idx, _encode(tok, [parts[k][0] for k in idx], specials=not is_content)):
-      ids[k] = e
-  mask_N = np.concatenate([np.full(len(i), p[1], np.uint8) for i, p in zip(ids, parts)])
-  return np.concatenate(ids).astype(np.int32), mask_N
+           record: int, at: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+  """(ids_N int32, mask_N uint8) of one conversation rendered by `template`, tokenized whole
+  (module docstring); `at` names the record in the refusal of a special token in a message
+  (default 'record N')."""
+  text, spans = turns(template, messages, record)
+  ids_N, offsets_Nx2 = _encode(tok, text)
+  _refuse_specials(tok, text, ids_N, offsets_Nx2, [(c0, c1) for c0, c1, _ in spans],
+                   at or f"record {record}")
+  mask_C = np.zeros(len(text), np.uint8)
+  for (role, _), (c0, _, f1) in zip(messages, spans):
+    mask_C[c0:f1] = role == "assistant"
+  return ids_N.astype(np.int32), _token_mask(offsets_Nx2, mask_C)
 
 
-def encode_prompt(template: ChatTemplate, text: str, tok: Tokenizer) -> np.ndarray:
+def encode_prompt(template: ChatTemplate, text: str, tok: Tokenizer,
+                  at: str = "--prompt") -> np.ndarray:
   """The ids a chat model continues for one user message `text`: the template's rendering of
   [user: text] with add_generation_prompt (the assistant's head, e.g. '<|im_start|>assistant'),
-  the template's text tokenized with special tokens recognized and `text` as plain text
-  (`encode`'s rule), no BOS added but the template's own (`jaxdl generate --chat`)."""
+  tokenized whole as `encode` does and as transformers' apply_chat_template(...,
+  add_generation_prompt=True, tokenize=True) does; a special token's text in `text` is refused
+  (`at` names the prompt) (`jaxdl generate --chat`)."""
   full = template.render([("user", text)], 1, add_generation_prompt=True)
   marked = template.render([("user", MARKER)], 1, add_generation_prompt=True)
   if marked.count(MARKER) != 1:
@@ -285,10 +317,9 @@ def encode_prompt(template: ChatTemplate, text: str, tok: Tokenizer) -> np.ndarr
   head, foot = marked.split(MARKER)
   if not (full.startswith(head) and full.endswith(foot)):
     raise ValueError(f"--chat: {template.where} rewrites the user's message")
-  content = full[len(head):len(full) - len(foot)]
-  h, f = _encode(tok, [head, foot], specials=True)
-  (c,) = _encode(tok, [content], specials=False)
-  return np.concatenate([h, c, f]).astype(np.int32)
+  ids_N, offsets_Nx2 = _encode(tok, full)
+  _refuse_specials(tok, full, ids_N, offsets_Nx2, [(len(head), len(full) - len(foot))], at)
+  return ids_N.astype(np.int32)
 
 
 def end_of_turn_id(template: ChatTemplate, tok: Tokenizer) -> int | None:
@@ -303,6 +334,6 @@ def end_of_turn_id(template: ChatTemplate, tok: Tokenizer) -> int | None:
     return None
   if marked.count(MARKER) != 1:
     return None
-  (foot,) = _encode(tok, [marked.split(MARKER)[1]], specials=True)
+  foot, _ = _encode(tok, marked.split(MARKER)[1])
   special = {i for i, t in tok.hf.get_added_tokens_decoder().items() if t.special}
   return int(foot[0]) if len(foot) and int(foot[0]) in special else None
