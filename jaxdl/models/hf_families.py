@@ -76,6 +76,7 @@ import math
 
 
 from jaxdl.models import hf_phi, rope
+from jaxdl.models.hf_errors import refuse
 from jaxdl.models.gpt import GPT
 from jaxdl.schema import ConfigError
 
@@ -89,10 +90,6 @@ GPT2_PREFIX = "transformer."  # GPT2LMHeadModel's names; the bare GPT2Model's la
 
 # ---------------------------------------------------------------------------------------------
 # config.json <-> GPT.
-
-
-def refuse(where: str, field: str, value, expected: str):
-  raise ConfigError(f"{where}: {field}={json.dumps(value)} cannot be imported; expected {expected}")
 
 
 # The fields each RoPE type reads (transformers' ROPE_INIT_FUNCTIONS), beside rope_type / type
