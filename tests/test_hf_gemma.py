@@ -155,6 +155,16 @@ def test_an_unrepresentable_config_is_one_line_naming_the_field(name, changes, f
     hf.model_from_config(cfg)
 
 
+@pytest.mark.parametrize("name,kv_heads", [("gemma", 16), ("gemma2", 4), ("gemma3", 4)])
+def test_a_config_without_num_key_value_heads_has_its_config_class_default(name, kv_heads):
+  """GemmaConfig's 16, Gemma2Config's and Gemma3TextConfig's 4 (not the number of heads)."""
+  kind = {"gemma3": "gemma3_text"}.get(name, name)
+  cfg = dict(model_type=kind, vocab_size=64, hidden_size=32, intermediate_size=48,
+             num_hidden_layers=2, num_attention_heads=32, head_dim=16,
+             max_position_embeddings=64)
+  assert hf.model_from_config(cfg).n_kv_head == kv_heads
+
+
 def test_load_refuses_before_reading_weights(hf_model, tmp_path):
   d = tmp_path / "g"
   shutil.copytree(hf_model("gemma3"), d)
