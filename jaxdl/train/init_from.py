@@ -169,7 +169,7 @@ def _base_model(path: str) -> dict:
 
 
 def base_tokenizer(path: str) -> tuple[str, str | None]:
-  """(spec for `jaxdl.data.get_tokenizer`, sha256 fingerprint) of the base's tokenizer, or
+  """(spec for `jaxdl.data.tokenize.get_tokenizer`, sha256 fingerprint) of the base's tokenizer, or
   ('', None) when it is not known: a Hugging Face folder's tokenizer.json; a run's data
   (`data_tokenizer`)."""
   full = os.path.expanduser(path)
