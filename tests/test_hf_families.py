@@ -124,6 +124,13 @@ def test_rope_frequencies_equal_transformers():
                                    "must be even, got 7"),
     (dict(pos="rope", rope_scaling="llama3", rope_high_freq_factor=1.0),
      "model.rope_high_freq_factor: must exceed rope_low_freq_factor=1.0"),
+    # A key the scaling never reads would be ignored.
+    (dict(pos="rope", rope_factor=8.0), "model.rope_factor: rope_scaling='none' does not use "
+                                        "it (only rope_theta), got 8.0 (expected 1.0)"),
+    (dict(pos="rope", rope_scaling="linear", rope_factor=2.0, rope_original_max=16),
+     "model.rope_original_max: rope_scaling='linear' does not use it (only rope_factor)"),
+    (dict(pos="rope", rope_scaling="dynamic", rope_factor=2.0, rope_beta_fast=16.0),
+     "model.rope_beta_fast: rope_scaling='dynamic' does not use it"),
 ])
 def test_rope_settings_the_model_cannot_use_are_refused(change, message):
   with pytest.raises(ConfigError, match="^" + re.escape(message)):

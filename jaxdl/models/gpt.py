@@ -167,6 +167,13 @@ class GPT(transformer.TransformerModel):
       if (self.rope_scaling == "longrope") != bool(got) or (got and got != r // 2):
         fail("model.", key, f"one factor per rotated feature pair, {r // 2}, for rope_scaling="
              f"'longrope' and none otherwise, got {got} for {self.rope_scaling!r}")
+    reads = _ROPE_READS[self.rope_scaling]
+    for f in dataclasses.fields(self):  # a key the scaling never reads would be ignored
+      if f.name in _ROPE_READS["longrope"] + _ROPE_READS["llama3"] + _ROPE_READS["yarn"] and (
+          f.name not in reads and getattr(self, f.name) != f.default):
+        fail("model.", f.name, f"rope_scaling={self.rope_scaling!r} does not use it (only "
+             f"{', '.join(reads) or 'rope_theta'}), got {getattr(self, f.name)!r} (expected "
+             f"{f.default!r})")
     if self.rope_scaling == "llama3" and self.rope_high_freq_factor <= self.rope_low_freq_factor:
       fail("model.", "rope_high_freq_factor", f"must exceed rope_low_freq_factor="
            f"{self.rope_low_freq_factor} (llama3 blends between them), got "
@@ -326,6 +333,17 @@ class GPT(transformer.TransformerModel):
 
 # ---------------------------------------------------------------------------------------------
 # Presets and the `model` section.
+
+# The GPT's RoPE scaling keys each rope_scaling reads (`rope.rope_frequencies`).
+_ROPE_READS = {
+    "none": (), "linear": ("rope_factor",),
+    "llama3": ("rope_factor", "rope_original_max", "rope_low_freq_factor",
+               "rope_high_freq_factor"),
+    "yarn": ("rope_factor", "rope_original_max", "rope_beta_fast", "rope_beta_slow",
+             "rope_attn_factor"),
+    "dynamic": ("rope_factor", "rope_original_max"),
+    "longrope": ("rope_factor", "rope_original_max", "rope_attn_factor", "rope_short_factor",
+                 "rope_long_factor")}
 
 PRESETS = {
     "gpt2-small": dict(n_layer=12, d_model=768, n_head=12, vocab_size=50257, block_size=1024),
