@@ -196,6 +196,11 @@ def test_exports_a_layout_cannot_hold_are_refused(hf_model):
                               "sliding_window > 0"),
     (dict(rope_local_theta=1e4), "model.rope_local_theta: sets the local layers' RoPE; "
                                  "pos='learned' has none"),
+    (dict(pos="rope", rope_local_theta=1e4, sliding_window=8, attn_pattern="g"),
+     "model.rope_local_theta: sets the local layers' RoPE; there are none (sliding_window=8, "
+     "attn_pattern='g')"),
+    (dict(rope_partial=0.5), "model.rope_partial: is the share of features RoPE turns; "
+                             "pos='learned' has none"),
 ])
 def test_layer_kind_settings_the_model_cannot_use_are_refused(change, message):
   from jaxdl import models  # pylint: disable=g-import-not-at-top

@@ -149,6 +149,13 @@ class GPT(transformer.TransformerModel):
     if self.rope_local_theta and not self.rope:
       fail("model.", "rope_local_theta", f"sets the local layers' RoPE; pos={self.pos!r} has "
            f"none, got {self.rope_local_theta} (expected 0)")
+    if self.rope_local_theta and self.rope and not any(self.local_layers):
+      fail("model.", "rope_local_theta", f"sets the local layers' RoPE; there are none "
+           f"(sliding_window={self.sliding_window}, attn_pattern={self.attn_pattern!r}), got "
+           f"{self.rope_local_theta} (expected 0)")
+    if self.rope_partial != 1.0 and not self.rope:
+      fail("model.", "rope_partial", f"is the share of features RoPE turns; pos={self.pos!r} "
+           f"has none, got {self.rope_partial} (expected 1.0)")
     if self.sliding_window and self.mixer != "attention":
       fail("model.", "sliding_window", f"windows attention; mixer={self.mixer!r} has none, got "
            f"{self.sliding_window} (expected 0)")
