@@ -201,6 +201,8 @@ def test_exports_a_layout_cannot_hold_are_refused(hf_model):
      "attn_pattern='g')"),
     (dict(rope_partial=0.5), "model.rope_partial: is the share of features RoPE turns; "
                              "pos='learned' has none"),
+    (dict(mixer="ssm", attn_softcap=50.0), "model.attn_softcap: acts on attention; "
+                                           "mixer='ssm' has none"),
 ])
 def test_layer_kind_settings_the_model_cannot_use_are_refused(change, message):
   from jaxdl import models  # pylint: disable=g-import-not-at-top

@@ -156,6 +156,10 @@ class GPT(transformer.TransformerModel):
     if self.rope_partial != 1.0 and not self.rope:
       fail("model.", "rope_partial", f"is the share of features RoPE turns; pos={self.pos!r} "
            f"has none, got {self.rope_partial} (expected 1.0)")
+    for key in ("attn_bias", "attn_scale_dim", "attn_softcap"):
+      if getattr(self, key) and self.mixer != "attention":
+        fail("model.", key, f"acts on attention; mixer={self.mixer!r} has none, got "
+             f"{getattr(self, key)!r}")
     if self.sliding_window and self.mixer != "attention":
       fail("model.", "sliding_window", f"windows attention; mixer={self.mixer!r} has none, got "
            f"{self.sliding_window} (expected 0)")
