@@ -197,6 +197,10 @@ def _case(name):
                              "keys: dropout,"),
         "finetune_rope_theta": ([*train, "--set", "model.rope_theta=10000"],
                                 "model.rope_theta: 10000.0 is set, but the run takes its "),
+        "doctor_n_layer": (["doctor", "finetune_lora", "--workdir", str(root / "refused"),
+                            "--set", f"init_from={llama}", "--set", f"data.path={chat}",
+                            "--set", "model.n_layer=3"],
+                           "model.n_layer: 3 is set, but the run takes its architecture "),
         "long_prompt": ([*gen, "--prompt", "the quick brown fox " * 20],
                         "--prompt: 201 tokens fill the model's context of 64"),
         "no_assistant": (["data", "prepare", str(root / "no_assistant.jsonl"), "--out",
@@ -213,7 +217,8 @@ def _case(name):
 
 
 CASES = ["import_eval", "import_generate", "import_finetune", "finetune_tokenizer",
-         "eval_tokenizer", "finetune_n_layer", "finetune_rope_theta", "long_prompt",
+         "eval_tokenizer", "finetune_n_layer", "finetune_rope_theta", "doctor_n_layer",
+         "long_prompt",
          "no_assistant", "top_p_above_1", "top_p_0", "temperature", "top_k"]
 
 

@@ -124,7 +124,30 @@ def test_rope_frequencies_equal_transformers():
                                    "must be even, got 7"),
     (dict(pos="rope", rope_scaling="llama3", rope_high_freq_factor=1.0),
      "model.rope_high_freq_factor: must exceed rope_low_freq_factor=1.0"),
+    # A key the scaling never reads would be ignored.
+    (dict(pos="rope", rope_factor=8.0), "model.rope_factor: rope_scaling='none' does not use "
+                                        "it (only rope_theta), got 8.0 (expected 1.0)"),
+    (dict(pos="rope", rope_scaling="linear", rope_factor=2.0, rope_original_max=16),
+     "model.rope_original_max: rope_scaling='linear' does not use it (only rope_factor)"),
+    (dict(pos="rope", rope_scaling="dynamic", rope_factor=2.0, rope_beta_fast=16.0),
+     "model.rope_beta_fast: rope_scaling='dynamic' does not use it"),
 ])
 def test_rope_settings_the_model_cannot_use_are_refused(change, message):
   with pytest.raises(ConfigError, match="^" + re.escape(message)):
     models.build_model(models.gpt_config("tiny", **change))
+
+
+@pytest.mark.parametrize("model_type,field,want", [
+    ("llama", "epsilon", 1e-6), ("phi3", "epsilon", 1e-5),  # each config class's rms_norm_eps
+    ("llama", "n_kv_head", 32), ("mistral", "n_kv_head", 8), ("qwen2", "n_kv_head", 32),
+    # Qwen2Config's max_window_layers 28: a window on layers 28 and up only, none of these 2.
+    ("qwen2", "sliding_window", 0), ("mistral", "sliding_window", 16)])
+def test_a_field_config_json_leaves_out_is_its_config_class_default(model_type, field, want):
+  """transformers' defaults (LlamaConfig, Phi3Config, MistralConfig, Qwen2Config) for the
+  fields a hand-written config.json may leave out, not the Llama family's for every type."""
+  cfg = dict(model_type=model_type, vocab_size=64, hidden_size=256, intermediate_size=64,
+             num_hidden_layers=2, num_attention_heads=32, max_position_embeddings=64,
+             sliding_window=16, use_sliding_window=True)
+  if field != "n_kv_head":
+    cfg["num_key_value_heads"] = 4
+  assert getattr(hf_families.model_from_config(cfg), field) == want

@@ -155,6 +155,16 @@ def test_an_unrepresentable_config_is_one_line_naming_the_field(name, changes, f
     hf.model_from_config(cfg)
 
 
+@pytest.mark.parametrize("name,kv_heads", [("gemma", 16), ("gemma2", 4), ("gemma3", 4)])
+def test_a_config_without_num_key_value_heads_has_its_config_class_default(name, kv_heads):
+  """GemmaConfig's 16, Gemma2Config's and Gemma3TextConfig's 4 (not the number of heads)."""
+  kind = {"gemma3": "gemma3_text"}.get(name, name)
+  cfg = dict(model_type=kind, vocab_size=64, hidden_size=32, intermediate_size=48,
+             num_hidden_layers=2, num_attention_heads=32, head_dim=16,
+             max_position_embeddings=64)
+  assert hf.model_from_config(cfg).n_kv_head == kv_heads
+
+
 def test_load_refuses_before_reading_weights(hf_model, tmp_path):
   d = tmp_path / "g"
   shutil.copytree(hf_model("gemma3"), d)
@@ -186,6 +196,13 @@ def test_exports_a_layout_cannot_hold_are_refused(hf_model):
                               "sliding_window > 0"),
     (dict(rope_local_theta=1e4), "model.rope_local_theta: sets the local layers' RoPE; "
                                  "pos='learned' has none"),
+    (dict(pos="rope", rope_local_theta=1e4, sliding_window=8, attn_pattern="g"),
+     "model.rope_local_theta: sets the local layers' RoPE; there are none (sliding_window=8, "
+     "attn_pattern='g')"),
+    (dict(rope_partial=0.5), "model.rope_partial: is the share of features RoPE turns; "
+                             "pos='learned' has none"),
+    (dict(mixer="ssm", attn_softcap=50.0), "model.attn_softcap: acts on attention; "
+                                           "mixer='ssm' has none"),
 ])
 def test_layer_kind_settings_the_model_cannot_use_are_refused(change, message):
   from jaxdl import models  # pylint: disable=g-import-not-at-top

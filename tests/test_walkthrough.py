@@ -18,7 +18,7 @@ import pytest
 
 from jaxdl import cli
 from jaxdl.config import load_config
-from jaxdl.data import chat_template, records
+from jaxdl.data import records
 from jaxdl.data.tokenize import get_tokenizer
 from jaxdl.models import decoding
 from jaxdl.train import build, checkpoint
@@ -88,10 +88,11 @@ def test_a_run_fine_tuned_from_a_run_exports_and_chats_as_its_hugging_face_base(
   capsys.readouterr()
   assert cli.main(["generate", "runs/finetune_lora-full", "--chat", "--prompt", "the quick",
                    "--temperature", "0", "--max-new-tokens", "2"]) == 0
-  tok = get_tokenizer("my_model")
-  want = chat_template.encode_prompt(chat_template.resolve("auto", "my_model", "my_model"),
-                                     "the quick", tok)
-  assert seen["prompt"].tolist() == [want.tolist()] and 2 in seen["eos"]
+  # transformers' rendering with the base's own files (not jaxdl's encode_prompt, under test).
+  want = hf_reference.tokenizer("my_model").apply_chat_template(
+      [{"role": "user", "content": "the quick"}], add_generation_prompt=True,
+      tokenize=True)["input_ids"]
+  assert seen["prompt"].tolist() == [list(want)] and 2 in seen["eos"]
 
 
 def test_eval_of_chat_data_scores_the_responses_as_transformers_does(walk, monkeypatch, capsys):

@@ -49,8 +49,9 @@ def main(args) -> None:
   from jaxdl.config import ConfigError, default_workdir, load_config
   from jaxdl.doctor import (diagnose_workdir, head_ln_k, locate_nonfinite, lr_range_test,
                             run_preflight)
-  from jaxdl.train import RunError
+  from jaxdl.train import RunError, init_from
   config, _ = load_config(args.experiment, args.overrides)
+  init_from.check_overrides(config, args.overrides)  # as `jaxdl train`: the base's architecture
   if "train" not in config or "model" not in config:
     raise ConfigError(f"experiment {config.name!r} is not a standard training run (no "
                       "train/model sections); the doctor has nothing to check")

@@ -27,7 +27,7 @@ Bad input is one line, exit 2, with nothing written: a workdir without a run, a 
 is not the GPT, a GPT the chosen layout cannot hold (the field is named), an --out that already
 exists or cannot be written. The directory is written under a temporary name beside --out and
 renamed to it at the end; on any failure the temporary one is removed, so --out is whole or
-absent, and a full disk (or a permission error) is one line, exit 1.
+absent, and a full disk (or a permission error) is one line, exit 2.
 """
 
 from __future__ import annotations

@@ -149,6 +149,17 @@ class GPT(transformer.TransformerModel):
     if self.rope_local_theta and not self.rope:
       fail("model.", "rope_local_theta", f"sets the local layers' RoPE; pos={self.pos!r} has "
            f"none, got {self.rope_local_theta} (expected 0)")
+    if self.rope_local_theta and self.rope and not any(self.local_layers):
+      fail("model.", "rope_local_theta", f"sets the local layers' RoPE; there are none "
+           f"(sliding_window={self.sliding_window}, attn_pattern={self.attn_pattern!r}), got "
+           f"{self.rope_local_theta} (expected 0)")
+    if self.rope_partial != 1.0 and not self.rope:
+      fail("model.", "rope_partial", f"is the share of features RoPE turns; pos={self.pos!r} "
+           f"has none, got {self.rope_partial} (expected 1.0)")
+    for key in ("attn_bias", "attn_scale_dim", "attn_softcap"):
+      if getattr(self, key) and self.mixer != "attention":
+        fail("model.", key, f"acts on attention; mixer={self.mixer!r} has none, got "
+             f"{getattr(self, key)!r}")
     if self.sliding_window and self.mixer != "attention":
       fail("model.", "sliding_window", f"windows attention; mixer={self.mixer!r} has none, got "
            f"{self.sliding_window} (expected 0)")
@@ -167,6 +178,13 @@ class GPT(transformer.TransformerModel):
       if (self.rope_scaling == "longrope") != bool(got) or (got and got != r // 2):
         fail("model.", key, f"one factor per rotated feature pair, {r // 2}, for rope_scaling="
              f"'longrope' and none otherwise, got {got} for {self.rope_scaling!r}")
+    reads = _ROPE_READS[self.rope_scaling]
+    for f in dataclasses.fields(self):  # a key the scaling never reads would be ignored
+      if f.name in _ROPE_READS["longrope"] + _ROPE_READS["llama3"] + _ROPE_READS["yarn"] and (
+          f.name not in reads and getattr(self, f.name) != f.default):
+        fail("model.", f.name, f"rope_scaling={self.rope_scaling!r} does not use it (only "
+             f"{', '.join(reads) or 'rope_theta'}), got {getattr(self, f.name)!r} (expected "
+             f"{f.default!r})")
     if self.rope_scaling == "llama3" and self.rope_high_freq_factor <= self.rope_low_freq_factor:
       fail("model.", "rope_high_freq_factor", f"must exceed rope_low_freq_factor="
            f"{self.rope_low_freq_factor} (llama3 blends between them), got "
@@ -326,6 +344,17 @@ class GPT(transformer.TransformerModel):
 
 # ---------------------------------------------------------------------------------------------
 # Presets and the `model` section.
+
+# The GPT's RoPE scaling keys each rope_scaling reads (`rope.rope_frequencies`).
+_ROPE_READS = {
+    "none": (), "linear": ("rope_factor",),
+    "llama3": ("rope_factor", "rope_original_max", "rope_low_freq_factor",
+               "rope_high_freq_factor"),
+    "yarn": ("rope_factor", "rope_original_max", "rope_beta_fast", "rope_beta_slow",
+             "rope_attn_factor"),
+    "dynamic": ("rope_factor", "rope_original_max"),
+    "longrope": ("rope_factor", "rope_original_max", "rope_attn_factor", "rope_short_factor",
+                 "rope_long_factor")}
 
 PRESETS = {
     "gpt2-small": dict(n_layer=12, d_model=768, n_head=12, vocab_size=50257, block_size=1024),

@@ -76,6 +76,7 @@ import math
 
 
 from jaxdl.models import hf_phi, rope
+from jaxdl.models.hf_errors import refuse
 from jaxdl.models.gpt import GPT
 from jaxdl.schema import ConfigError
 
@@ -84,15 +85,16 @@ LLAMA_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
                "phi3": hf_phi.ARCHITECTURE}
 MODEL_TYPES = tuple(LLAMA_TYPES) + ("gpt2",)
 GPT2_PREFIX = "transformer."  # GPT2LMHeadModel's names; the bare GPT2Model's lack it
+# transformers' config-class defaults, where they are not the Llama family's (rms_norm_eps 1e-6,
+# num_key_value_heads the heads'), for the fields a config.json may leave out.
+_DEFAULTS = {"phi3": dict(rms_norm_eps=1e-5), "mistral": dict(num_key_value_heads=8),
+             "qwen2": dict(num_key_value_heads=32, max_window_layers=28),
+             "qwen3": dict(num_key_value_heads=32, max_window_layers=28)}
 
 
 
 # ---------------------------------------------------------------------------------------------
 # config.json <-> GPT.
-
-
-def refuse(where: str, field: str, value, expected: str):
-  raise ConfigError(f"{where}: {field}={json.dumps(value)} cannot be imported; expected {expected}")
 
 
 # The fields each RoPE type reads (transformers' ROPE_INIT_FUNCTIONS), beside rope_type / type
@@ -271,6 +273,7 @@ def model_from_config(cfg: dict, where: str = "config.json", **overrides) -> GPT
                   epsilon=cfg.get("layer_norm_epsilon", 1e-5))
     return GPT(**{**fields, **overrides})
 
+  cfg = {**_DEFAULTS.get(cfg["model_type"], {}), **cfg}
   if cfg.get("hidden_act", "silu") != "silu":
     refuse(where, "hidden_act", cfg["hidden_act"], "silu (the SwiGLU MLP)")
   llama = cfg["model_type"] == "llama"

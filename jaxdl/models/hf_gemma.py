@@ -41,11 +41,14 @@ GEMMA_TYPES = {"gemma": "GemmaForCausalLM", "gemma2": "Gemma2ForCausalLM",
                "gemma3_text": "Gemma3ForCausalLM"}
 # transformers' config-class defaults for the fields a config.json may leave out.
 _DEFAULTS = {
-    "gemma": dict(head_dim=256, rms_norm_eps=1e-6, tie_word_embeddings=True),
+    "gemma": dict(head_dim=256, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                  num_key_value_heads=16),
     "gemma2": dict(head_dim=256, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                   num_key_value_heads=4,
                    query_pre_attn_scalar=256, sliding_window=4096,
                    attn_logit_softcapping=50.0, final_logit_softcapping=30.0),
     "gemma3_text": dict(head_dim=256, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                        num_key_value_heads=4,
                         query_pre_attn_scalar=256, sliding_window=4096,
                         attn_logit_softcapping=None, final_logit_softcapping=None)}
 _TANH_GELU = ("gelu_pytorch_tanh", "gelu_new")

@@ -26,9 +26,7 @@ and `decoding.make_generator` recomputes the sequence when it first passes L, as
 
 from __future__ import annotations
 
-import json
-
-from jaxdl.schema import ConfigError
+from jaxdl.models.hf_errors import refuse
 
 ARCHITECTURE = "Phi3ForCausalLM"
 ORIGINAL_MAX = 4096  # Phi3Config's original_max_position_embeddings when config.json has none
@@ -38,10 +36,6 @@ ROPE_TYPES = ("default", "longrope")
 FUSED = {("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"):
          "self_attn.qkv_proj.weight",
          ("mlp.gate_proj.weight", "mlp.up_proj.weight"): "mlp.gate_up_proj.weight"}
-
-
-def _refuse(where: str, field: str, value, expected: str):
-  raise ConfigError(f"{where}: {field}={json.dumps(value)} cannot be imported; expected {expected}")
 
 
 def rope_type(kind: str) -> str:
@@ -63,7 +57,7 @@ def longrope_fields(rp: dict, cfg: dict, where: str, src: str, rotated: int) -> 
     if (not isinstance(value, list) or len(value) != rotated // 2 or
         not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
                 for x in value)):
-      _refuse(where, f"{src}.{key}", value, f"{rotated // 2} positive numbers (one per rotated "
+      refuse(where, f"{src}.{key}", value, f"{rotated // 2} positive numbers (one per rotated "
               f"feature pair of int(head_dim x partial_rotary_factor) = {rotated})")
     out[f"rope_{key}"] = tuple(float(x) for x in value)
   if rp.get("factor") is None and rp.get("original_max_position_embeddings"):

@@ -29,10 +29,11 @@ config the run trains, with every check done before the workdir is touched:
 A `--set model.KEY=V` beside `init_from` (`check_overrides`: `resolve` calls it with the
 overrides the config was loaded with, `jaxdl.train.run(..., overrides=)` and so `jaxdl train`,
 before anything is written; a sweep's check of each run's config, `jaxdl.sweep.grid.check_config`,
-before the sweep writes) may set only the run's own keys, those the model's class declares with
-`setting(..., run_choice=True)` (`jaxdl.schema.run_choices`: LoRA, dropout, remat, dtypes,
-attention implementation, ...); an architecture key whose value differs from the base's would be
-replaced by the base's value, so it is refused in one line naming the key, both values.
+before the sweep writes; `jaxdl doctor`, before its checks) may set only the run's own keys,
+those the model's class declares with `setting(..., run_choice=True)`
+(`jaxdl.schema.run_choices`: LoRA, dropout, remat, dtypes, attention implementation, ...); an
+architecture key whose value differs from the base's would be replaced by the base's value, so it
+is refused in one line naming the key, both values.
 
 Only a fresh start reads the weights: a run resuming its own checkpoint continues from that.
 Every parameter of the run's model that is not a LoRA adapter (`jaxdl.models.lora.is_adapter`)
@@ -169,7 +170,7 @@ def _base_model(path: str) -> dict:
 
 
 def base_tokenizer(path: str) -> tuple[str, str | None]:
-  """(spec for `jaxdl.data.get_tokenizer`, sha256 fingerprint) of the base's tokenizer, or
+  """(spec for `jaxdl.data.tokenize.get_tokenizer`, sha256 fingerprint) of the base's tokenizer, or
   ('', None) when it is not known: a Hugging Face folder's tokenizer.json; a run's data
   (`data_tokenizer`)."""
   full = os.path.expanduser(path)
