@@ -104,13 +104,13 @@ if os.environ.get("JAXDL_TEST_CPU_LOG"):
 # processes its tests start see one device. Module scope, so that a module fixture's run and its
 # tests' runs agree. One device of a four-device client does not sum in the order of a
 # one-device client (a moons run's grad_norm differs in the 7th digit), so a module that compares
-# its own runs with a subprocess's (test_sweep) is in ALL_DEVICES.
+# its own runs with a subprocess's (test_sweep_kills) is in ALL_DEVICES.
 ALL_DEVICES = frozenset((
     "test_augment", "test_bench", "test_config", "test_distributed",
     "test_faults", "test_fsdp", "test_grad_accum", "test_layers", "test_loop", "test_mfu",
     "test_moe", "test_packing", "test_parallel", "test_permissions", "test_resume",
     "test_sequence_parallel", "test_signals", "test_slurm", "test_small_rows", "test_step",
-    "test_studies", "test_sweep", "test_tensor_parallel", "test_throughput",
+    "test_studies", "test_sweep", "test_sweep_kills", "test_tensor_parallel", "test_throughput",
     "test_trackers_real", "test_tree_reductions", "test_watch"))
 
 
@@ -175,7 +175,8 @@ COSTLIEST_FIRST = (
     "test_readme", "test_resume", "test_notebooks", "test_reproduce", "test_generative_table",
     "test_sweep_search", "test_slurm", "test_denoiser", "test_few_step_digits",
     "test_experiment_smoke", "test_doctor", "test_packed_documents", "test_faults",
-    "test_distributed", "test_tensor_parallel", "test_moe", "test_sweep", "test_digits_judge",
+    "test_distributed", "test_tensor_parallel", "test_moe", "test_sweep_kills", "test_sweep",
+    "test_digits_judge",
     "test_few_step", "test_autoregressive_digits")
 
 
