@@ -28,7 +28,7 @@ from jaxdl.sweep import grid, resources, scheduler, slurm
 from jaxdl.train import run
 from jaxdl.train.checkpoint import load_state
 from jaxdl.train.writers import read_metrics
-from test_sweep import _final  # what a run ends with: summary metrics and eval curve
+from test_sweep_kills import _final  # what a run ends with: summary metrics and eval curve
 
 EXP = "moons_mlp:smoke"
 BASE = load_config(EXP)[0]  # the config the CLI hands a sweep (`jaxdl.cli.sweep`)
